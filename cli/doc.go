@@ -1,0 +1,7 @@
+// Package cli implements the fedcalib command-line interface.
+//
+// Each command lives in its own file and only parses flags, calls the
+// library packages (calib, federation, dp, infer, onnx, export) and prints
+// results. Main maps errors to exit statuses: 0 on success, 1 when a check
+// fails its bar, 2 for usage and input errors.
+package cli

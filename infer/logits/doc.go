@@ -1,0 +1,13 @@
+// Package logits reads and writes the fedcalib logits file (SPEC §3).
+//
+// A logits file is a NumPy .npz archive holding
+//
+//	logits  float32 [N, C]  the model's outputs, one row per example
+//	labels  int64   [N]     the true class of each example, in [0, C)
+//	client  int32   [N]     optional: the client that holds each example
+//	split   uint8   [N]     optional: 0 train, 1 calibration, 2 test
+//
+// so that NumPy users can read it with numpy.load and write one with
+// numpy.savez. Read also accepts float64 logits and any integer type for
+// labels, client and split, converting them.
+package logits

@@ -1,0 +1,205 @@
+package logits
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestReadNumPyFixtures(t *testing.T) {
+	tests := []struct {
+		path string
+		want File
+	}{
+		{"testdata/numpy_small.npz", File{
+			Logits:  []float32{1.5, -2, 0.25, 0, 3, -1},
+			Labels:  []int64{2, 1},
+			Client:  []int32{7, 3},
+			Split:   []uint8{1, 2},
+			Classes: 3,
+		}},
+		{"testdata/numpy_f8_i4.npz", File{
+			Logits:  []float32{0.5, 0.25, -1, 2, 4, 8},
+			Labels:  []int64{0, 1, 1},
+			Classes: 2,
+		}},
+	}
+	for _, tt := range tests {
+		got, err := Read(tt.path)
+		if err != nil {
+			t.Fatalf("Read(%s): %v", tt.path, err)
+		}
+		if !reflect.DeepEqual(*got, tt.want) {
+			t.Errorf("Read(%s) = %+v, want %+v", tt.path, *got, tt.want)
+		}
+	}
+}
+
+func TestWriteReadRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	want := &File{
+		Logits:  []float32{1, 2, 3, -4, 5.5, 6e-3, 1e4, -1e4, 0},
+		Labels:  []int64{0, 2, 1},
+		Client:  []int32{0, 0, 5},
+		Split:   []uint8{0, 1, 2},
+		Classes: 3,
+	}
+	path := filepath.Join(dir, "l.npz")
+	if err := Write(path, want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Read(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("round trip: got %+v, want %+v", got, want)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Errorf("directory holds %d entries after Write, want 1 (no temp files)", len(entries))
+	}
+}
+
+// TestNPYHeader checks the header bytes against the .npy format
+// specification by hand: magic, version 1.0, little-endian length, a dict
+// padded with spaces and ending in a newline at a multiple of 64 bytes.
+func TestNPYHeader(t *testing.T) {
+	h := npyHeader("<f4", []int{2, 3})
+	dict := "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }"
+	// 10 prefix bytes + 59 dict bytes + padding + newline = 128.
+	if len(dict) != 59 || len(h) != 128 {
+		t.Fatalf("header length %d, want 128", len(h))
+	}
+	if !bytes.HasPrefix(h, []byte("\x93NUMPY\x01\x00")) {
+		t.Errorf("bad magic/version % x", h[:8])
+	}
+	if n := int(h[8]) | int(h[9])<<8; n != 118 {
+		t.Errorf("header length field %d, want 118", n)
+	}
+	if got := string(h[10:]); got != dict+strings.Repeat(" ", 118-59-1)+"\n" {
+		t.Errorf("header dict %q", got)
+	}
+	if got := string(npyHeader("<i8", []int{5})[10:]); !strings.HasPrefix(got, "{'descr': '<i8', 'fortran_order': False, 'shape': (5,), }") {
+		t.Errorf("1-D header dict %q", got)
+	}
+}
+
+// TestNumPyReadsOurFile checks with NumPy itself, when it is installed,
+// that a file we write is what NumPy reads.
+func TestNumPyReadsOurFile(t *testing.T) {
+	py, err := exec.LookPath("/usr/bin/python3")
+	if err != nil || exec.Command(py, "-c", "import numpy").Run() != nil {
+		t.Skip("NumPy not available: skipping the cross-check with numpy.load")
+	}
+	path := filepath.Join(t.TempDir(), "l.npz")
+	f := &File{Logits: []float32{0.5, -1.25, 2, 3}, Labels: []int64{1, 0}, Split: []uint8{2, 1}, Classes: 2}
+	if err := Write(path, f); err != nil {
+		t.Fatal(err)
+	}
+	script := `import numpy as np, sys
+d = np.load(sys.argv[1])
+print(sorted(d.files), d["logits"].dtype, d["logits"].shape, d["logits"].tolist(), d["labels"].dtype, d["labels"].tolist(), d["split"].dtype, d["split"].tolist())`
+	out, err := exec.Command(py, "-c", script, path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("numpy: %v\n%s", err, out)
+	}
+	want := "['labels', 'logits', 'split'] float32 (2, 2) [[0.5, -1.25], [2.0, 3.0]] int64 [1, 0] uint8 [2, 1]\n"
+	if string(out) != want {
+		t.Errorf("numpy read\n%s want\n%s", out, want)
+	}
+}
+
+func TestRowsAndSet(t *testing.T) {
+	f := &File{
+		Logits:  []float32{1, 2, 3, 4, 5, 6},
+		Labels:  []int64{1, 0, 1},
+		Split:   []uint8{1, 2, 1},
+		Classes: 2,
+	}
+	if got := f.Rows(SplitCalibration); !reflect.DeepEqual(got, []int{0, 2}) {
+		t.Errorf("Rows(calibration) = %v", got)
+	}
+	if got := f.Rows(AllRows); !reflect.DeepEqual(got, []int{0, 1, 2}) {
+		t.Errorf("Rows(all) = %v", got)
+	}
+	s := f.Set([]int{2, 1})
+	if !reflect.DeepEqual(s.Logits, []float64{5, 6, 3, 4}) || !reflect.DeepEqual(s.Labels, []int{1, 0}) || s.Classes != 2 {
+		t.Errorf("Set = %+v", s)
+	}
+	f.Split = nil
+	if got := f.Rows(SplitTest); len(got) != 3 {
+		t.Errorf("Rows without a split column = %v, want every row", got)
+	}
+}
+
+func TestBadFiles(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, f *File) string {
+		var buf bytes.Buffer
+		if err := Encode(&buf, f); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	notZip := filepath.Join(dir, "junk.npz")
+	os.WriteFile(notZip, []byte("not a zip"), 0o644)
+	nan := float32(0)
+	nan /= nan
+	tests := []struct {
+		path string
+		want string
+	}{
+		{notZip, "not a NumPy .npz archive"},
+		{filepath.Join(dir, "missing.npz"), "no such file"},
+		{write("nan.npz", &File{Logits: []float32{nan, 1}, Labels: []int64{0}, Classes: 2}), "must be finite"},
+		{write("label.npz", &File{Logits: []float32{0, 1}, Labels: []int64{2}, Classes: 2}), "outside [0, 2)"},
+		{write("split.npz", &File{Logits: []float32{0, 1}, Labels: []int64{0}, Split: []uint8{3}, Classes: 2}), "split: row 0 is 3"},
+	}
+	for _, tt := range tests {
+		_, err := Read(tt.path)
+		if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), tt.path) {
+			t.Errorf("Read(%s) error = %v, want it to name the file and contain %q", filepath.Base(tt.path), err, tt.want)
+		}
+	}
+	// Write refuses mismatched lengths and leaves nothing behind.
+	bad := filepath.Join(dir, "bad-write.npz")
+	if err := Write(bad, &File{Logits: []float32{1, 2, 3}, Labels: []int64{0}, Classes: 2}); err == nil {
+		t.Error("Write accepted 3 logits for 1 row of 2 classes")
+	}
+	if _, err := os.Stat(bad); !os.IsNotExist(err) {
+		t.Error("Write left a file behind after an error")
+	}
+}
+
+func FuzzRead(f *testing.F) {
+	for _, p := range []string{"testdata/numpy_small.npz", "testdata/numpy_f8_i4.npz"} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p := filepath.Join(dir, "fuzz.npz")
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		got, err := Read(p)
+		if err != nil {
+			return
+		}
+		if err := got.Validate(); err != nil {
+			t.Fatalf("Read returned an invalid file: %v", err)
+		}
+	})
+}
