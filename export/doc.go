@@ -1,0 +1,22 @@
+// Package export turns a fitted calibrator into something a serving stack
+// can run: nodes appended to the model's ONNX graph, or the JSON sidecar
+// file of package calib applied by Go code (see package export/sidecar).
+//
+// Build expresses every calibrator of package calib with standard ONNX
+// operators (SPEC §9): temperature as Div and Softmax; vector and matrix
+// scaling as Mul/MatMul, Add and Softmax; the order-preserving scalers
+// (OPVector, FedCalMLP) as TopK, Slice, Sub, Pad, Mul, CumSum, Softmax and
+// ScatterElements; histogram binning and BBQ as Softmax, a bin index (Mul,
+// Floor, Clip, Cast), a Gather from the flattened classes×bins table, the
+// weighting (ArgMax and Where for "changed") and the normalisation
+// (ReduceSum, Div). The arithmetic runs in float64, as package calib
+// computes, so the exported model agrees with the Go calibrator to
+// rounding.
+//
+// Append splices the nodes into a model, keeping its logits output and
+// adding a probabilities output, and records the calibrator in the model's
+// metadata_props. Verify runs the result with ONNX Runtime against the Go
+// calibrator on a probe set covering every bin and extreme logits (and on
+// the model's own outputs), and Export does all three and writes the file
+// atomically only when verification passes.
+package export

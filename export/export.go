@@ -1,0 +1,449 @@
+package export
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+
+	ort "github.com/yalue/onnxruntime_go"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/infer"
+	"github.com/fedcalib/fedcalib/onnx"
+	"github.com/fedcalib/fedcalib/onnx/onnxpb"
+)
+
+// Metadata keys written into the calibrated model's metadata_props.
+const (
+	KeyMethod  = "fedcalib.calibration.method"  // the calibrator's method
+	KeyLogits  = "fedcalib.calibration.logits"  // name of the logits output
+	KeyOutput  = "fedcalib.calibration.output"  // name of the probabilities output
+	KeySidecar = "fedcalib.calibration.sidecar" // the whole calibrator file (JSON)
+	KeyEpsilon = "fedcalib.calibration.epsilon" // ε of a private fit
+	KeyDelta   = "fedcalib.calibration.delta"   // δ of a private fit
+)
+
+// Tolerance is the largest absolute difference between the exported
+// model's probabilities and the Go calibrator's that Verify accepts.
+const Tolerance = 1e-5
+
+// DefaultOutput is the name of the added probabilities output when
+// Options.Output is empty.
+const DefaultOutput = "probabilities"
+
+// Options configures Append and Export. The zero value calibrates the
+// model's first float32 output into a new output named DefaultOutput.
+type Options struct {
+	// Logits names the model output holding the logits. Empty means the
+	// first float32 output.
+	Logits string
+	// Output names the added probabilities output. Empty means
+	// DefaultOutput.
+	Output string
+	// Runtime is the ONNX Runtime library for verification; empty means
+	// infer.ResolveRuntime's search.
+	Runtime string
+	// Seed seeds the probe set and the random model inputs of Verify.
+	Seed uint64
+}
+
+const prefix = "fedcalib_"
+
+// Append splices calibrator c (described by file, which may be nil) into
+// m: the nodes computing calibrated probabilities from the logits output
+// are appended to the graph, a float32 [batch, classes] output is added,
+// the metadata_props record the calibrator, and the default-domain opset
+// is raised to MinOpset when that is safe. It returns the names of the
+// logits and probabilities outputs. Untouched parts of m keep their bytes.
+func Append(m *onnx.Model, c calib.Calibrator, file *calib.File, opt Options) (logitsName, outName string, err error) {
+	logitsName, err = logitsOutput(m, opt.Logits)
+	if err != nil {
+		return "", "", err
+	}
+	if k := outputClasses(m, logitsName); k > 0 && k != c.Classes() {
+		return "", "", fmt.Errorf("output %q has %d classes but the calibrator has %d: was it fitted on this model's logits?", logitsName, k, c.Classes())
+	}
+	outName = opt.Output
+	if outName == "" {
+		outName = DefaultOutput
+	}
+	if err := checkNames(m, outName); err != nil {
+		return "", "", err
+	}
+	if err := raiseOpset(m); err != nil {
+		return "", "", err
+	}
+	sg, err := Build(c, logitsName, outName, prefix)
+	if err != nil {
+		return "", "", err
+	}
+	m.AddInitializers(sg.Initializers...)
+	m.AddNodes(sg.Nodes...)
+	m.AddOutputs(onnx.NewValueInfo(outName, onnx.Float, onnx.Shape{{Param: "batch"}, {Value: int64(c.Classes())}}))
+	m.SetMetadata(KeyMethod, c.Method())
+	m.SetMetadata(KeyLogits, logitsName)
+	m.SetMetadata(KeyOutput, outName)
+	if file != nil {
+		var buf bytes.Buffer
+		if err := calib.Encode(&buf, c, file.Privacy, file.Provenance); err != nil {
+			return "", "", err
+		}
+		m.SetMetadata(KeySidecar, strings.TrimSpace(buf.String()))
+		if p := file.Privacy; p != nil {
+			m.SetMetadata(KeyEpsilon, fmt.Sprint(p.Epsilon))
+			m.SetMetadata(KeyDelta, fmt.Sprint(p.Delta))
+		}
+	}
+	return logitsName, outName, nil
+}
+
+// logitsOutput returns the named output, or the first float32 one.
+func logitsOutput(m *onnx.Model, name string) (string, error) {
+	outs := m.Outputs()
+	for _, o := range outs {
+		if (name == "" && o.Elem == onnx.Float) || (name != "" && o.Name == name) {
+			if o.Elem != onnx.Float {
+				return "", fmt.Errorf("output %q is %s: the logits must be float32", o.Name, o.Type)
+			}
+			return o.Name, nil
+		}
+	}
+	if name != "" {
+		names := make([]string, len(outs))
+		for i, o := range outs {
+			names[i] = o.Name
+		}
+		return "", fmt.Errorf("model has no output %q (outputs: %s)", name, strings.Join(names, ", "))
+	}
+	return "", fmt.Errorf("model has no float32 output to calibrate")
+}
+
+// outputClasses returns the last dimension of the named output when it
+// is known, else 0.
+func outputClasses(m *onnx.Model, name string) int {
+	for _, o := range m.Outputs() {
+		if o.Name == name && len(o.Shape) > 0 && o.Shape[len(o.Shape)-1].Known() {
+			return int(o.Shape[len(o.Shape)-1].Value)
+		}
+	}
+	return 0
+}
+
+// checkNames refuses an output name or the node prefix already in use.
+func checkNames(m *onnx.Model, out string) error {
+	g := m.Proto().GetGraph()
+	for _, n := range g.GetNode() {
+		for _, o := range n.GetOutput() {
+			if o == out {
+				return fmt.Errorf("the model already has a tensor named %q: choose another output name", out)
+			}
+			if strings.HasPrefix(o, prefix) {
+				return fmt.Errorf("the model already has tensors named %s*: is it calibrated already?", prefix)
+			}
+		}
+	}
+	for _, v := range slices.Concat(g.GetInput(), g.GetOutput()) {
+		if v.GetName() == out {
+			return fmt.Errorf("the model already has a tensor named %q: choose another output name", out)
+		}
+	}
+	return nil
+}
+
+// opsetSafe lists the operators whose meaning does not change between
+// opset 7 and 13 for the tensors a classifier uses (later versions only
+// add element types or attributes with the old default), so a model using
+// only these can have its opset raised to 13.
+var opsetSafe = map[string]bool{
+	"Abs": true, "Add": true, "AveragePool": true, "BatchNormalization": true,
+	"Cast": true, "Concat": true, "Constant": true, "Conv": true, "Div": true,
+	"Dropout": true, "Exp": true, "Flatten": true, "Gemm": true,
+	"GlobalAveragePool": true, "Identity": true, "LeakyRelu": true,
+	"Log": true, "MatMul": true, "MaxPool": true, "Mul": true, "Neg": true,
+	"Relu": true, "Reshape": true, "Sigmoid": true, "Sqrt": true, "Sub": true,
+	"Tanh": true, "Transpose": true,
+}
+
+// raiseOpset makes the default-domain opset at least MinOpset, refusing
+// when an operator of the model might change meaning.
+func raiseOpset(m *onnx.Model) error {
+	v := m.OpsetVersion("")
+	if v >= MinOpset {
+		return nil
+	}
+	var unsafe []string
+	for _, n := range m.Proto().GetGraph().GetNode() {
+		if d := n.GetDomain(); (d == "" || d == "ai.onnx") && !opsetSafe[n.GetOpType()] && !slices.Contains(unsafe, n.GetOpType()) {
+			unsafe = append(unsafe, n.GetOpType())
+		}
+	}
+	if len(unsafe) > 0 {
+		return fmt.Errorf("the model uses opset %d and the calibrator needs %d, but raising it could change the meaning of %s: re-export the model with opset >= %d", v, MinOpset, strings.Join(unsafe, ", "), MinOpset)
+	}
+	m.SetOpsetVersion("", MinOpset)
+	return nil
+}
+
+// Standalone returns a model with one float32 input "logits"
+// [batch, classes] and one float32 output "probabilities": calibrator c
+// alone, for serving stacks that run the classifier separately and for
+// verification.
+func Standalone(c calib.Calibrator) (*onnx.Model, error) {
+	sg, err := Build(c, "logits", DefaultOutput, prefix)
+	if err != nil {
+		return nil, err
+	}
+	shape := onnx.Shape{{Param: "batch"}, {Value: int64(c.Classes())}}
+	pb := &onnxpb.ModelProto{
+		IrVersion:    proto.Int64(8),
+		ProducerName: proto.String("fedcalib"),
+		OpsetImport:  []*onnxpb.OperatorSetIdProto{{Domain: proto.String(""), Version: proto.Int64(MinOpset)}},
+		Graph: &onnxpb.GraphProto{
+			Name:        proto.String("fedcalib_" + c.Method()),
+			Node:        sg.Nodes,
+			Initializer: sg.Initializers,
+			Input:       []*onnxpb.ValueInfoProto{onnx.NewValueInfo("logits", onnx.Float, shape)},
+			Output:      []*onnxpb.ValueInfoProto{onnx.NewValueInfo(DefaultOutput, onnx.Float, shape)},
+		},
+	}
+	return onnx.FromProto(pb)
+}
+
+// Probe returns a probe set of logits (n×classes, float32, row-major) for
+// verifying calibrator c: random logits at several scales, extreme logits
+// (±1e4), ties, and, for binning calibrators, for every class and bin a
+// row whose softmax probability of that class falls in the middle of
+// that bin.
+func Probe(c calib.Calibrator, seed uint64) []float32 {
+	k := c.Classes()
+	rng := rand.New(rand.NewPCG(seed, 0x70726f6265)) // "probe"
+	var out []float32
+	row := make([]float32, k)
+	add := func() { out = append(out, row...) }
+	for _, scale := range []float64{0.1, 1, 5, 20, 100} {
+		for range 16 {
+			for j := range row {
+				row[j] = float32(rng.NormFloat64() * scale)
+			}
+			add()
+		}
+	}
+	for j := 0; j < k; j++ {
+		for _, v := range []float32{1e4, -1e4} {
+			clear(row)
+			row[j] = v
+			add()
+		}
+	}
+	for j := range row { // all tied, then a tied top pair
+		row[j] = 3
+	}
+	add()
+	for j := range row {
+		row[j] = float32(-j)
+	}
+	row[k-1] = 0
+	add()
+
+	var bins int
+	switch c := c.(type) {
+	case *calib.Histogram:
+		bins = c.Bins
+	case *calib.BBQ:
+		bins = 1 << c.Mexp
+	}
+	for j := 0; bins > 0 && j < k; j++ {
+		for m := 0; m < bins; m++ {
+			p := (float64(m) + 0.5) / float64(bins)
+			rest := float32(math.Log((1 - p) / float64(k-1)))
+			for i := range row {
+				row[i] = rest
+			}
+			row[j] = float32(math.Log(p))
+			add()
+		}
+	}
+	return out
+}
+
+// Verify runs the standalone form of c with ONNX Runtime on the probe
+// logits and compares its probabilities with c.Predict, failing when any
+// differs by more than Tolerance or is not finite.
+func Verify(c calib.Calibrator, probe []float32, opt Options) error {
+	m, err := Standalone(c)
+	if err != nil {
+		return err
+	}
+	k := c.Classes()
+	got, err := run(m.Bytes(), "logits", []string{DefaultOutput}, ort.NewShape(int64(len(probe)/k), int64(k)), probe, opt.Runtime)
+	if err != nil {
+		return fmt.Errorf("verify: ONNX Runtime cannot run the calibrator: %w", err)
+	}
+	return compare(c, probe, got[0])
+}
+
+// compare checks ONNX Runtime's probabilities against c's on logits.
+func compare(c calib.Calibrator, logits, got []float32) error {
+	k := c.Classes()
+	z := make([]float64, len(logits))
+	for i, v := range logits {
+		z[i] = float64(v)
+	}
+	if len(z)%k != 0 || len(got) != len(z) {
+		return fmt.Errorf("verify: the model gave %d logits and %d probabilities, which do not fit %d classes", len(z), len(got), k)
+	}
+	want := make([]float64, len(z))
+	c.Predict(want, z)
+	if len(got) != len(want) {
+		return fmt.Errorf("verify: the exported model gave %d probabilities, want %d", len(got), len(want))
+	}
+	for i, g := range got {
+		if d := math.Abs(float64(g) - want[i]); !(d <= Tolerance) {
+			return fmt.Errorf("verify: row %d, class %d: the exported model gives %.9g, the Go calibrator %.9g (difference %.3g > %g); nothing was written", i/k, i%k, g, want[i], d, Tolerance)
+		}
+	}
+	return nil
+}
+
+// run runs model bytes on one float32 input and returns the named float32
+// outputs.
+func run(model []byte, input string, outputs []string, shape ort.Shape, data []float32, runtime string) ([][]float32, error) {
+	if _, err := infer.InitRuntime(runtime); err != nil {
+		return nil, err
+	}
+	in, err := ort.NewTensor(shape, data)
+	if err != nil {
+		return nil, err
+	}
+	defer in.Destroy()
+	return runValues(model, []string{input}, []ort.Value{in}, outputs)
+}
+
+func runValues(model []byte, inputs []string, in []ort.Value, outputs []string) ([][]float32, error) {
+	opts, err := ort.NewSessionOptions()
+	if err != nil {
+		return nil, err
+	}
+	defer opts.Destroy()
+	if err := opts.SetIntraOpNumThreads(1); err != nil {
+		return nil, err
+	}
+	sess, err := ort.NewDynamicAdvancedSessionWithONNXData(model, inputs, outputs, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer sess.Destroy()
+	outs := make([]ort.Value, len(outputs))
+	if err := sess.Run(in, outs); err != nil {
+		return nil, err
+	}
+	res := make([][]float32, len(outs))
+	for i, o := range outs {
+		defer o.Destroy()
+		t, ok := o.(*ort.Tensor[float32])
+		if !ok {
+			return nil, fmt.Errorf("output %q is not float32", outputs[i])
+		}
+		res[i] = slices.Clone(t.GetData())
+	}
+	return res, nil
+}
+
+// Export reads the model at modelPath, appends calibrator c, verifies the
+// result (the calibrator alone on its probe set, and the whole model on
+// random inputs: its probabilities output must equal c applied to its
+// logits output), and writes it atomically to outPath. The input model is
+// never modified; on any failure nothing is written.
+func Export(modelPath, outPath string, c calib.Calibrator, file *calib.File, opt Options) error {
+	if same, _ := sameFile(modelPath, outPath); same {
+		return fmt.Errorf("--out %s is the input model: write the calibrated model to a new file", outPath)
+	}
+	m, err := onnx.ReadFile(modelPath)
+	if err != nil {
+		return err
+	}
+	logitsName, outName, err := Append(m, c, file, opt)
+	if err != nil {
+		return fmt.Errorf("%s: %w", modelPath, err)
+	}
+	if err := Verify(c, Probe(c, opt.Seed), opt); err != nil {
+		return err
+	}
+	if err := verifyModel(m, logitsName, outName, c, opt); err != nil {
+		return err
+	}
+	return m.WriteFile(outPath)
+}
+
+// verifyModel runs the whole calibrated model on a few random inputs and
+// checks its probabilities against c applied to its own logits.
+func verifyModel(m *onnx.Model, logitsName, outName string, c calib.Calibrator, opt Options) error {
+	if _, err := infer.InitRuntime(opt.Runtime); err != nil {
+		return err
+	}
+	ins := m.Inputs()
+	if len(ins) == 0 {
+		return fmt.Errorf("verify: the model has no inputs")
+	}
+	rng := rand.New(rand.NewPCG(opt.Seed, 0x696e707574)) // "input"
+	const batch = 4
+	names := make([]string, len(ins))
+	vals := make([]ort.Value, len(ins))
+	for i, in := range ins {
+		names[i] = in.Name
+		shape := make(ort.Shape, len(in.Shape))
+		n := int64(1)
+		for d, dim := range in.Shape {
+			switch {
+			case d == 0 && !dim.Known():
+				shape[d] = batch
+			case dim.Known():
+				shape[d] = dim.Value
+			default:
+				return fmt.Errorf("verify: input %q has the symbolic dimension %s beyond the batch axis; fedcalib cannot make a test input for it", in.Name, dim)
+			}
+			n *= shape[d]
+		}
+		var v ort.Value
+		var err error
+		switch in.Elem {
+		case onnx.Float:
+			x := make([]float32, n)
+			for j := range x {
+				x[j] = float32(rng.Float64())
+			}
+			v, err = ort.NewTensor(shape, x)
+		case onnx.Int64:
+			v, err = ort.NewTensor(shape, make([]int64, n))
+		default:
+			return fmt.Errorf("verify: input %q has element type %s, which fedcalib cannot generate", in.Name, in.Type)
+		}
+		if err != nil {
+			return err
+		}
+		defer v.Destroy()
+		vals[i] = v
+	}
+	outs, err := runValues(m.Bytes(), names, vals, []string{logitsName, outName})
+	if err != nil {
+		return fmt.Errorf("verify: ONNX Runtime cannot run the calibrated model: %w", err)
+	}
+	return compare(c, outs[0], outs[1])
+}
+
+func sameFile(a, b string) (bool, error) {
+	fa, err := os.Stat(a)
+	if err != nil {
+		return false, err
+	}
+	fb, err := os.Stat(b)
+	if err != nil {
+		return false, err
+	}
+	return os.SameFile(fa, fb), nil
+}

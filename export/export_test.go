@@ -1,0 +1,269 @@
+package export
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/infer"
+	"github.com/fedcalib/fedcalib/onnx"
+)
+
+// needRuntime skips the test when ONNX Runtime is not installed (make
+// setup installs it; make test always has it).
+func needRuntime(t *testing.T) {
+	t.Helper()
+	if _, err := infer.InitRuntime(""); err != nil {
+		if errors.Is(err, infer.ErrRuntimeNotFound) {
+			t.Skipf("ONNX Runtime not installed (run make setup): %v", err)
+		}
+		t.Fatal(err)
+	}
+}
+
+// skewed returns n labelled logits of c classes from an over-confident
+// model: labels drawn from softmax(z/3) but logits z.
+func skewed(n, c int, seed uint64) *calib.Set {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	s := &calib.Set{Logits: make([]float64, n*c), Labels: make([]int, n), Classes: c}
+	p := make([]float64, c)
+	for i := 0; i < n; i++ {
+		z := s.Row(i)
+		y := rng.IntN(c)
+		for j := range z {
+			z[j] = rng.NormFloat64() * 2
+		}
+		z[y] += 4
+		for j := range p {
+			p[j] = z[j] / 3
+		}
+		calib.Softmax(p, p)
+		u, acc := rng.Float64(), 0.0
+		s.Labels[i] = c - 1
+		for j, v := range p {
+			acc += v
+			if u < acc {
+				s.Labels[i] = j
+				break
+			}
+		}
+	}
+	return s
+}
+
+// fitted returns one fitted calibrator of every method and weighting.
+func fitted(t *testing.T, c int) map[string]calib.Calibrator {
+	t.Helper()
+	s := skewed(600, c, 7)
+	out := map[string]calib.Calibrator{
+		"temp":     calib.NewTemperature(c),
+		"vector":   calib.NewVector(c),
+		"matrix":   calib.NewMatrix(c),
+		"opvector": calib.NewOPVector(c),
+		"fedcal":   calib.NewFedCalMLP(c, 3),
+		"bin":      &calib.Histogram{Bins: 16},
+		"bbq":      &calib.BBQ{Mexp: 5},
+	}
+	for name, cal := range out {
+		if err := cal.Fit(s); err != nil {
+			t.Fatalf("fit %s: %v", name, err)
+		}
+	}
+	alpha := make([]float64, c)
+	for j := range alpha {
+		alpha[j] = 0.2 + 0.6*float64(j)/float64(c)
+	}
+	for _, mode := range []calib.Weighting{calib.WeightAll, calib.WeightChanged} {
+		h := *out["bin"].(*calib.Histogram)
+		if err := h.SetWeighting(mode, alpha); err != nil {
+			t.Fatal(err)
+		}
+		out["bin-"+string(mode)] = &h
+		q := *out["bbq"].(*calib.BBQ)
+		if err := q.SetWeighting(mode, alpha); err != nil {
+			t.Fatal(err)
+		}
+		out["bbq-"+string(mode)] = &q
+	}
+	return out
+}
+
+// TestVerifyEveryMethod runs the standalone ONNX form of every calibrator
+// × weighting in ONNX Runtime on its probe set and compares it with Go.
+func TestVerifyEveryMethod(t *testing.T) {
+	needRuntime(t)
+	for _, c := range []int{2, 10} {
+		for name, cal := range fitted(t, c) {
+			probe := Probe(cal, 1)
+			if err := Verify(cal, probe, Options{}); err != nil {
+				t.Errorf("C=%d %s: %v", c, name, err)
+			}
+		}
+	}
+}
+
+// TestProbeHitsEveryBin checks that the probe set puts, for each class, a
+// softmax probability in every bin of a binning calibrator.
+func TestProbeHitsEveryBin(t *testing.T) {
+	for _, cal := range []calib.Calibrator{&calib.Histogram{Bins: 16, Table: make([]float64, 3*16)}, &calib.BBQ{Mexp: 7, Table: make([]float64, 3*128)}} {
+		k := cal.Classes()
+		bins := 16
+		if q, ok := cal.(*calib.BBQ); ok {
+			bins = 1 << q.Mexp
+		}
+		probe := Probe(cal, 1)
+		hit := make([]bool, k*bins)
+		p := make([]float64, k)
+		for i := 0; i < len(probe); i += k {
+			for j := range p {
+				p[j] = float64(probe[i+j])
+			}
+			calib.Softmax(p, p)
+			for j, v := range p {
+				hit[j*bins+calib.Bin(v, bins)] = true
+			}
+		}
+		for b, ok := range hit {
+			if !ok {
+				t.Errorf("%s: class %d, bin %d never hit", cal.Method(), b/bins, b%bins)
+			}
+		}
+	}
+}
+
+// TestOrderPreservingExportKeepsArgmax checks in ONNX Runtime that the
+// exported order-preserving calibrators never move the argmax.
+func TestOrderPreservingExportKeepsArgmax(t *testing.T) {
+	needRuntime(t)
+	cals := fitted(t, 10)
+	for _, name := range []string{"opvector", "fedcal", "temp"} {
+		cal := cals[name]
+		m, err := Standalone(cal)
+		if err != nil {
+			t.Fatal(err)
+		}
+		probe := Probe(cal, 2)
+		got, err := run(m.Bytes(), "logits", []string{DefaultOutput}, []int64{int64(len(probe) / 10), 10}, probe, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < len(probe); i += 10 {
+			z, p := probe[i:i+10], got[0][i:i+10]
+			top := argmax(z)
+			for j := range z {
+				if z[j] == z[top] && p[j] != p[top] {
+					t.Errorf("%s row %d: tied logits %d and %d got %v and %v", name, i/10, j, top, p[j], p[top])
+				}
+				if p[j] > p[top] {
+					t.Errorf("%s row %d: class %d overtakes the top class", name, i/10, j)
+				}
+			}
+		}
+	}
+}
+
+func argmax(x []float32) int {
+	k := 0
+	for j, v := range x {
+		if v > x[k] {
+			k = j
+		}
+	}
+	return k
+}
+
+// TestExportTinyModel exports every calibrator into the committed tiny
+// model, then reloads the written file in a fresh session and checks its
+// outputs and metadata.
+func TestExportTinyModel(t *testing.T) {
+	needRuntime(t)
+	src := "../infer/testdata/tiny.onnx"
+	orig, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := onnx.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	classes := int(base.Outputs()[0].Shape[1].Value)
+	dir := t.TempDir()
+	for name, cal := range fitted(t, classes) {
+		out := filepath.Join(dir, name+".onnx")
+		file := &calib.File{Privacy: &calib.Privacy{Epsilon: 1, Delta: 1e-5}, Provenance: calib.Provenance{Seed: 3}}
+		if err := Export(src, out, cal, file, Options{}); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		m, err := onnx.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, _ := m.MetadataValue(KeyMethod); v != cal.Method() {
+			t.Errorf("%s: method metadata %q", name, v)
+		}
+		if v, _ := m.MetadataValue(KeyEpsilon); v != "1" {
+			t.Errorf("%s: epsilon metadata %q", name, v)
+		}
+		sc, _ := m.MetadataValue(KeySidecar)
+		back, _, err := calib.Decode(strings.NewReader(sc))
+		if err != nil || back.Method() != cal.Method() {
+			t.Errorf("%s: embedded sidecar does not decode: %v", name, err)
+		}
+		outs := m.Outputs()
+		if len(outs) != 2 || outs[1].Name != DefaultOutput {
+			t.Errorf("%s: outputs %+v, want the logits and %q", name, outs, DefaultOutput)
+		}
+		// A fresh session on the written file.
+		if err := verifyModel(m, outs[0].Name, DefaultOutput, cal, Options{Seed: 9}); err != nil {
+			t.Errorf("%s: reloaded model: %v", name, err)
+		}
+	}
+	if after, _ := os.ReadFile(src); string(after) != string(orig) {
+		t.Fatal("Export modified its input model")
+	}
+}
+
+func TestExportErrors(t *testing.T) {
+	needRuntime(t)
+	dir := t.TempDir()
+	cal := calib.NewTemperature(3)
+	corrupt := filepath.Join(dir, "corrupt.onnx")
+	os.WriteFile(corrupt, []byte("\x08\x07\x12\xff"), 0o644)
+	src := "../infer/testdata/tiny.onnx"
+	tests := []struct {
+		name, model, out string
+		cal              calib.Calibrator
+		opt              Options
+		want             string
+	}{
+		{"corrupt", corrupt, filepath.Join(dir, "a.onnx"), cal, Options{}, "corrupt.onnx"},
+		{"missing", filepath.Join(dir, "nope.onnx"), filepath.Join(dir, "b.onnx"), cal, Options{}, "nope.onnx"},
+		{"in place", src, src, cal, Options{}, "is the input model"},
+		{"no output", src, filepath.Join(dir, "c.onnx"), cal, Options{Logits: "nope"}, `no output "nope"`},
+		{"wrong classes", src, filepath.Join(dir, "d.onnx"), calib.NewTemperature(5), Options{}, "has 3 classes but the calibrator has 5"},
+	}
+	for _, tt := range tests {
+		err := Export(tt.model, tt.out, tt.cal, nil, tt.opt)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: error %v, want it to contain %q", tt.name, err, tt.want)
+		}
+		if tt.out != src {
+			if _, err := os.Stat(tt.out); !os.IsNotExist(err) {
+				t.Errorf("%s: wrote %s despite the error", tt.name, tt.out)
+			}
+		}
+	}
+}
+
+func TestProbeFinite(t *testing.T) {
+	for _, v := range Probe(calib.NewTemperature(4), 3) {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			t.Fatal("probe holds a non-finite logit")
+		}
+	}
+}

@@ -1,0 +1,233 @@
+package export
+
+import (
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/onnx"
+	"github.com/fedcalib/fedcalib/onnx/onnxpb"
+)
+
+// MinOpset is the lowest default-domain opset the appended nodes need
+// (Softmax over the last axis, ReduceSum with axes as an input).
+const MinOpset = 13
+
+// Subgraph is the calibrator as ONNX nodes: Nodes read the float32 logits
+// tensor named Input and write float32 probabilities to Output, using the
+// constant tensors Initializers. All names it creates start with the
+// prefix given to Build, so it can be spliced into any graph that has no
+// name with that prefix.
+type Subgraph struct {
+	Input, Output string
+	Nodes         []*onnxpb.NodeProto
+	Initializers  []*onnxpb.TensorProto
+}
+
+// Build returns the nodes computing c's calibrated probabilities from the
+// logits tensor named input into a tensor named output, with standard ONNX
+// operators of opset MinOpset (SPEC §9). The computation runs in float64,
+// as calib does, and the result is cast to float32, so the exported model
+// reproduces the Go calibrator to rounding — including the bin chosen at
+// every bin edge — rather than approximating it. Every created name starts
+// with prefix.
+func Build(c calib.Calibrator, input, output, prefix string) (*Subgraph, error) {
+	b := &builder{prefix: prefix}
+	z := b.op("Cast", []string{input}, onnx.AttrInt("to", int64(onnx.Double)))
+	var probs string
+	switch c := c.(type) {
+	case *calib.Temperature:
+		probs = b.softmax(b.op("Div", []string{z, b.scalar("t", c.T)}))
+	case *calib.Vector:
+		k := len(c.A)
+		probs = b.softmax(b.op("Add", []string{
+			b.op("Mul", []string{z, b.tensor("a", []int64{1, int64(k)}, c.A)}),
+			b.tensor("b", []int64{1, int64(k)}, c.B),
+		}))
+	case *calib.Matrix:
+		k := len(c.B)
+		// Row vectors: z·Aᵀ + b.
+		at := make([]float64, k*k)
+		for i := 0; i < k; i++ {
+			for j := 0; j < k; j++ {
+				at[j*k+i] = c.A[i*k+j]
+			}
+		}
+		probs = b.softmax(b.op("Add", []string{
+			b.op("MatMul", []string{z, b.tensor("at", []int64{int64(k), int64(k)}, at)}),
+			b.tensor("b", []int64{1, int64(k)}, c.B),
+		}))
+	case *calib.OPVector:
+		k := len(c.A)
+		sorted, perm := b.topK(z, k)
+		// m = softplus(a ⊙ y + b), weights indexed by rank.
+		m := b.softplus(b.op("Add", []string{
+			b.op("Mul", []string{sorted, b.tensor("a", []int64{1, int64(k)}, c.A)}),
+			b.tensor("b", []int64{1, int64(k)}, c.B),
+		}))
+		probs = b.orderPreserving(z, sorted, perm, m, k)
+	case *calib.FedCalMLP:
+		k := len(c.B3)
+		h := int64(calib.FedCalHidden)
+		// m = softplus(W3·relu(W2·relu(W1·z + b1) + b2) + b3) on the logits
+		// in class order; Gemm with transB as the weights are output×input.
+		h1 := b.op("Relu", []string{b.op("Gemm", []string{z, b.tensor("w1", []int64{h, int64(k)}, c.W1), b.tensor("b1", []int64{h}, c.B1)}, onnx.AttrInt("transB", 1))})
+		h2 := b.op("Relu", []string{b.op("Gemm", []string{h1, b.tensor("w2", []int64{h, h}, c.W2), b.tensor("b2", []int64{h}, c.B2)}, onnx.AttrInt("transB", 1))})
+		u := b.op("Gemm", []string{h2, b.tensor("w3", []int64{int64(k), h}, c.W3), b.tensor("b3", []int64{int64(k)}, c.B3)}, onnx.AttrInt("transB", 1))
+		sorted, perm := b.topK(z, k)
+		probs = b.orderPreserving(z, sorted, perm, b.softplus(u), k)
+	case *calib.Histogram:
+		probs = b.binning(z, c.Table, c.Bins, &c.Weights)
+	case *calib.BBQ:
+		probs = b.binning(z, c.Table, 1<<c.Mexp, &c.Weights)
+	default:
+		return nil, fmt.Errorf("export: no ONNX form for calibrator method %q", c.Method())
+	}
+	b.nodes = append(b.nodes, onnx.NewNode("Cast", []string{probs}, []string{output}, onnx.AttrInt("to", int64(onnx.Float))))
+	return &Subgraph{Input: input, Output: output, Nodes: b.nodes, Initializers: b.inits}, nil
+}
+
+// builder accumulates nodes and initializers with unique prefixed names.
+type builder struct {
+	prefix string
+	n      int
+	nodes  []*onnxpb.NodeProto
+	inits  []*onnxpb.TensorProto
+}
+
+func (b *builder) fresh(s string) string {
+	b.n++
+	return fmt.Sprintf("%s%s_%d", b.prefix, s, b.n)
+}
+
+// op appends a node with one output and returns the output's name.
+func (b *builder) op(op string, inputs []string, attrs ...*onnxpb.AttributeProto) string {
+	out := b.fresh(op)
+	n := onnx.NewNode(op, inputs, []string{out}, attrs...)
+	n.Name = proto.String(out)
+	b.nodes = append(b.nodes, n)
+	return out
+}
+
+// opN appends a node with k outputs.
+func (b *builder) opN(op string, k int, inputs []string, attrs ...*onnxpb.AttributeProto) []string {
+	outs := make([]string, k)
+	base := b.fresh(op)
+	for i := range outs {
+		outs[i] = fmt.Sprintf("%s_out%d", base, i)
+	}
+	n := onnx.NewNode(op, inputs, outs, attrs...)
+	n.Name = proto.String(base)
+	b.nodes = append(b.nodes, n)
+	return outs
+}
+
+func (b *builder) tensor(name string, dims []int64, v []float64) string {
+	t := &onnxpb.TensorProto{
+		Name:       proto.String(b.fresh(name)),
+		DataType:   proto.Int32(int32(onnx.Double)),
+		Dims:       dims,
+		DoubleData: append([]float64(nil), v...),
+	}
+	b.inits = append(b.inits, t)
+	return t.GetName()
+}
+
+func (b *builder) scalar(name string, v float64) string { return b.tensor(name, nil, []float64{v}) }
+
+func (b *builder) ints(name string, v ...int64) string {
+	t := onnx.NewTensorInt64(b.fresh(name), []int64{int64(len(v))}, v)
+	b.inits = append(b.inits, t)
+	return t.GetName()
+}
+
+func (b *builder) softmax(x string) string {
+	return b.op("Softmax", []string{x}, onnx.AttrInt("axis", -1))
+}
+
+// softplus computes log(1 + eˣ) stably as relu(x) + log(1 + e^−|x|), which
+// stays finite for any finite x (ONNX's Softplus overflows for large x).
+func (b *builder) softplus(x string) string {
+	one := b.scalar("one", 1)
+	tail := b.op("Log", []string{b.op("Add", []string{one, b.op("Exp", []string{b.op("Neg", []string{b.op("Abs", []string{x})})})})})
+	return b.op("Add", []string{b.op("Relu", []string{x}), tail})
+}
+
+// topK sorts each row of z in descending order, returning the sorted
+// values and the permutation (int64 class indices).
+func (b *builder) topK(z string, k int) (sorted, perm string) {
+	outs := b.opN("TopK", 2, []string{z, b.ints("k", int64(k))}, onnx.AttrInt("axis", -1), onnx.AttrInt("largest", 1), onnx.AttrInt("sorted", 1))
+	return outs[0], outs[1]
+}
+
+// orderPreserving finishes the order-preserving map of calib.OPVector:
+// gaps d_k = y_k − y_{k+1}, weights w_k = d_k·m_k (the last rank scales
+// no gap), calibrated sorted logits o_k = −Σ_{i<k} w_i, softmax, and the
+// permutation undone.
+func (b *builder) orderPreserving(z, sorted, perm, m string, k int) string {
+	hi := b.op("Slice", []string{sorted, b.ints("start", 0), b.ints("end", int64(k-1)), b.ints("axis", 1)})
+	lo := b.op("Slice", []string{sorted, b.ints("start", 1), b.ints("end", int64(k)), b.ints("axis", 1)})
+	gap := b.op("Sub", []string{hi, lo})
+	// Pad the C−1 gaps with a zero so the exclusive cumulative sum has C
+	// terms: o_k = −Σ_{i<k} w_i with o_0 = 0.
+	gapC := b.op("Pad", []string{gap, b.ints("pads", 0, 0, 0, 1), b.scalar("zero", 0)})
+	w := b.op("Mul", []string{gapC, m})
+	o := b.op("Neg", []string{b.op("CumSum", []string{w, b.ints("axis", 1)}, onnx.AttrInt("exclusive", 1))})
+	ps := b.softmax(o)
+	zero := b.op("Mul", []string{z, b.scalar("zero", 0)})
+	return b.op("ScatterElements", []string{zero, perm, ps}, onnx.AttrInt("axis", 1))
+}
+
+// binning computes a binning calibrator with a per-class lookup table of
+// bins entries per class (calib.EmptyBin where empty), weighting and
+// normalisation, as calib's predictTable does.
+func (b *builder) binning(z string, table []float64, bins int, wt *calib.Weights) string {
+	c := len(table) / bins
+	p := b.softmax(z)
+	// Bin index min(floor(p·B), B−1), clipped below at 0 as calib.Bin.
+	fl := b.op("Floor", []string{b.op("Mul", []string{p, b.scalar("bins", float64(bins))})})
+	idx := b.op("Cast", []string{b.op("Clip", []string{fl, b.scalar("lo", 0), b.scalar("hi", float64(bins-1))})}, onnx.AttrInt("to", int64(onnx.Int64)))
+	offs := make([]int64, c)
+	for j := range offs {
+		offs[j] = int64(j * bins)
+	}
+	offT := onnx.NewTensorInt64(b.fresh("offsets"), []int64{1, int64(c)}, offs)
+	b.inits = append(b.inits, offT)
+	flat := b.op("Add", []string{idx, offT.GetName()})
+	t := b.op("Gather", []string{b.tensor("table", []int64{int64(len(table))}, table), flat}, onnx.AttrInt("axis", 0))
+	// Empty bins (EmptyBin < 0) keep the probability.
+	g := b.op("Where", []string{b.op("Less", []string{t, b.scalar("zero", 0)}), p, t})
+
+	active := (wt.Weighting == calib.WeightAll || wt.Weighting == calib.WeightChanged) && wt.Alpha != nil
+	if !active {
+		return b.normaliseOr(g, p)
+	}
+	oneMinus := make([]float64, c)
+	for j, a := range wt.Alpha {
+		oneMinus[j] = 1 - a
+	}
+	blend := b.op("Add", []string{
+		b.op("Mul", []string{b.tensor("alpha", []int64{1, int64(c)}, wt.Alpha), g}),
+		b.op("Mul", []string{b.tensor("one_minus_alpha", []int64{1, int64(c)}, oneMinus), p}),
+	})
+	weighted := b.normaliseOr(blend, p)
+	if wt.Weighting == calib.WeightAll {
+		return weighted
+	}
+	// WeightChanged: weighted only where the unweighted calibrator moves
+	// the argmax (first maximum, as calib does).
+	u := b.normaliseOr(g, p)
+	am := func(x string) string {
+		return b.op("ArgMax", []string{x}, onnx.AttrInt("axis", 1), onnx.AttrInt("keepdims", 1))
+	}
+	same := b.op("Equal", []string{am(u), am(p)})
+	return b.op("Where", []string{same, u, weighted})
+}
+
+// normaliseOr returns g / Σg per row, or p where Σg is not positive.
+func (b *builder) normaliseOr(g, p string) string {
+	s := b.op("ReduceSum", []string{g, b.ints("axes", 1)}, onnx.AttrInt("keepdims", 1))
+	pos := b.op("Greater", []string{s, b.scalar("zero", 0)})
+	return b.op("Where", []string{pos, b.op("Div", []string{g, s}), p})
+}
