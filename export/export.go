@@ -186,6 +186,9 @@ func raiseOpset(m *onnx.Model) error {
 		return fmt.Errorf("the model uses opset %d and the calibrator needs %d, but raising it could change the meaning of %s: re-export the model with opset >= %d", v, MinOpset, strings.Join(unsafe, ", "), MinOpset)
 	}
 	m.SetOpsetVersion("", MinOpset)
+	if m.IRVersion() < 7 { // opset 13 needs IR version 7
+		m.SetIRVersion(7)
+	}
 	return nil
 }
 
@@ -446,4 +449,22 @@ func sameFile(a, b string) (bool, error) {
 		return false, err
 	}
 	return os.SameFile(fa, fb), nil
+}
+
+// CheckSidecar checks that calibrator c fits the model at modelPath for
+// sidecar serving: the model parses, has a float32 logits output (named by
+// opt.Logits, or the first one) whose known class count equals c's.
+func CheckSidecar(modelPath string, c calib.Calibrator, opt Options) error {
+	m, err := onnx.ReadFile(modelPath)
+	if err != nil {
+		return err
+	}
+	name, err := logitsOutput(m, opt.Logits)
+	if err != nil {
+		return fmt.Errorf("%s: %w", modelPath, err)
+	}
+	if k := outputClasses(m, name); k > 0 && k != c.Classes() {
+		return fmt.Errorf("%s: output %q has %d classes but the calibrator has %d", modelPath, name, k, c.Classes())
+	}
+	return nil
 }

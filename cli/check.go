@@ -1,0 +1,226 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/export"
+	"github.com/fedcalib/fedcalib/infer"
+	"github.com/fedcalib/fedcalib/infer/logits"
+	"github.com/fedcalib/fedcalib/onnx"
+)
+
+// checkReport is what `fedcalib check --json` prints.
+type checkReport struct {
+	Pass                bool          `json:"pass"`
+	Failures            []string      `json:"failures"`
+	Method              string        `json:"method"`
+	Before              calib.Metrics `json:"before"`
+	After               calib.Metrics `json:"after"`
+	AccuracyDrop        float64       `json:"accuracy_drop"`
+	CWECEImprovement    float64       `json:"cwece_improvement"`
+	MaxAccuracyDrop     float64       `json:"max_accuracy_drop"`
+	MinCWECEImprovement float64       `json:"min_cwece_improvement"`
+}
+
+func newCheckCmd() *cobra.Command {
+	var (
+		modelPath, calibPath, spec, logitsPath, split, ortLib string
+		maxDrop, minGain                                      float64
+		bins, batch, threads                                  int
+		asJSON                                                bool
+	)
+	cmd := &cobra.Command{
+		Use:   "check (--model M.calibrated.onnx | --model M.onnx --calibrator C.json) --data SPEC",
+		Short: "CI gate: fail when calibration costs accuracy or does not improve cwECE",
+		Long: `check measures a calibrated model against its own uncalibrated logits and
+exits 0 when both bars are met, 1 when one is not (printing which and by
+how much), and 2 on bad input:
+
+  accuracy drop     accuracy(before) − accuracy(after) <= --max-accuracy-drop
+  cwECE improvement cwECE(before) − cwECE(after)       >= --min-cwece-improvement
+
+(fractions, not %; the default improvement bar 0 means cwECE must not get
+worse). What is checked:
+
+  --model M.calibrated.onnx --data SPEC   a model written by "fedcalib export":
+      ONNX Runtime runs it, its logits output gives "before" and its
+      probabilities output "after" — the very graph you will serve;
+  --model M.onnx --calibrator C.json --data SPEC
+      the model's logits, calibrated by the calibrator file in Go;
+  --logits F.npz --calibrator C.json
+      logits computed earlier (rows of --split, default test when the file
+      has a split column), no ONNX Runtime needed.`,
+		Example: `  fedcalib check --model mnist.calibrated.onnx --data mnist:data/mnist:test --max-accuracy-drop 0.01
+  fedcalib check --model mnist.onnx --calibrator bbq.json --data mnist:data/mnist:test --json
+  fedcalib check --logits mnist.npz --calibrator temp.json --min-cwece-improvement 0.005`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !(maxDrop >= 0) || !(minGain >= -1) {
+				return fmt.Errorf("--max-accuracy-drop must be >= 0 and --min-cwece-improvement >= -1")
+			}
+			if bins < 1 {
+				return fmt.Errorf("--bins is %d: want a positive number of bins", bins)
+			}
+			var (
+				s      *calib.Set
+				probs  []float64
+				method string
+				err    error
+			)
+			switch {
+			case logitsPath != "" && modelPath != "":
+				return fmt.Errorf("give --logits or --model, not both")
+			case logitsPath != "":
+				if calibPath == "" {
+					return fmt.Errorf("--logits needs --calibrator C.json")
+				}
+				s, probs, method, err = checkLogits(logitsPath, calibPath, split)
+			case modelPath != "":
+				if spec == "" {
+					return fmt.Errorf("--model needs --data SPEC, the labelled data to check on")
+				}
+				opt := infer.Options{Runtime: ortLib, Batch: batch, Threads: threads,
+					Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+				s, probs, method, err = checkModel(cmd, modelPath, calibPath, spec, opt)
+			default:
+				return fmt.Errorf("check needs --model M.onnx (with --data) or --logits F.npz (with --calibrator)")
+			}
+			if err != nil {
+				return err
+			}
+			before, err := calib.EvaluateSet(s, nil, bins)
+			if err != nil {
+				return err
+			}
+			after, err := calib.Evaluate(probs, s.Labels, s.Classes, bins)
+			if err != nil {
+				return fmt.Errorf("calibrated probabilities: %w", err)
+			}
+			rep := checkReport{Method: method, Before: before, After: after,
+				AccuracyDrop: before.Accuracy - after.Accuracy, CWECEImprovement: before.CWECE - after.CWECE,
+				MaxAccuracyDrop: maxDrop, MinCWECEImprovement: minGain, Failures: []string{}}
+			if rep.AccuracyDrop > maxDrop {
+				rep.Failures = append(rep.Failures, fmt.Sprintf("accuracy dropped by %.2f points (%.2f%% → %.2f%%), more than the allowed %.2f",
+					100*rep.AccuracyDrop, 100*before.Accuracy, 100*after.Accuracy, 100*maxDrop))
+			}
+			if rep.CWECEImprovement < minGain {
+				rep.Failures = append(rep.Failures, fmt.Sprintf("cwECE improved by %.3f points (%.3f%% → %.3f%%), less than the required %.3f",
+					100*rep.CWECEImprovement, 100*before.CWECE, 100*after.CWECE, 100*minGain))
+			}
+			rep.Pass = len(rep.Failures) == 0
+			out := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(rep); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintf(out, "%-10s %9s %9s %9s\n", "", "accuracy", "cwECE", "ECE")
+				fmt.Fprintf(out, "%-10s %8.2f%% %8.3f%% %8.3f%%\n", "before", 100*before.Accuracy, 100*before.CWECE, 100*before.ECE)
+				fmt.Fprintf(out, "%-10s %8.2f%% %8.3f%% %8.3f%%\n", "after", 100*after.Accuracy, 100*after.CWECE, 100*after.ECE)
+				if rep.Pass {
+					fmt.Fprintf(out, "PASS: %s calibration on %d examples\n", method, s.Len())
+				}
+			}
+			if !rep.Pass {
+				return fmt.Errorf("%w: %s", ErrCheckFailed, strings.Join(rep.Failures, "; "))
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&modelPath, "model", "", "an ONNX model: calibrated by `fedcalib export`, or plain with --calibrator")
+	f.StringVar(&calibPath, "calibrator", "", "a calibrator file to apply (with a plain --model, or with --logits)")
+	f.StringVar(&spec, "data", "", "labelled data for --model, FORMAT:PATH[:OPTION] as for `fedcalib infer`")
+	f.StringVar(&logitsPath, "logits", "", "check precomputed logits (.npz) instead of running a model")
+	f.StringVar(&split, "split", "", "with --logits: rows to check, test, calibration or all (default test when there is a split column)")
+	f.Float64Var(&maxDrop, "max-accuracy-drop", 0.01, "largest allowed accuracy drop, as a fraction (0.01 = 1 point)")
+	f.Float64Var(&minGain, "min-cwece-improvement", 0, "smallest required cwECE improvement, as a fraction (0 = must not get worse)")
+	f.IntVar(&bins, "bins", calib.DefaultMetricBins, "equal-width bins of cwECE and ECE")
+	f.IntVar(&batch, "batch", infer.DefaultBatch, "records per model run")
+	f.IntVar(&threads, "threads", runtime.NumCPU(), "ONNX Runtime intra-op threads")
+	f.StringVar(&ortLib, "ort-lib", "", "the ONNX Runtime shared library (default: $"+infer.RuntimeEnv+", then the setup cache)")
+	f.BoolVar(&asJSON, "json", false, "print a JSON report (pass, failures, before, after, accuracy_drop, cwece_improvement)")
+	return cmd
+}
+
+// checkLogits reads logits and a calibrator file.
+func checkLogits(logitsPath, calibPath, split string) (*calib.Set, []float64, string, error) {
+	f, err := logits.Read(logitsPath)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	_, rows, err := evalRows(f, split, logitsPath)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	c, _, err := calib.ReadFile(calibPath)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	s := f.Set(rows)
+	if c.Classes() != s.Classes {
+		return nil, nil, "", fmt.Errorf("%s is for %d classes but %s has %d", calibPath, c.Classes(), logitsPath, s.Classes)
+	}
+	probs, err := calib.Probabilities(s, c)
+	return s, probs, c.Method(), err
+}
+
+// checkModel runs a model over the data: a calibrated model gives both
+// its logits and its probabilities output; a plain one gives logits that
+// the calibrator file calibrates.
+func checkModel(cmd *cobra.Command, modelPath, calibPath, spec string, opt infer.Options) (*calib.Set, []float64, string, error) {
+	m, err := onnx.ReadFile(modelPath)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	method, calibrated := m.MetadataValue(export.KeyMethod)
+	if calibrated && calibPath != "" {
+		return nil, nil, "", fmt.Errorf("%s is already calibrated (%s): drop --calibrator", modelPath, method)
+	}
+	if !calibrated && calibPath == "" {
+		return nil, nil, "", fmt.Errorf("%s has no calibration appended: pass --calibrator C.json, or export one with `fedcalib export`", modelPath)
+	}
+	if calibrated {
+		opt.Output, _ = m.MetadataValue(export.KeyLogits)
+	}
+	res, err := runInfer(cmd.Context(), modelPath, spec, opt)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	f := res.File()
+	s := f.Set(nil)
+	if !calibrated {
+		c, _, err := calib.ReadFile(calibPath)
+		if err != nil {
+			return nil, nil, "", err
+		}
+		if c.Classes() != s.Classes {
+			return nil, nil, "", fmt.Errorf("%s is for %d classes but %s has %d", calibPath, c.Classes(), modelPath, s.Classes)
+		}
+		probs, err := calib.Probabilities(s, c)
+		return s, probs, c.Method(), err
+	}
+	opt.Output, _ = m.MetadataValue(export.KeyOutput)
+	pres, err := runInfer(cmd.Context(), modelPath, spec, opt)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	if pres.Len() != res.Len() || pres.Classes != res.Classes {
+		return nil, nil, "", fmt.Errorf("%s: the probabilities output has %d×%d values, the logits %d×%d", modelPath, pres.Len(), pres.Classes, res.Len(), res.Classes)
+	}
+	probs := make([]float64, len(pres.Logits))
+	for i, v := range pres.Logits {
+		probs[i] = float64(v)
+	}
+	return s, probs, method, nil
+}

@@ -1,0 +1,150 @@
+package cli
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/infer/logits"
+)
+
+// overconfident writes a logits file whose logits are three times those
+// of the model that drew the labels, with a calibration and a test half.
+func overconfident(t *testing.T, n int) string {
+	t.Helper()
+	const c = 4
+	rng := rand.New(rand.NewPCG(11, 12))
+	f := &logits.File{Classes: c, Logits: make([]float32, n*c), Labels: make([]int64, n), Split: make([]uint8, n)}
+	p := make([]float64, c)
+	for i := 0; i < n; i++ {
+		for j := range p {
+			p[j] = rng.NormFloat64()
+			f.Logits[i*c+j] = float32(3 * p[j])
+		}
+		calib.Softmax(p, p)
+		u, acc := rng.Float64(), 0.0
+		f.Labels[i] = c - 1
+		for j, v := range p {
+			if acc += v; u < acc {
+				f.Labels[i] = int64(j)
+				break
+			}
+		}
+		f.Split[i] = uint8(1 + i%2)
+	}
+	path := filepath.Join(t.TempDir(), "over.npz")
+	if err := logits.Write(path, f); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func writeCalibrator(t *testing.T, c calib.Calibrator) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), c.Method()+".json")
+	if err := calib.WriteFile(path, c, nil, calib.Provenance{}); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestCheckExitCodes(t *testing.T) {
+	lf := overconfident(t, 4000)
+	good := calib.NewTemperature(4)
+	good.T = 3 // the true temperature
+	worse := calib.NewTemperature(4)
+	worse.T = 0.5
+	swap := calib.NewMatrix(4) // swaps classes 0 and 1: accuracy falls
+	swap.A = []float64{0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1}
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"pass", []string{"--logits", lf, "--calibrator", writeCalibrator(t, good)}, ExitOK, "PASS: temp"},
+		{"worse cwECE", []string{"--logits", lf, "--calibrator", writeCalibrator(t, worse)}, ExitFailed, "cwECE improved by -"},
+		{"accuracy drop", []string{"--logits", lf, "--calibrator", writeCalibrator(t, swap), "--min-cwece-improvement", "-1"}, ExitFailed, "accuracy dropped by"},
+		{"bar too high", []string{"--logits", lf, "--calibrator", writeCalibrator(t, good), "--min-cwece-improvement", "0.5"}, ExitFailed, "less than the required 50.000"},
+		{"missing logits", []string{"--logits", filepath.Join(t.TempDir(), "no.npz"), "--calibrator", writeCalibrator(t, good)}, ExitUsage, "no.npz"},
+		{"no calibrator", []string{"--logits", lf}, ExitUsage, "--logits needs --calibrator"},
+		{"nothing", nil, ExitUsage, "check needs --model"},
+		{"both", []string{"--logits", lf, "--model", "m.onnx"}, ExitUsage, "not both"},
+		{"model without data", []string{"--model", "m.onnx"}, ExitUsage, "--model needs --data"},
+		{"wrong classes", []string{"--logits", lf, "--calibrator", writeCalibrator(t, calib.NewTemperature(3))}, ExitUsage, "is for 3 classes"},
+	}
+	for _, tt := range tests {
+		code, stdout, stderr := fedcalib(append([]string{"check"}, tt.args...)...)
+		if code != tt.code || !strings.Contains(stdout+stderr, tt.want) {
+			t.Errorf("%s: exit %d, output %q%q; want exit %d and %q", tt.name, code, stdout, stderr, tt.code, tt.want)
+		}
+		if tt.code == ExitUsage && strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+			t.Errorf("%s: error is not one line: %q", tt.name, stderr)
+		}
+	}
+}
+
+func TestCheckJSON(t *testing.T) {
+	lf := overconfident(t, 2000)
+	good := calib.NewTemperature(4)
+	good.T = 3
+	code, stdout, stderr := fedcalib("check", "--logits", lf, "--calibrator", writeCalibrator(t, good), "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var rep checkReport
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	// Temperature scaling keeps every argmax, so accuracy is unchanged, and
+	// the true temperature must lower cwECE.
+	if !rep.Pass || rep.AccuracyDrop != 0 || rep.After.CWECE >= rep.Before.CWECE || rep.After.N != 1000 {
+		t.Errorf("report %+v", rep)
+	}
+}
+
+// TestCheckCalibratedModel exports a calibrator into the tiny model and
+// checks the exported graph's own probabilities output through ONNX
+// Runtime against the plain model with the calibrator file applied in Go.
+func TestCheckCalibratedModel(t *testing.T) {
+	requireORT(t)
+	images, _ := writeIDX(t, 200, 4, 4)
+	tc := calib.NewTemperature(3)
+	tc.T = 1.7
+	cf := writeCalibrator(t, tc)
+	out := filepath.Join(t.TempDir(), "tiny.calibrated.onnx")
+	if code, _, stderr := fedcalib("export", "--model", "../infer/testdata/tiny.onnx", "--calibrator", cf, "--out", out); code != 0 {
+		t.Fatalf("export: exit %d: %s", code, stderr)
+	}
+	reports := make([]checkReport, 2)
+	for i, args := range [][]string{
+		{"--model", out},
+		{"--model", "../infer/testdata/tiny.onnx", "--calibrator", cf},
+	} {
+		args = append([]string{"check", "--data", "idx:" + images, "--json", "--threads", "1", "--min-cwece-improvement", "-1"}, args...)
+		code, stdout, stderr := fedcalib(args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, stderr)
+		}
+		if err := json.Unmarshal([]byte(stdout), &reports[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g, p := reports[0], reports[1]
+	if g.Method != "temp" || g.Before != p.Before || g.After.Accuracy != p.After.Accuracy || abs(g.After.CWECE-p.After.CWECE) > 1e-6 || abs(g.After.NLL-p.After.NLL) > 1e-5 {
+		t.Errorf("calibrated graph %+v\nGo calibrator  %+v", g, p)
+	}
+	if code, _, stderr := fedcalib("check", "--model", out, "--calibrator", cf, "--data", "idx:"+images); code != ExitUsage || !strings.Contains(stderr, "already calibrated") {
+		t.Errorf("double calibration: exit %d, %q", code, stderr)
+	}
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
