@@ -1,0 +1,232 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/infer/logits"
+)
+
+// evalFile writes a logits file whose test rows have the softmax
+// probabilities (0.9, 0.1), (0.8, 0.2), (0.3, 0.7), (0.5, 0.5) with labels
+// 0, 1, 1, 0, and whose other rows are different, confidently wrong ones.
+func evalFile(t *testing.T, withSplit bool) string {
+	t.Helper()
+	f := &logits.File{Classes: 2}
+	add := func(p0 float64, y int64, split uint8) {
+		f.Logits = append(f.Logits, float32(math.Log(p0)), float32(math.Log(1-p0)))
+		f.Labels = append(f.Labels, y)
+		f.Split = append(f.Split, split)
+	}
+	add(0.99, 1, logits.SplitTrain)
+	add(0.9, 0, logits.SplitTest)
+	add(0.8, 1, logits.SplitTest)
+	add(0.97, 1, logits.SplitCalibration)
+	add(0.3, 1, logits.SplitTest)
+	add(0.5, 0, logits.SplitTest)
+	if !withSplit {
+		f.Split = nil
+	}
+	path := filepath.Join(t.TempDir(), "logits.npz")
+	if err := logits.Write(path, f); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func runCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = Main(args, &out, &errb)
+	return out.String(), errb.String(), code
+}
+
+func decodeReport(t *testing.T, s string) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(s), &m); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, s)
+	}
+	return m
+}
+
+func assertNear(t *testing.T, m map[string]any, key string, want float64) {
+	t.Helper()
+	got, ok := m[key].(float64)
+	if !ok || math.Abs(got-want) > 1e-6 {
+		t.Errorf("%s = %v, want %v", key, m[key], want)
+	}
+}
+
+func TestEvalJSON(t *testing.T) {
+	path := evalFile(t, true)
+	out, errs, code := runCLI(t, "eval", "--logits", path, "--bins", "2", "--json")
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	m := decodeReport(t, out)
+	// The test rows by default; the values worked out by hand in calib's
+	// TestEvaluateByHand.
+	for key, want := range map[string]float64{
+		"n": 4, "classes": 2, "accuracy": 0.75, "cwece": 0.175, "ece": 0.025,
+		"nll": 0.6911551381476511, "brier": 0.495, "bins": 2,
+	} {
+		assertNear(t, m, key, want)
+	}
+	if m["split"] != "test" || m["before"] != nil || m["method"] != nil {
+		t.Errorf("split %v, before %v, method %v", m["split"], m["before"], m["method"])
+	}
+}
+
+func TestEvalSplits(t *testing.T) {
+	tests := []struct {
+		name      string
+		withSplit bool
+		args      []string
+		split     string
+		n         float64
+		accuracy  float64
+	}{
+		{"default without split column", false, nil, "all", 6, 0.5},
+		{"all", true, []string{"--split", "all"}, "all", 6, 0.5},
+		{"calibration", true, []string{"--split", "calibration"}, "calibration", 1, 0},
+		{"test", true, []string{"--split", "test"}, "test", 4, 0.75},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"eval", "--json", "--logits", evalFile(t, tt.withSplit)}, tt.args...)
+			out, errs, code := runCLI(t, args...)
+			if code != ExitOK {
+				t.Fatalf("exit %d: %s", code, errs)
+			}
+			m := decodeReport(t, out)
+			assertNear(t, m, "n", tt.n)
+			assertNear(t, m, "accuracy", tt.accuracy)
+			assertNear(t, m, "bins", 15)
+			if m["split"] != tt.split {
+				t.Errorf("split %v, want %s", m["split"], tt.split)
+			}
+		})
+	}
+}
+
+func TestEvalWithCalibrator(t *testing.T) {
+	path := evalFile(t, true)
+	// One bin per class, each 1/2: every prediction becomes (1/2, 1/2).
+	// On the test rows (labels 0, 1, 1, 0) with 2 bins: accuracy 2/4 (ties
+	// go to class 0), cwECE 0 (class 0: |2 − 2|, class 1: |2 − 2|), ECE 0,
+	// NLL ln 2, Brier 1/4 + 1/4.
+	cpath := filepath.Join(t.TempDir(), "c.json")
+	if err := calib.WriteFile(cpath, &calib.Histogram{Bins: 1, Table: []float64{0.5, 0.5}}, nil, calib.Provenance{}); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code := runCLI(t, "eval", "--logits", path, "--calibrator", cpath, "--bins", "2", "--json")
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	m := decodeReport(t, out)
+	for key, want := range map[string]float64{"n": 4, "accuracy": 0.5, "cwece": 0, "ece": 0, "nll": math.Ln2, "brier": 0.5} {
+		assertNear(t, m, key, want)
+	}
+	if m["method"] != "bin" {
+		t.Errorf("method %v, want bin", m["method"])
+	}
+	before, ok := m["before"].(map[string]any)
+	if !ok {
+		t.Fatalf("no before object in %s", out)
+	}
+	assertNear(t, before, "cwece", 0.175)
+	assertNear(t, before, "accuracy", 0.75)
+
+	out, errs, code = runCLI(t, "eval", "--logits", path, "--calibrator", cpath, "--bins", "2")
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"4 test examples, 2 classes, 2 bins", "cwECE", "uncalibrated", "17.500%", "2.500%", "75.00%", "bin", "0.000%", "50.00%"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestEvalErrors(t *testing.T) {
+	dir := t.TempDir()
+	good := evalFile(t, true)
+	noSplit := evalFile(t, false)
+
+	writeRaw := func(name string, f *logits.File) string {
+		var buf bytes.Buffer
+		if err := logits.Encode(&buf, f); err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	nan := writeRaw("nan.npz", &logits.File{Logits: []float32{0, float32(math.NaN())}, Labels: []int64{0}, Classes: 2})
+	badLabel := writeRaw("label.npz", &logits.File{Logits: []float32{0, 1}, Labels: []int64{2}, Classes: 2})
+	future := filepath.Join(dir, "future.json")
+	os.WriteFile(future, []byte(`{"format":"fedcalib.calibrator/v9","method":"bin"}`), 0o644)
+	three := filepath.Join(dir, "three.json")
+	if err := calib.WriteFile(three, &calib.Histogram{Bins: 1, Table: []float64{0.2, 0.3, 0.5}}, nil, calib.Provenance{}); err != nil {
+		t.Fatal(err)
+	}
+
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no logits", []string{"eval"}, "needs --logits"},
+		{"missing file", []string{"eval", "--logits", filepath.Join(dir, "none.npz")}, "none.npz"},
+		{"nan logits", []string{"eval", "--logits", nan}, "nan.npz: logits: row 0, class 1 is NaN"},
+		{"bad label", []string{"eval", "--logits", badLabel}, "label.npz: labels: row 0 is 2, outside [0, 2)"},
+		{"future sidecar", []string{"eval", "--logits", good, "--calibrator", future}, `future.json: unsupported calibrator format "fedcalib.calibrator/v9"`},
+		{"class mismatch", []string{"eval", "--logits", good, "--calibrator", three}, "bin calibrator is for 3 classes but the data has 2"},
+		{"bad split", []string{"eval", "--logits", good, "--split", "val"}, `--split "val"`},
+		{"no split column", []string{"eval", "--logits", noSplit, "--split", "test"}, "has no split column"},
+		{"zero bins", []string{"eval", "--logits", good, "--bins", "0"}, "--bins is 0"},
+		{"extra argument", []string{"eval", "--logits", good, "x.npz"}, "unknown command"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, errs, code := runCLI(t, tt.args...)
+			if code != ExitUsage {
+				t.Errorf("exit %d, want %d", code, ExitUsage)
+			}
+			if out != "" {
+				t.Errorf("printed %q on error", out)
+			}
+			if !strings.Contains(errs, tt.want) || strings.Count(errs, "\n") != 1 {
+				t.Errorf("stderr %q, want one line containing %q", errs, tt.want)
+			}
+		})
+	}
+}
+
+func TestEvalPlot(t *testing.T) {
+	lf := overconfident(t, 400)
+	good := calib.NewTemperature(4)
+	good.T = 3
+	dir := filepath.Join(t.TempDir(), "plots")
+	code, stdout, stderr := fedcalib("eval", "--logits", lf, "--calibrator", writeCalibrator(t, good), "--plot", dir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, name := range []string{"top.png", "top.svg", "classes.png", "classes.svg"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Error(err)
+		}
+	}
+	if !strings.Contains(stdout, "reliability diagrams: ") {
+		t.Errorf("stdout %q does not list the diagrams", stdout)
+	}
+}
