@@ -1,0 +1,220 @@
+package calib
+
+import (
+	"fmt"
+	"math"
+
+	"gonum.org/v1/gonum/optimize"
+)
+
+// Scaler is a scaling calibrator whose parameters form one flat vector, so
+// that a federated server can average them (FedAvg, paper Alg. 2; SPEC §6).
+// Temperature, Vector, Matrix, OPVector and FedCalMLP implement it.
+//
+// Fit warm-starts from the current parameters: a federated client calls
+// SetParams(w) with the server's parameters w, then Fit on its local
+// calibration set, and returns Params() − w as its update. A scaler built
+// by its constructor (NewTemperature, NewVector, …) starts from the
+// identity map (T = 1; a = 1, b = 0; A = I, b = 0; the order-preserving
+// scalers' weights m = 1); the zero value has no classes yet and Fit first
+// initialises it to the identity for the set's number of classes.
+type Scaler interface {
+	Calibrator
+
+	// NumParams returns the length of the parameter vector; 0 while the
+	// scaler has no classes (except Temperature, whose one parameter does
+	// not depend on them).
+	NumParams() int
+
+	// Params returns a copy of the parameters as one flat vector of
+	// length NumParams. The layout is documented by each type.
+	Params() []float64
+
+	// SetParams replaces the parameters with a copy of w. It returns an
+	// error, leaving the scaler unchanged, when len(w) != NumParams() or
+	// w holds a value the scaler cannot take (non-finite, or T ≤ 0 for
+	// Temperature).
+	SetParams(w []float64) error
+}
+
+// DefaultMaxIterations is the iteration limit of the gradient-based local
+// fits (Vector, Matrix, OPVector) when FitOptions.MaxIterations is zero:
+// the paper's setting (App. A.3, "a relatively large number of maximum
+// iterations (50)").
+const DefaultMaxIterations = 50
+
+// DefaultGradientTol is the convergence threshold of the gradient-based
+// fits when FitOptions.GradientTol is zero: they stop once the largest
+// absolute component of the gradient of the mean NLL is below it.
+const DefaultGradientTol = 1e-6
+
+// FitOptions controls the L-BFGS fits of Vector, Matrix and OPVector. The
+// zero value selects the paper's setting: at most DefaultMaxIterations
+// iterations, stopping earlier at convergence (DefaultGradientTol).
+type FitOptions struct {
+	// MaxIterations is the largest number of L-BFGS iterations; zero means
+	// DefaultMaxIterations.
+	MaxIterations int
+	// GradientTol stops the fit once the infinity norm of the gradient of
+	// the mean NLL falls below it; zero means DefaultGradientTol.
+	GradientTol float64
+}
+
+func (o FitOptions) check() error {
+	if o.MaxIterations < 0 {
+		return fmt.Errorf("max iterations is %d: want ≥ 0 (0 means %d)", o.MaxIterations, DefaultMaxIterations)
+	}
+	if o.GradientTol < 0 || math.IsNaN(o.GradientTol) {
+		return fmt.Errorf("gradient tolerance is %v: want ≥ 0 (0 means %v)", o.GradientTol, DefaultGradientTol)
+	}
+	return nil
+}
+
+// lossGrad evaluates an objective at x, writes its gradient into grad
+// (same length as x) and returns its value.
+type lossGrad func(grad, x []float64) float64
+
+// minimizeLBFGS minimises f with L-BFGS from x0 under the options o and
+// returns the best point found, never one worse than x0: a failed line
+// search near the optimum is not an error. It returns an error only when
+// the objective is not finite at x0.
+func minimizeLBFGS(f lossGrad, x0 []float64, o FitOptions) ([]float64, error) {
+	maxIter := o.MaxIterations
+	if maxIter == 0 {
+		maxIter = DefaultMaxIterations
+	}
+	tol := o.GradientTol
+	if tol == 0 {
+		tol = DefaultGradientTol
+	}
+	c := newFGCache(f, len(x0))
+	f0 := c.fun(x0)
+	if math.IsNaN(f0) || math.IsInf(f0, 0) {
+		return nil, fmt.Errorf("the mean NLL at the starting parameters is %v", f0)
+	}
+	p := optimize.Problem{Func: c.fun, Grad: c.grad}
+	settings := &optimize.Settings{
+		MajorIterations:   maxIter,
+		GradientThreshold: tol,
+		Converger:         &optimize.FunctionConverge{Absolute: 1e-14, Relative: 1e-14, Iterations: 10},
+	}
+	// Minimize reports line-search failures near the optimum and limits
+	// as errors; its Location is still the best point it evaluated.
+	res, _ := optimize.Minimize(p, x0, settings, &optimize.LBFGS{})
+	if res == nil || !(res.F <= f0) || checkFinite("x", res.X) != nil {
+		return append([]float64(nil), x0...), nil
+	}
+	return res.X, nil
+}
+
+// fgCache lets gonum/optimize call Func and Grad separately at the same
+// point while the objective computes both in one pass.
+type fgCache struct {
+	f    lossGrad
+	x    []float64
+	g    []float64
+	v    float64
+	have bool
+}
+
+func newFGCache(f lossGrad, n int) *fgCache {
+	return &fgCache{f: f, x: make([]float64, n), g: make([]float64, n)}
+}
+
+func (c *fgCache) eval(x []float64) {
+	if c.have && equalFloats(c.x, x) {
+		return
+	}
+	copy(c.x, x)
+	c.v = c.f(c.g, c.x)
+	c.have = true
+}
+
+func (c *fgCache) fun(x []float64) float64 {
+	c.eval(x)
+	return c.v
+}
+
+func (c *fgCache) grad(g, x []float64) {
+	c.eval(x)
+	copy(g, c.g)
+}
+
+func equalFloats(a, b []float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i, v := range a {
+		if math.Float64bits(v) != math.Float64bits(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// checkFinite returns an error naming what when w holds NaN or ±Inf.
+func checkFinite(what string, w []float64) error {
+	for i, v := range w {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return fmt.Errorf("%s[%d] is %v: parameters must be finite", what, i, v)
+		}
+	}
+	return nil
+}
+
+// checkParamLen returns an error when a scaler of the given method and
+// number of parameters cannot take the len(w) parameters of w.
+func checkParamLen(method string, want int, w []float64) error {
+	if want == 0 {
+		return fmt.Errorf("%s scaler has no classes yet: construct it with its New function or Fit it first", method)
+	}
+	if len(w) != want {
+		return fmt.Errorf("%s scaler takes %d parameters, got %d", method, want, len(w))
+	}
+	return nil
+}
+
+// checkPredict panics unless dst and logits are rows of c classes.
+func checkPredict(method string, c int, dst, logits []float64) {
+	if c < 2 {
+		panic("calib: Predict on a " + method + " scaler that is not fitted")
+	}
+	if len(dst) != len(logits) || len(logits)%c != 0 {
+		panic("calib: " + method + " Predict shape mismatch")
+	}
+}
+
+// fitClasses checks that a scaler with c classes (0: none yet) can be
+// fitted to s.
+func fitClasses(method string, c int, s *Set) error {
+	if err := checkFit(s); err != nil {
+		return err
+	}
+	if c != 0 && c != s.Classes {
+		return fmt.Errorf("%s scaler is for %d classes but the set has %d", method, c, s.Classes)
+	}
+	return nil
+}
+
+// softplus returns log(1 + e^x), without overflow.
+func softplus(x float64) float64 {
+	if x > 0 {
+		return x + math.Log1p(math.Exp(-x))
+	}
+	return math.Log1p(math.Exp(x))
+}
+
+// softplusAndLogistic returns softplus(x) and its derivative, the logistic
+// function 1/(1 + e^{−x}), sharing one exponential.
+func softplusAndLogistic(x float64) (sp, sig float64) {
+	if x > 0 {
+		e := math.Exp(-x)
+		return x + math.Log1p(e), 1 / (1 + e)
+	}
+	e := math.Exp(x)
+	return math.Log1p(e), e / (1 + e)
+}
+
+// softplusOne is softplus⁻¹(1) = log(e − 1): the pre-activation that makes
+// an order-preserving weight m = softplus(·) equal to 1.
+const softplusOne = 0.541324854612918

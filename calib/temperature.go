@@ -1,0 +1,214 @@
+package calib
+
+import (
+	"fmt"
+	"math"
+)
+
+// Bounds of the temperature that Temperature.Fit searches.
+const (
+	MinTemperature = 0.01
+	MaxTemperature = 100
+)
+
+// Temperature is temperature scaling (Guo et al. 2017), method "temp":
+// g(z) = softmax(z/T) with T > 0. It never changes the most probable class.
+//
+// Fit minimises the mean negative log-likelihood (NLL) over
+// T ∈ [MinTemperature, MaxTemperature]. With β = 1/T the mean NLL is
+// convex in β (its second derivative is the mean variance of the logits
+// under softmax(βz)), so its derivative has at most one sign change and
+// the minimiser is that root or a bound. Fit finds it by Newton's method
+// on log T safeguarded by bisection of a bracket (Numerical Recipes'
+// rtsafe), which converges for every input, quadratically near the root;
+// it stops when a step is below 1e-12 in log T. The result does not
+// depend on the starting T. When the NLL does not depend on T at all
+// (every row's logits equal) Fit keeps the current T, or 1.
+//
+// As a Scaler its one parameter is T itself (SPEC §6: FedTemp averages
+// the temperatures, starting from T = 1).
+//
+// The zero value has no classes and T = 0: Fit sets both. Predict panics
+// on a Temperature without classes or with T ≤ 0.
+type Temperature struct {
+	// T is the temperature; the constructor sets 1, the identity.
+	T float64 `json:"t"`
+	// C is the number of classes.
+	C int `json:"classes"`
+}
+
+// NewTemperature returns the identity temperature scaler (T = 1) for the
+// given number of classes. It panics if classes < 2.
+func NewTemperature(classes int) *Temperature {
+	if classes < 2 {
+		panic("calib: NewTemperature needs at least 2 classes")
+	}
+	return &Temperature{T: 1, C: classes}
+}
+
+// Method returns "temp".
+func (t *Temperature) Method() string { return "temp" }
+
+// Classes returns the number of classes.
+func (t *Temperature) Classes() int { return t.C }
+
+// NumParams returns 1, also for the zero value.
+func (t *Temperature) NumParams() int { return 1 }
+
+// Params returns []float64{T}.
+func (t *Temperature) Params() []float64 { return []float64{t.T} }
+
+// SetParams sets T = w[0]. It returns an error unless w holds one finite
+// T > 0.
+func (t *Temperature) SetParams(w []float64) error {
+	if err := checkParamLen(t.Method(), 1, w); err != nil {
+		return err
+	}
+	if !(w[0] > 0) || math.IsInf(w[0], 1) {
+		return fmt.Errorf("temperature %v: want a finite T > 0", w[0])
+	}
+	t.T = w[0]
+	return nil
+}
+
+// Fit sets T to the minimiser of the mean NLL of s over
+// [MinTemperature, MaxTemperature] (see Temperature). It returns an error,
+// leaving t unchanged, for an invalid or empty set or one whose number of
+// classes differs from t's.
+func (t *Temperature) Fit(s *Set) error {
+	if err := fitClasses(t.Method(), t.C, s); err != nil {
+		return err
+	}
+	start := 1.0
+	if t.T >= MinTemperature && t.T <= MaxTemperature {
+		start = t.T
+	}
+	t.T = fitTemperature(s, start)
+	t.C = s.Classes
+	return nil
+}
+
+// Predict writes softmax(z/T) of each row of logits into dst.
+func (t *Temperature) Predict(dst, logits []float64) {
+	checkPredict(t.Method(), t.C, dst, logits)
+	if !(t.T > 0) {
+		panic("calib: Predict on a temp scaler with T ≤ 0")
+	}
+	c := t.C
+	for i := 0; i < len(logits); i += c {
+		row := dst[i : i+c]
+		for j, v := range logits[i : i+c] {
+			row[j] = v / t.T
+		}
+		Softmax(row, row)
+	}
+}
+
+func (t *Temperature) validate() error {
+	if t.C < 2 {
+		return fmt.Errorf("classes is %d: want at least 2", t.C)
+	}
+	if !(t.T > 0) || math.IsInf(t.T, 1) {
+		return fmt.Errorf("t is %v: want a finite temperature > 0", t.T)
+	}
+	return nil
+}
+
+// tempTol is the step in log T below which fitTemperature stops.
+const tempTol = 1e-12
+
+// fitTemperature returns the T in [MinTemperature, MaxTemperature] that
+// minimises the mean NLL of softmax(z/T) on s, starting from start. It
+// works on v = log β = −log T, where φ(v) = dNLL/dβ (e^v) is
+// non-decreasing, and finds the root of φ by safeguarded Newton.
+func fitTemperature(s *Set, start float64) float64 {
+	vlo, vhi := -math.Log(MaxTemperature), -math.Log(MinTemperature)
+	buf := make([]float64, s.Classes)
+	_, dlo, _ := tempNLL(s, math.Exp(vlo), buf)
+	_, dhi, _ := tempNLL(s, math.Exp(vhi), buf)
+	switch {
+	case dlo >= 0 && dhi <= 0: // φ ≡ 0: the NLL does not depend on T
+		return start
+	case dlo >= 0: // NLL increasing in β on the whole interval
+		return MaxTemperature
+	case dhi <= 0: // NLL decreasing in β on the whole interval
+		return MinTemperature
+	}
+	// φ(vlo) < 0 < φ(vhi).
+	v := -math.Log(start)
+	dxOld := vhi - vlo
+	dx := dxOld
+	phi, dphi := tempPhi(s, v, buf)
+	for range 200 {
+		if phi == 0 {
+			break
+		}
+		if ((v-vhi)*dphi-phi)*((v-vlo)*dphi-phi) > 0 || math.Abs(2*phi) > math.Abs(dxOld*dphi) {
+			// Newton would leave the bracket or is converging too slowly.
+			dxOld = dx
+			dx = (vhi - vlo) / 2
+			v = vlo + dx
+		} else {
+			dxOld = dx
+			dx = phi / dphi
+			v -= dx
+		}
+		if math.Abs(dx) < tempTol {
+			break
+		}
+		phi, dphi = tempPhi(s, v, buf)
+		if phi < 0 {
+			vlo = v
+		} else {
+			vhi = v
+		}
+	}
+	return math.Exp(-v)
+}
+
+// tempPhi returns φ(v) = dNLL/dβ at β = e^v and its derivative in v,
+// β·d²NLL/dβ².
+func tempPhi(s *Set, v float64, buf []float64) (phi, dphi float64) {
+	beta := math.Exp(v)
+	_, d1, d2 := tempNLL(s, beta, buf)
+	return d1, beta * d2
+}
+
+// tempNLL returns the mean NLL of softmax(β·z) on s and its first and
+// second derivatives in β. buf is scratch space of s.Classes values.
+//
+// With x = z − max z, the NLL of a row is log Σ_j e^{βx_j} − βx_y, its
+// derivative E[x] − x_y and its second derivative Var[x], the moments
+// under softmax(βx).
+func tempNLL(s *Set, beta float64, buf []float64) (f, d1, d2 float64) {
+	c := s.Classes
+	for i, y := range s.Labels {
+		z := s.Logits[i*c : (i+1)*c]
+		m := z[0]
+		for _, v := range z[1:] {
+			m = max(m, v)
+		}
+		var sum float64
+		for j, v := range z {
+			e := math.Exp(beta * (v - m))
+			buf[j] = e
+			sum += e
+		}
+		var mean float64
+		for j, v := range z {
+			mean += buf[j] * (v - m)
+		}
+		mean /= sum
+		var vr float64
+		for j, v := range z {
+			d := v - m - mean
+			vr += buf[j] * d * d
+		}
+		xy := z[y] - m
+		f += math.Log(sum) - beta*xy
+		d1 += mean - xy
+		d2 += vr / sum
+	}
+	n := float64(s.Len())
+	return f / n, d1 / n, d2 / n
+}

@@ -1,0 +1,186 @@
+package calib
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// scGridTemperature returns the T on a grid of n points evenly spaced in
+// log T over [MinTemperature, MaxTemperature] with the smallest mean NLL
+// of softmax(z/T) on s, the NLL there, and the grid step in log T. It
+// evaluates the NLL with Softmax, independently of tempNLL.
+func scGridTemperature(s *Set, n int) (tBest, fBest, step float64) {
+	lo, hi := math.Log(MinTemperature), math.Log(MaxTemperature)
+	step = (hi - lo) / float64(n-1)
+	fBest = math.Inf(1)
+	p := make([]float64, s.Classes)
+	for k := range n {
+		T := math.Exp(lo + float64(k)*step)
+		var f float64
+		for i, y := range s.Labels {
+			for j, v := range s.Row(i) {
+				p[j] = v / T
+			}
+			LogSoftmax(p, p)
+			f -= p[y]
+		}
+		f /= float64(s.Len())
+		if f < fBest {
+			tBest, fBest = T, f
+		}
+	}
+	return tBest, fBest, step
+}
+
+func TestTemperatureMatchesGridMinimum(t *testing.T) {
+	rng := rand.New(rand.NewPCG(10, 10))
+	for _, tc := range []struct {
+		name         string
+		n, c         int
+		sigma, tstar float64
+	}{
+		{"over-confident", 300, 5, 5, 3},
+		{"under-confident", 300, 5, 1, 0.4},
+		{"two classes", 200, 2, 3, 1.7},
+		{"many classes", 60, 50, 4, 2},
+		{"logits ±1e4", 100, 3, 4000, 1500},
+	} {
+		s := scOverconfident(rng, tc.n, tc.c, tc.sigma, tc.tstar)
+		tGrid, fGrid, step := scGridTemperature(s, 4001)
+		temp := new(Temperature)
+		if err := temp.Fit(s); err != nil {
+			t.Fatal(err)
+		}
+		f := scNLL(t, temp, s)
+		if f > fGrid+1e-12 {
+			t.Errorf("%s: fitted T = %v has NLL %v, grid minimum %v at T = %v", tc.name, temp.T, f, fGrid, tGrid)
+		}
+		if d := math.Abs(math.Log(temp.T / tGrid)); d > step {
+			t.Errorf("%s: fitted T = %v, grid minimum at T = %v (log step %v)", tc.name, temp.T, tGrid, step)
+		}
+	}
+}
+
+// TestTemperatureClosedForm checks Fit against a case with a closed-form
+// optimum: two classes, every example with logit margin d, a fraction q
+// of them correct. The NLL q·log(1+e^{−βd}) + (1−q)·log(1+e^{βd}) is
+// minimal where logistic(βd) = q, so T = d / log(q/(1−q)).
+func TestTemperatureClosedForm(t *testing.T) {
+	for _, tc := range []struct {
+		d          float64
+		right, all int
+	}{
+		{4, 4, 5},
+		{1, 9, 10},
+		{10, 3, 4},
+		{0.5, 99, 100},
+	} {
+		s := &Set{Classes: 2}
+		for i := range tc.all {
+			s.Logits = append(s.Logits, 0, tc.d)
+			y := 1
+			if i >= tc.right {
+				y = 0
+			}
+			s.Labels = append(s.Labels, y)
+		}
+		q := float64(tc.right) / float64(tc.all)
+		want := tc.d / math.Log(q/(1-q))
+		temp := NewTemperature(2)
+		if err := temp.Fit(s); err != nil {
+			t.Fatal(err)
+		}
+		if math.Abs(temp.T-want) > 1e-9*want {
+			t.Errorf("margin %v, %d of %d right: T = %.12g, want %.12g", tc.d, tc.right, tc.all, temp.T, want)
+		}
+	}
+}
+
+func TestTemperatureBounds(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		set    *Set
+		start  float64
+		wantT  float64
+		reason string
+	}{
+		{"all right", &Set{Logits: []float64{3, 0, 0, 2}, Labels: []int{0, 1}, Classes: 2}, 1, MinTemperature, "sharper is always better"},
+		{"all wrong", &Set{Logits: []float64{3, 0, 0, 2}, Labels: []int{1, 0}, Classes: 2}, 1, MaxTemperature, "flatter is always better"},
+		{"flat logits", &Set{Logits: []float64{1, 1, 1, 5, 5, 5}, Labels: []int{0, 2}, Classes: 3}, 1, 1, "no T is better than another"},
+		{"flat logits keep T", &Set{Logits: []float64{1, 1, 1, 5, 5, 5}, Labels: []int{0, 2}, Classes: 3}, 7, 7, "no T is better than another"},
+		{"one example", &Set{Logits: []float64{-1e4, 1e4}, Labels: []int{0}, Classes: 2}, 1, MaxTemperature, "a confident mistake"},
+	} {
+		temp := &Temperature{T: tc.start}
+		if err := temp.Fit(tc.set); err != nil {
+			t.Fatal(err)
+		}
+		if temp.T != tc.wantT {
+			t.Errorf("%s: T = %v, want %v (%s)", tc.name, temp.T, tc.wantT, tc.reason)
+		}
+	}
+}
+
+// TestTemperatureDerivatives checks the analytic first and second
+// derivatives of the NLL in β against finite differences.
+func TestTemperatureDerivatives(t *testing.T) {
+	s := scOverconfident(rand.New(rand.NewPCG(11, 11)), 50, 4, 3, 2)
+	buf := make([]float64, 4)
+	for _, beta := range []float64{0.05, 0.4, 1, 3} {
+		const h = 1e-5
+		fp, d1p, _ := tempNLL(s, beta+h, buf)
+		fm, d1m, _ := tempNLL(s, beta-h, buf)
+		_, d1, d2 := tempNLL(s, beta, buf)
+		if num := (fp - fm) / (2 * h); math.Abs(num-d1) > 1e-7*math.Max(1, math.Abs(d1)) {
+			t.Errorf("β = %v: dNLL/dβ = %v, finite differences %v", beta, d1, num)
+		}
+		if num := (d1p - d1m) / (2 * h); math.Abs(num-d2) > 1e-6*math.Max(1, math.Abs(d2)) {
+			t.Errorf("β = %v: d²NLL/dβ² = %v, finite differences %v", beta, d2, num)
+		}
+	}
+}
+
+func TestTemperatureKeepsAccuracy(t *testing.T) {
+	rng := rand.New(rand.NewPCG(12, 12))
+	for range 20 {
+		c := 2 + rng.IntN(8)
+		s := scOverconfident(rng, 100, c, 1+5*rng.Float64(), 0.3+3*rng.Float64())
+		temp := new(Temperature)
+		if err := temp.Fit(s); err != nil {
+			t.Fatal(err)
+		}
+		p := make([]float64, len(s.Logits))
+		temp.Predict(p, s.Logits)
+		for i := range s.Labels {
+			if got, want := scFirstMax(p[i*c:(i+1)*c]), scFirstMax(s.Row(i)); got != want {
+				t.Fatalf("T = %v moved the top class of row %d from %d to %d", temp.T, i, want, got)
+			}
+		}
+	}
+}
+
+func TestTemperaturePredict(t *testing.T) {
+	temp := &Temperature{T: 2, C: 3}
+	got := make([]float64, 3)
+	temp.Predict(got, []float64{0, 2, 4})
+	e := []float64{1, math.E, math.E * math.E}
+	sum := e[0] + e[1] + e[2]
+	for j := range got {
+		if math.Abs(got[j]-e[j]/sum) > 1e-15 {
+			t.Errorf("p[%d] = %v, want %v", j, got[j], e[j]/sum)
+		}
+	}
+}
+
+func TestTemperaturePredictPanicsUnfitted(t *testing.T) {
+	for _, temp := range []*Temperature{{}, {T: 0, C: 2}, {T: 1}} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("Predict on %+v did not panic", *temp)
+				}
+			}()
+			temp.Predict(make([]float64, 2), []float64{1, 2})
+		}()
+	}
+}
