@@ -1,0 +1,331 @@
+package data
+
+import (
+	"bufio"
+	"fmt"
+	"image"
+	"image/color"
+	"image/jpeg"
+	"image/png"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// imageKind classifies a file name by extension, following torchvision's
+// IMG_EXTENSIONS: files with other extensions are ignored.
+type imageKind int
+
+const (
+	notImage         imageKind = iota
+	decodableImage             // .png, .jpg, .jpeg
+	undecodableImage           // an image torchvision reads but the standard library does not
+)
+
+func classifyImage(name string) imageKind {
+	switch strings.ToLower(path.Ext(name)) {
+	case ".png", ".jpg", ".jpeg":
+		return decodableImage
+	case ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp":
+		return undecodableImage
+	}
+	return notImage
+}
+
+// imageFolder reads an ImageFolder tree from a directory or a tar archive.
+type imageFolder struct {
+	classes []string
+
+	// Directory mode: the images of class classIndex left to read.
+	root       string
+	classIndex int
+	pending    []string
+
+	// Archive mode.
+	tar    *tarStream
+	prefix string // root inside the archive, "" or ending in "/"
+	label  map[string]int
+
+	br *bufio.Reader
+}
+
+// openImageFolderSpec opens "PATH[:SUBDIR]".
+func openImageFolderSpec(rest string) (Reader, error) {
+	p, sub := splitOption(rest)
+	fi, err := os.Stat(p)
+	if err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	if fi.IsDir() {
+		return openImageDir(filepath.Join(p, sub))
+	}
+	if !isTar(p) {
+		return nil, fmt.Errorf("data: %s: imagefolder wants a directory or a .tar.gz, .tgz or .tar archive", p)
+	}
+	return openImageTar(p, sub)
+}
+
+// openImageDir opens an ImageFolder directory: its subdirectories, sorted
+// by name, are the classes.
+func openImageDir(root string) (*imageFolder, error) {
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	r := &imageFolder{root: root, classIndex: -1, br: bufio.NewReaderSize(nil, 1<<16)}
+	for _, e := range entries { // os.ReadDir sorts by name
+		if e.IsDir() {
+			r.classes = append(r.classes, e.Name())
+		}
+	}
+	if len(r.classes) == 0 {
+		return nil, fmt.Errorf("data: %s: no class subdirectories (want %s/<class>/<image>.png|jpg)", root, root)
+	}
+	return r, nil
+}
+
+// listClass returns the image files under dir, walked in lexical order.
+func listClass(dir string) ([]string, error) {
+	var paths []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return nil
+		}
+		switch classifyImage(p) {
+		case decodableImage:
+			paths = append(paths, p)
+		case undecodableImage:
+			return fmt.Errorf("data: %s: only PNG and JPEG images are supported; convert this file", p)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(paths) == 0 {
+		return nil, fmt.Errorf("data: %s: class directory holds no PNG or JPEG image", dir)
+	}
+	return paths, nil
+}
+
+// openImageTar opens an ImageFolder inside a tar archive. A first pass
+// over the archive lists the class names, so that labels follow the sorted
+// names whatever the archive order; records then come in archive order.
+func openImageTar(archive, sub string) (*imageFolder, error) {
+	prefix := strings.Trim(path.Clean("/"+filepath.ToSlash(sub)), "/")
+	if prefix != "" {
+		prefix += "/"
+	}
+	t, err := openTar(archive)
+	if err != nil {
+		return nil, err
+	}
+	counts := map[string]int{}
+	for {
+		name, dir, err := t.next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Close()
+			return nil, err
+		}
+		class, rel, ok := tarClass(name, prefix, dir)
+		if !ok {
+			continue
+		}
+		if _, seen := counts[class]; !seen {
+			counts[class] = 0
+		}
+		if rel == "" {
+			continue
+		}
+		switch classifyImage(rel) {
+		case decodableImage:
+			counts[class]++
+		case undecodableImage:
+			t.Close()
+			return nil, fmt.Errorf("data: %s: only PNG and JPEG images are supported; convert this file", member(archive, name))
+		}
+	}
+	t.Close()
+	if len(counts) == 0 {
+		return nil, fmt.Errorf("data: %s: no class directories under %q in the archive", archive, "/"+prefix)
+	}
+	r := &imageFolder{prefix: prefix, label: map[string]int{}, br: bufio.NewReaderSize(nil, 1<<16)}
+	for class := range counts {
+		r.classes = append(r.classes, class)
+	}
+	slices.Sort(r.classes)
+	for i, class := range r.classes {
+		if counts[class] == 0 {
+			return nil, fmt.Errorf("data: %s: class directory %s holds no PNG or JPEG image", archive, prefix+class)
+		}
+		r.label[class] = i
+	}
+	if r.tar, err = openTar(archive); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// tarClass splits an archive path below prefix into its class directory
+// and the path inside it ("" for the class directory itself).
+func tarClass(name, prefix string, dir bool) (class, rel string, ok bool) {
+	rest, ok := strings.CutPrefix(name, prefix)
+	if !ok || rest == "" {
+		return "", "", false
+	}
+	class, rel, nested := strings.Cut(rest, "/")
+	if !nested && !dir {
+		return "", "", false // a file directly under the root belongs to no class
+	}
+	return class, rel, true
+}
+
+func (r *imageFolder) Next(rec *Record) error {
+	if r.tar != nil {
+		return r.nextTar(rec)
+	}
+	for len(r.pending) == 0 {
+		if r.classIndex+1 >= len(r.classes) {
+			return io.EOF
+		}
+		r.classIndex++
+		paths, err := listClass(filepath.Join(r.root, r.classes[r.classIndex]))
+		if err != nil {
+			return err
+		}
+		r.pending = paths
+	}
+	p := r.pending[0]
+	r.pending = r.pending[1:]
+	f, err := os.Open(p)
+	if err != nil {
+		return fmt.Errorf("data: %w", err)
+	}
+	defer f.Close()
+	if err := r.decode(rec, p, f); err != nil {
+		return err
+	}
+	rec.Label = r.classIndex
+	return nil
+}
+
+func (r *imageFolder) nextTar(rec *Record) error {
+	for {
+		name, dir, err := r.tar.next()
+		if err != nil {
+			return err
+		}
+		class, rel, ok := tarClass(name, r.prefix, dir)
+		if !ok || dir || classifyImage(rel) != decodableImage {
+			continue
+		}
+		label, ok := r.label[class]
+		if !ok {
+			return fmt.Errorf("data: %s: the archive changed while being read", r.tar.name)
+		}
+		if err := r.decode(rec, member(r.tar.name, name), r.tar.tr); err != nil {
+			return err
+		}
+		rec.Label = label
+		return nil
+	}
+}
+
+// decode decodes a PNG or JPEG image, recognised by its content, into rec
+// as 8-bit RGB, the way torchvision's loader converts images to RGB.
+func (r *imageFolder) decode(rec *Record, name string, src io.Reader) error {
+	r.br.Reset(src)
+	magic, _ := r.br.Peek(8)
+	var (
+		m   image.Image
+		err error
+	)
+	switch {
+	case strings.HasPrefix(string(magic), "\x89PNG\r\n\x1a\n"):
+		m, err = png.Decode(r.br)
+	case strings.HasPrefix(string(magic), "\xff\xd8"):
+		m, err = jpeg.Decode(r.br)
+	default:
+		return formatError(name, nil, "not a PNG or JPEG image")
+	}
+	if err != nil {
+		return formatError(name, err, "decoding image")
+	}
+	toRGB(rec, m)
+	rec.Client = ""
+	return nil
+}
+
+// toRGB stores m in rec as H×W×3 bytes. Alpha is dropped without
+// compositing, as PIL's convert("RGB") does.
+func toRGB(rec *Record, m image.Image) {
+	b := m.Bounds()
+	w, h := b.Dx(), b.Dy()
+	px := rec.setImage(h, w, 3)
+	i := 0
+	switch m := m.(type) {
+	case *image.YCbCr:
+		for y := b.Min.Y; y < b.Max.Y; y++ {
+			for x := b.Min.X; x < b.Max.X; x++ {
+				yi, ci := m.YOffset(x, y), m.COffset(x, y)
+				px[i], px[i+1], px[i+2] = color.YCbCrToRGB(m.Y[yi], m.Cb[ci], m.Cr[ci])
+				i += 3
+			}
+		}
+	case *image.Gray:
+		for y := b.Min.Y; y < b.Max.Y; y++ {
+			row := m.Pix[m.PixOffset(b.Min.X, y):]
+			for x := range w {
+				v := row[x]
+				px[i], px[i+1], px[i+2] = v, v, v
+				i += 3
+			}
+		}
+	case *image.NRGBA:
+		for y := b.Min.Y; y < b.Max.Y; y++ {
+			row := m.Pix[m.PixOffset(b.Min.X, y):]
+			for x := range w {
+				px[i], px[i+1], px[i+2] = row[4*x], row[4*x+1], row[4*x+2]
+				i += 3
+			}
+		}
+	case *image.RGBA:
+		for y := b.Min.Y; y < b.Max.Y; y++ {
+			for x := b.Min.X; x < b.Max.X; x++ {
+				c := color.NRGBAModel.Convert(m.RGBAAt(x, y)).(color.NRGBA)
+				px[i], px[i+1], px[i+2] = c.R, c.G, c.B
+				i += 3
+			}
+		}
+	default:
+		for y := b.Min.Y; y < b.Max.Y; y++ {
+			for x := b.Min.X; x < b.Max.X; x++ {
+				c := color.NRGBA64Model.Convert(m.At(x, y)).(color.NRGBA64)
+				px[i], px[i+1], px[i+2] = uint8(c.R>>8), uint8(c.G>>8), uint8(c.B>>8)
+				i += 3
+			}
+		}
+	}
+}
+
+func (r *imageFolder) Classes() []string { return classesCopy(r.classes) }
+
+func (r *imageFolder) Close() error {
+	r.pending = nil
+	if r.tar != nil {
+		err := r.tar.Close()
+		r.tar = nil
+		return err
+	}
+	return nil
+}
