@@ -1,0 +1,336 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/dp"
+	"github.com/fedcalib/fedcalib/federation"
+	"github.com/fedcalib/fedcalib/infer/logits"
+)
+
+// fedFlags are the flags of federated calibrate runs (without --central).
+type fedFlags struct {
+	partition                  string
+	clients, rounds, perRound  int
+	workers                    int
+	beta, sampleRate, serverLR float64
+	weighting, accountant      string
+	epsilon, delta             float64
+	clip, clipPos, clipNeg     float64
+	quiet                      bool
+}
+
+// fedFlagNames lists the flags that only federated runs take.
+var fedFlagNames = []string{
+	"partition", "clients", "beta", "rounds", "sample-rate", "clients-per-round", "weighting",
+	"server-lr", "epsilon", "delta", "clip", "clip-pos", "clip-neg", "accountant", "workers", "quiet",
+}
+
+const fedCalibrateHelp = `
+
+Without --central it simulates a federation: each client's calibration rows
+are its local data, and the calibrator is fitted over --rounds rounds in
+which each client takes part with probability --sample-rate (or
+--clients-per-round k, meaning k/K). The clients are those of --partition
+(made by "fedcalib partition"), or of a Dirichlet label-skew partition made
+on the fly with --clients and --beta, or, with neither, the client and
+split columns of the logits file (each client's split-1 rows are its
+calibration data).
+
+bin and bbq run FedBin and FedBBQ (the paper's Algorithm 1): clients send
+class-positive and class-negative histograms, which the server sums over
+rounds; --weighting all or changed blends the calibrator with the base
+model while little data has been seen (the paper's FedBBQ uses all). The
+scaling methods run FedAvg on parameter deltas (Algorithm 2), with server
+learning rate --server-lr; --clip without --epsilon clips each update
+without adding noise.
+
+--epsilon makes the fit (ε, δ) user-level differentially private: clients
+clip their contribution (--clip for scaling, --clip-pos and --clip-neg for
+each class's histograms) and the server adds Gaussian noise calibrated with
+the --accountant over all rounds. The noise comes from --seed, which makes
+runs reproducible; it is a simulation, not a release of real data.
+
+Progress is printed per round on stderr (unless --quiet), and one summary
+line with the cwECE and accuracy before and after calibration on the global
+test split (every client's test rows) and the ε spent. The output records
+the privacy parameters and the protocol.`
+
+const fedCalibrateExample = `
+  fedcalib calibrate --method bbq --weighting all --logits cifar10.npz --clients 100 --beta 0.1 \
+      --rounds 12 --clients-per-round 10 --out fedbbq.json
+  fedcalib calibrate --method temp --logits cifar10.npz --partition p.json --rounds 12 --sample-rate 0.1 \
+      --epsilon 1 --delta 1e-5 --clip 0.5 --out dp-fedtemp.json
+  fedcalib calibrate --method opvector --logits femnist.npz --rounds 12 --clients-per-round 60 --out op.json`
+
+// register adds the federated flags and help to the calibrate command.
+func (ff *fedFlags) register(cmd *cobra.Command) {
+	cmd.Use = "calibrate --method METHOD --logits F.npz [--central | --partition P.json | --clients K --beta B] --out C.json"
+	cmd.Short = "Fit a calibrator, centrally or federated (optionally private), to the calibration rows of a logits file"
+	cmd.Long += fedCalibrateHelp
+	cmd.Example += fedCalibrateExample
+	f := cmd.Flags()
+	if c := f.Lookup("central"); c != nil {
+		c.Usage = "fit one calibrator on all calibration rows, without federation"
+	}
+	if s := f.Lookup("seed"); s != nil {
+		s.Usage = "random seed: fedcal's initial weights and example order, and in federated runs the partition, client sampling and noise; recorded in the output"
+	}
+	f.StringVar(&ff.partition, "partition", "", "partition file from \"fedcalib partition\" giving the clients")
+	f.IntVar(&ff.clients, "clients", 0, "number of clients K of a Dirichlet label-skew partition made on the fly (needs --beta)")
+	f.Float64Var(&ff.beta, "beta", 0, "Dirichlet concentration β > 0 of that partition (smaller is more skewed)")
+	f.IntVar(&ff.rounds, "rounds", 1, "number of rounds T ≥ 1")
+	f.Float64Var(&ff.sampleRate, "sample-rate", 1, "probability p ∈ (0, 1] that a client takes part in a round")
+	f.IntVar(&ff.perRound, "clients-per-round", 0, "expected clients per round k (sets --sample-rate k/K)")
+	f.StringVar(&ff.weighting, "weighting", string(calib.WeightNone), "bin and bbq: none, all or changed")
+	f.Float64Var(&ff.serverLR, "server-lr", 1, "scaling methods: server learning rate η_S > 0")
+	f.Float64Var(&ff.epsilon, "epsilon", 0, "make the fit (ε, δ)-differentially private with this total ε > 0")
+	f.Float64Var(&ff.delta, "delta", 1e-5, "δ ∈ (0, 1) of a private fit")
+	f.Float64Var(&ff.clip, "clip", dp.DefaultClip, "scaling methods: L2 clip norm C of each client update (with --epsilon, or alone: clipping without noise)")
+	f.Float64Var(&ff.clipPos, "clip-pos", dp.DefaultClipPos, "bin and bbq with --epsilon: L2 clip norm C₊ of each class-positive histogram")
+	f.Float64Var(&ff.clipNeg, "clip-neg", dp.DefaultClipNeg, "bin and bbq with --epsilon: L2 clip norm C₋ of each class-negative histogram")
+	f.StringVar(&ff.accountant, "accountant", "zcdp", "privacy accounting: zcdp (the paper's) or rdp (credits client sampling)")
+	f.IntVar(&ff.workers, "workers", 0, "goroutines running clients (0: one per CPU); results do not depend on it")
+	f.BoolVarP(&ff.quiet, "quiet", "q", false, "print no per-round progress")
+}
+
+// dispatch runs calibrate without --central as a federated fit and
+// reports done; with --central it refuses the federated flags and leaves
+// the run to the central code.
+func (ff *fedFlags) dispatch(cmd *cobra.Command, fl *calibrateFlags) (done bool, err error) {
+	if fl.central {
+		for _, name := range fedFlagNames {
+			if cmd.Flags().Changed(name) {
+				return true, fmt.Errorf("--%s applies to federated runs: drop it, or drop --central", name)
+			}
+		}
+		return false, nil
+	}
+	return true, ff.run(cmd, fl)
+}
+
+// check reports the first problem of the federated flags.
+func (ff *fedFlags) check(cmd *cobra.Command, fl *calibrateFlags) error {
+	changed := cmd.Flags().Changed
+	switch {
+	case fl.method == "":
+		return fmt.Errorf("calibrate needs --method: one of %s", strings.Join(calibrateMethods, ", "))
+	case fl.logits == "":
+		return errors.New("calibrate needs --logits F.npz, the logits file to fit on")
+	case ff.partition != "" && (changed("clients") || changed("beta")):
+		return errors.New("--partition gives the clients: drop --clients and --beta")
+	case changed("clients") && !changed("beta"):
+		return errors.New("--clients makes a Dirichlet label-skew partition and needs --beta (or make one with \"fedcalib partition\")")
+	case changed("beta") && !changed("clients"):
+		return errors.New("--beta needs --clients, the number of clients K")
+	case changed("clients") && ff.clients < 1:
+		return fmt.Errorf("--clients is %d: need at least 1 client", ff.clients)
+	case ff.rounds < 1:
+		return fmt.Errorf("--rounds is %d: need at least 1 round", ff.rounds)
+	case changed("sample-rate") && changed("clients-per-round"):
+		return errors.New("--sample-rate and --clients-per-round both set the sampling: give one")
+	case !(ff.sampleRate > 0 && ff.sampleRate <= 1):
+		return fmt.Errorf("--sample-rate is %v: want 0 < p ≤ 1", ff.sampleRate)
+	case ff.workers < 0:
+		return fmt.Errorf("--workers is %d: want ≥ 0", ff.workers)
+	}
+	binning := fl.method == "bin" || fl.method == "bbq"
+	if binning {
+		if fl.binsExp < 1 || fl.binsExp > calib.MaxMexp {
+			return fmt.Errorf("--bins-exp %d: want M in [1, %d] (2^M bins)", fl.binsExp, calib.MaxMexp)
+		}
+		for _, name := range []string{"server-lr", "clip"} {
+			if changed(name) {
+				return fmt.Errorf("--%s applies to scaling methods, not %s: drop it", name, fl.method)
+			}
+		}
+	} else {
+		for _, name := range []string{"bins-exp", "weighting", "clip-pos", "clip-neg"} {
+			if changed(name) {
+				return fmt.Errorf("--%s applies to bin and bbq, not %s: drop it", name, fl.method)
+			}
+		}
+	}
+	if _, err := calib.ParseWeighting(ff.weighting); err != nil {
+		return fmt.Errorf("--weighting: %w", err)
+	}
+	if !changed("epsilon") {
+		for _, name := range []string{"delta", "clip-pos", "clip-neg", "accountant"} {
+			if changed(name) {
+				return fmt.Errorf("--%s sets up privacy and needs --epsilon", name)
+			}
+		}
+	} else if !(ff.epsilon > 0) {
+		return fmt.Errorf("--epsilon is %v: want ε > 0", ff.epsilon)
+	}
+	return checkOut(fl.out, fl.logits, ff.partition)
+}
+
+// run is a federated calibrate run.
+func (ff *fedFlags) run(cmd *cobra.Command, fl *calibrateFlags) error {
+	if err := ff.check(cmd, fl); err != nil {
+		return err
+	}
+	changed := cmd.Flags().Changed
+	f, err := logits.Read(fl.logits)
+	if err != nil {
+		return err
+	}
+	data := f.Set(nil)
+	p, source, err := ff.partitionFor(f, data, fl)
+	if err != nil {
+		return err
+	}
+	pop, err := federation.NewPopulation(data, p, federation.Calibration)
+	if err != nil {
+		return fmt.Errorf("%s: %w", source, err)
+	}
+	rate := ff.sampleRate
+	if changed("clients-per-round") {
+		if rate, err = federation.SampleRateFor(ff.perRound, p.Len()); err != nil {
+			return fmt.Errorf("--clients-per-round: %w", err)
+		}
+	}
+	opt := federation.Options{Weighting: calib.Weighting(ff.weighting)}
+	switch fl.method {
+	case "bin":
+		opt.Bins = 1 << fl.binsExp
+	case "bbq":
+		opt.Mexp = fl.binsExp
+	default:
+		opt.ServerLR = ff.serverLR
+		if changed("clip") && !changed("epsilon") {
+			opt.Clip = ff.clip
+		}
+	}
+	if changed("epsilon") {
+		acc, err := dp.ParseAccountant(ff.accountant)
+		if err != nil {
+			return fmt.Errorf("--accountant: %w", err)
+		}
+		opt.Privacy = &federation.Privacy{
+			Epsilon: ff.epsilon, Delta: ff.delta,
+			Clip: ff.clip, ClipPos: ff.clipPos, ClipNeg: ff.clipNeg,
+			Accountant: acc,
+		}
+	}
+	fitter, err := federation.New(fl.method, opt)
+	if err != nil {
+		return err
+	}
+	rounds := federation.Rounds{T: ff.rounds, SampleRate: rate, Seed: uint64(fl.seed), Workers: ff.workers}
+	if !ff.quiet {
+		rounds.Progress = progressPrinter(cmd.ErrOrStderr(), ff.rounds)
+	}
+	res, err := fitter.Fit(cmd.Context(), pop, rounds)
+	if err != nil {
+		return fmt.Errorf("%s: %w", fl.logits, err)
+	}
+	prov := calib.Provenance{
+		Data:     fmt.Sprintf("%s: calibration rows of %d clients (%s)", filepath.Base(fl.logits), p.Len(), source),
+		Protocol: res.Protocol,
+		Clients:  p.Len(),
+		Seed:     fl.seed,
+		Tool:     Version(),
+	}
+	if fl.method == "bin" || fl.method == "bbq" {
+		prov.Weighting = ff.weighting
+	}
+	if err := calib.WriteFile(fl.out, res.Calibrator, res.Privacy, prov); err != nil {
+		return fmt.Errorf("writing %s: %w", fl.out, err)
+	}
+	line, err := fedSummary(fl, data, p, res, rounds)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(cmd.OutOrStdout(), line)
+	return err
+}
+
+// partitionFor returns the partition of the run and says where it came
+// from.
+func (ff *fedFlags) partitionFor(f *logits.File, data *calib.Set, fl *calibrateFlags) (*federation.Partition, string, error) {
+	switch {
+	case ff.partition != "":
+		p, err := federation.ReadPartition(ff.partition)
+		if err != nil {
+			return nil, "", err
+		}
+		if err := p.Check(data.Labels, data.Classes); err != nil {
+			return nil, "", fmt.Errorf("%s does not fit %s: %w", ff.partition, fl.logits, err)
+		}
+		return p, filepath.Base(ff.partition), nil
+	case ff.clients > 0:
+		p, err := federation.Dirichlet(data.Labels, data.Classes, ff.clients, ff.beta, federation.PartitionOptions{Seed: uint64(fl.seed)})
+		if err != nil {
+			return nil, "", fmt.Errorf("%s: %w", fl.logits, err)
+		}
+		return p, fmt.Sprintf("Dirichlet β = %v", ff.beta), nil
+	case f.Client != nil:
+		p, err := federation.Natural(data.Labels, data.Classes, f.Client, f.Split, federation.NaturalOptions{Seed: uint64(fl.seed)})
+		if err != nil {
+			return nil, "", fmt.Errorf("%s: %w", fl.logits, err)
+		}
+		return p, "the file's client column", nil
+	}
+	return nil, "", fmt.Errorf("%s has no client column, so calibrate needs --central, or clients from --partition P.json or --clients K --beta B", fl.logits)
+}
+
+// progressPrinter returns a Progress callback printing one line per round.
+func progressPrinter(w io.Writer, total int) func(federation.RoundStats) {
+	return func(s federation.RoundStats) {
+		eps := ""
+		if s.Epsilon > 0 {
+			eps = fmt.Sprintf(", ε spent %.4g", s.Epsilon)
+		}
+		if s.Skipped() {
+			fmt.Fprintf(w, "round %d/%d: no client sampled, skipped%s\n", s.Round, total, eps)
+			return
+		}
+		fmt.Fprintf(w, "round %d/%d: %d clients, %d B up and %d B down each, mean compute %v%s\n",
+			s.Round, total, s.Participants, s.UploadBytes, s.DownloadBytes, s.ComputeMean().Round(1000), eps)
+	}
+}
+
+// fedSummary is the one line a federated run prints: cwECE and accuracy
+// before and after on the global test split, and the ε spent.
+func fedSummary(fl *calibrateFlags, data *calib.Set, p *federation.Partition, res *federation.Result, r federation.Rounds) (string, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %s over %d clients, %s, p = %.4g", fl.out, res.Protocol, p.Len(), plural(r.T, "round"), r.SampleRate)
+	if test := p.Rows(federation.Test); len(test) == 0 {
+		b.WriteString("; no test rows to evaluate")
+	} else {
+		s := data.Subset(test)
+		before, err := calib.EvaluateSet(s, nil, 0)
+		if err != nil {
+			return "", err
+		}
+		after, err := calib.EvaluateSet(s, res.Calibrator, 0)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&b, "; test (%d rows) cwECE %.3f%% → %.3f%%, accuracy %.2f%% → %.2f%%",
+			len(test), 100*before.CWECE, 100*after.CWECE, 100*before.Accuracy, 100*after.Accuracy)
+	}
+	if pr := res.Privacy; pr != nil {
+		fmt.Fprintf(&b, "; ε = %.4g spent (δ = %g, %s, σ = %.4g)", pr.Epsilon, pr.Delta, pr.Accountant, pr.Sigma)
+	} else {
+		b.WriteString("; not private")
+	}
+	return b.String(), nil
+}
+
+// plural returns "1 round", "2 rounds".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}

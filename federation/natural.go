@@ -1,0 +1,148 @@
+package federation
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+)
+
+// LEAFMinSamples is LEAF's and the paper's minimum number of examples of a
+// user kept in FEMNIST and Shakespeare federations.
+const LEAFMinSamples = 100
+
+// NaturalOptions controls Natural. The zero value keeps every user and
+// splits by the split column when the data has one, else by
+// DefaultFractions.
+type NaturalOptions struct {
+	// Seed seeds every random choice. Each user's choices come from a
+	// stream of (Seed, user id), so they do not depend on other users.
+	Seed uint64
+	// Rule is how each user's examples are split. The zero value means
+	// RuleGiven when the data has a split column and RuleFractions when
+	// it has not.
+	Rule SplitRule
+	// Fractions are used by RuleFractions; the zero value means
+	// DefaultFractions().
+	Fractions Fractions
+	// MinSamples drops users with fewer examples (over all splits); their
+	// examples go to Partition.Dropped. Zero or negative keeps every user.
+	// LEAF federations use LEAFMinSamples.
+	MinSamples int
+}
+
+type user struct {
+	id   int64
+	rows []int
+}
+
+// groupByClient returns the rows of each client id, users sorted by id.
+func groupByClient(client []int32, split []uint8) ([]user, error) {
+	byID := make(map[int32][]int)
+	for i, c := range client {
+		if c < 0 {
+			return nil, fmt.Errorf("client column: row %d has id %d; ids must be non-negative", i, c)
+		}
+		if split != nil && split[i] > uint8(Test) {
+			return nil, fmt.Errorf("split column: row %d is %d; want 0 (train), 1 (calibration) or 2 (test)", i, split[i])
+		}
+		byID[c] = append(byID[c], i)
+	}
+	users := make([]user, 0, len(byID))
+	for id, rows := range byID {
+		users = append(users, user{id: int64(id), rows: rows})
+	}
+	slices.SortFunc(users, func(a, b user) int { return cmp.Compare(a.id, b.id) })
+	return users, nil
+}
+
+// Natural returns the partition carried in the data: client k is the k-th
+// smallest id of the client column (its ID is that id). split is the split
+// column, or nil when the data has none. Users with fewer than
+// opt.MinSamples examples are dropped. Every kept client must end with at
+// least one calibration example; Natural returns an error naming the first
+// that does not, and the options that would fix it.
+func Natural(labels []int, classes int, client []int32, split []uint8, opt NaturalOptions) (*Partition, error) {
+	if err := checkLabels(labels, classes); err != nil {
+		return nil, err
+	}
+	if len(client) != len(labels) {
+		return nil, fmt.Errorf("client column has %d rows, labels %d", len(client), len(labels))
+	}
+	if split != nil && len(split) != len(labels) {
+		return nil, fmt.Errorf("split column has %d rows, labels %d", len(split), len(labels))
+	}
+	rule := opt.Rule
+	if rule == "" {
+		rule = RuleFractions
+		if split != nil {
+			rule = RuleGiven
+		}
+	}
+	frac := opt.Fractions.orDefault()
+	switch rule {
+	case RuleFractions:
+		if err := frac.validate(); err != nil {
+			return nil, err
+		}
+	case RuleGiven, RuleLEAFSample:
+		if split == nil {
+			return nil, fmt.Errorf("split rule %q needs a split column, and the data has none; use rule %q", rule, RuleFractions)
+		}
+	default:
+		return nil, fmt.Errorf("unknown split rule %q: want %q, %q or %q", rule, RuleFractions, RuleGiven, RuleLEAFSample)
+	}
+	users, err := groupByClient(client, split)
+	if err != nil {
+		return nil, err
+	}
+	p := &Partition{
+		Format:     PartitionFormatV1,
+		Data:       NewFingerprint(labels, classes),
+		Scheme:     SchemeNatural,
+		Seed:       opt.Seed,
+		MinSamples: max(opt.MinSamples, 0),
+		Rule:       rule,
+	}
+	if rule == RuleFractions {
+		p.Fractions = &frac
+	}
+	for _, u := range users {
+		if len(u.rows) < opt.MinSamples {
+			p.Dropped = append(p.Dropped, u.rows...)
+			continue
+		}
+		rng := stream(opt.Seed, domainSplit, uint64(u.id), 0)
+		var c Client
+		switch rule {
+		case RuleFractions:
+			c = splitFractions(u.id, u.rows, frac, rng)
+		case RuleGiven:
+			c = splitGiven(u.id, u.rows, split)
+		case RuleLEAFSample:
+			c = splitLEAFSample(u.id, u.rows, split, rng)
+		}
+		if len(c.Calibration) == 0 {
+			return nil, fmt.Errorf("client %d has %d examples and none in its calibration split (rule %q); drop small clients with a minimum sample count, or choose rule %q or %q",
+				u.id, len(u.rows), rule, RuleLEAFSample, RuleFractions)
+		}
+		p.Clients = append(p.Clients, c)
+	}
+	if len(p.Clients) == 0 {
+		return nil, fmt.Errorf("no client has at least %d examples: lower the minimum sample count", opt.MinSamples)
+	}
+	slices.Sort(p.Dropped)
+	return p, nil
+}
+
+// checkLabels reports labels outside [0, classes) and fewer than 2 classes.
+func checkLabels(labels []int, classes int) error {
+	if classes < 2 {
+		return fmt.Errorf("need at least 2 classes, have %d", classes)
+	}
+	for i, y := range labels {
+		if y < 0 || y >= classes {
+			return fmt.Errorf("label of example %d is %d, outside [0, %d)", i, y, classes)
+		}
+	}
+	return nil
+}

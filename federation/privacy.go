@@ -1,0 +1,158 @@
+package federation
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/dp"
+)
+
+// Privacy asks a federated fit for user-level (ε, δ) differential privacy
+// (SPEC §7): each client clips its contribution and the server adds
+// Gaussian noise to every round's sum, calibrated with dp.Plan so that
+// the T rounds together spend (ε, δ).
+type Privacy struct {
+	// Epsilon is the total ε > 0 of the fit. +Inf runs the private code
+	// path with no noise (and, with infinite clip norms, no clipping): a
+	// check that the private protocol reduces to the non-private one. Such
+	// a fit is not private and records no privacy.
+	Epsilon float64
+	// Delta is δ ∈ (0, 1).
+	Delta float64
+	// Clip is the L2 clip norm C of a scaling update Δ_k; zero means
+	// dp.DefaultClip. +Inf (no clipping) is allowed only with an infinite
+	// Epsilon.
+	Clip float64
+	// ClipPos and ClipNeg are the L2 clip norms C₊ and C₋ of each class's
+	// positive and negative histogram of a client; zero means
+	// dp.DefaultClipPos and dp.DefaultClipNeg. +Inf as for Clip.
+	ClipPos, ClipNeg float64
+	// Accountant is the privacy accounting; the zero value is dp.ZCDP,
+	// the paper's.
+	Accountant dp.Accountant
+	// Secure draws the noise from crypto/rand (dp.NewSecure) instead of
+	// the seeded stream: use it for any release of real data. Results are
+	// then not reproducible.
+	Secure bool
+}
+
+// resolved is a validated Privacy with defaults filled in.
+type resolved struct {
+	Privacy
+	infinite bool // ε = +Inf: no noise
+}
+
+func (p *Privacy) resolve(binning bool) (*resolved, error) {
+	r := &resolved{Privacy: *p, infinite: math.IsInf(p.Epsilon, 1)}
+	if r.Clip == 0 {
+		r.Clip = dp.DefaultClip
+	}
+	if r.ClipPos == 0 {
+		r.ClipPos = dp.DefaultClipPos
+	}
+	if r.ClipNeg == 0 {
+		r.ClipNeg = dp.DefaultClipNeg
+	}
+	if !(p.Epsilon > 0) {
+		return nil, fmt.Errorf("privacy: ε is %v: it must be > 0", p.Epsilon)
+	}
+	if !(p.Delta > 0 && p.Delta < 1) {
+		return nil, fmt.Errorf("privacy: δ is %v: it must be in (0, 1)", p.Delta)
+	}
+	clips := []struct {
+		name string
+		v    float64
+	}{{"clip norm C", r.Clip}}
+	if binning {
+		clips = []struct {
+			name string
+			v    float64
+		}{{"clip norm C₊", r.ClipPos}, {"clip norm C₋", r.ClipNeg}}
+	}
+	for _, c := range clips {
+		if r.infinite && math.IsInf(c.v, 1) {
+			continue
+		}
+		if err := dp.CheckClip(c.name, c.v); err != nil {
+			return nil, fmt.Errorf("privacy: %w", err)
+		}
+	}
+	if _, err := dp.ParseAccountant(p.Accountant.String()); err != nil {
+		return nil, fmt.Errorf("privacy: %w", err)
+	}
+	return r, nil
+}
+
+// multiplier returns the noise multiplier z of a fit of rounds rounds with
+// perRound Gaussian mechanisms per round and sample rate q: 0 for an
+// infinite ε.
+func (r *resolved) multiplier(rounds, perRound int, q float64) (float64, error) {
+	if r.infinite {
+		return 0, nil
+	}
+	z, err := dp.Plan{
+		Epsilon:    r.Epsilon,
+		Delta:      r.Delta,
+		Rounds:     rounds,
+		PerRound:   perRound,
+		SampleRate: q,
+		Accountant: r.Accountant,
+	}.NoiseMultiplier()
+	if err != nil {
+		return 0, fmt.Errorf("privacy: %w", err)
+	}
+	return z, nil
+}
+
+// ledger returns the ledger that records the fit's releases, nil for an
+// infinite ε.
+func (r *resolved) ledger() (*dp.Ledger, error) {
+	if r.infinite {
+		return nil, nil
+	}
+	l, err := dp.NewLedger(r.Accountant, dp.Budget{Epsilon: r.Epsilon, Delta: r.Delta})
+	if err != nil {
+		return nil, fmt.Errorf("privacy: %w", err)
+	}
+	return l, nil
+}
+
+// noise returns the noise source of round t.
+func (r *resolved) noise(seed uint64, t int) dp.Noise {
+	if r.Secure {
+		return dp.NewSecure()
+	}
+	return stream(seed, domainNoise, uint64(t), 0)
+}
+
+// clip clips x to L2 norm c in place unless c is infinite.
+func clip(x []float64, c float64) {
+	if !math.IsInf(c, 1) {
+		dp.ClipL2(x, c)
+	}
+}
+
+// record returns the privacy record of a finished fit, nil when nothing
+// private was released.
+func record(l *dp.Ledger, sigma float64, r *resolved, binning bool, rounds Rounds) *calib.Privacy {
+	if l == nil {
+		return nil
+	}
+	spent := l.Spent()
+	p := &calib.Privacy{
+		Epsilon:    spent.Epsilon,
+		Delta:      spent.Delta,
+		Rho:        spent.Rho,
+		Sigma:      sigma,
+		Accountant: l.Accountant().String(),
+		Rounds:     rounds.T,
+		SampleRate: rounds.SampleRate,
+	}
+	if binning {
+		p.ClipPos, p.ClipNeg = r.ClipPos, r.ClipNeg
+	} else {
+		p.Clip = r.Clip
+	}
+	return p
+}

@@ -1,0 +1,260 @@
+package federation
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/dp"
+)
+
+// FedAvg is federated scaling, the paper's Algorithm 2 run as FedAvg on
+// parameter deltas (SPEC §6). The server holds the parameters w^t of a
+// calib.Scaler, starting from the scaler's identity. Each round, every
+// participant k sets its scaler to w^t, fits it to its calibration data
+// (warm-started) and returns Δ_k = w_k − w^t; the server sets
+// w^{t+1} = w^t + η_S·(Σ_k Δ_k)/|P_t|, summing in client order.
+//
+// With Clip > 0 and no Privacy, each Δ_k is first clipped to L2 norm Clip
+// (the paper's "temperature clipping", App. A.3.5). With Privacy
+// (DP-FedAvg), each Δ_k is clipped to Privacy.Clip, the server adds
+// N(0, σ²I) to the sum, σ = C·z with z from dp.Plan (one mechanism per
+// round; σ = C·√(T/(2ρ)) under zCDP), and divides by the expected number
+// of participants p·K instead of |P_t|. A round nobody takes part in
+// leaves w unchanged but is still charged.
+//
+// A client without calibration data returns Δ_k = 0. A temperature the
+// noise pushes outside [calib.MinTemperature, calib.MaxTemperature] is
+// clamped to it (post-processing, free of privacy cost).
+//
+// FedTemp, FedVector, FedMatrix, FedOPVector and FedCal return FedAvg for
+// each scaler of the paper.
+type FedAvg struct {
+	// Name names the protocol in results, e.g. "FedTemp".
+	Name string
+	// Scaler returns a new scaler for the given number of classes at its
+	// initial (identity) parameters. rng is the stream of the client that
+	// will fit it, or of the server for the initial parameters, for
+	// scalers whose construction or fit is random. Required.
+	Scaler func(classes int, rng *rand.Rand) calib.Scaler
+	// ServerLR is the server learning rate η_S; zero means 1.
+	ServerLR float64
+	// Clip, if positive, clips each Δ_k to this L2 norm without adding
+	// noise. It is ignored with Privacy, which has its own clip norm.
+	Clip float64
+	// Privacy, if not nil, makes the fit differentially private.
+	Privacy *Privacy
+	// Snapshot, if not nil, is called after every round with the
+	// calibrator the server holds then.
+	Snapshot func(round int, c calib.Calibrator)
+}
+
+// FedTemp returns FedAvg over temperature scaling: the parameter is T
+// itself, starting from 1.
+func FedTemp() *FedAvg {
+	return &FedAvg{Name: "FedTemp", Scaler: func(c int, _ *rand.Rand) calib.Scaler { return calib.NewTemperature(c) }}
+}
+
+// FedVector returns FedAvg over vector scaling, from a = 1, b = 0.
+func FedVector() *FedAvg {
+	return &FedAvg{Name: "FedVector", Scaler: func(c int, _ *rand.Rand) calib.Scaler { return calib.NewVector(c) }}
+}
+
+// FedMatrix returns FedAvg over matrix scaling, from A = I, b = 0.
+func FedMatrix() *FedAvg {
+	return &FedAvg{Name: "FedMatrix", Scaler: func(c int, _ *rand.Rand) calib.Scaler { return calib.NewMatrix(c) }}
+}
+
+// FedOPVector returns FedAvg over order-preserving vector scaling, which
+// never changes the most probable class.
+func FedOPVector() *FedAvg {
+	return &FedAvg{Name: "FedOPVector", Scaler: func(c int, _ *rand.Rand) calib.Scaler { return calib.NewOPVector(c) }}
+}
+
+// FedCal returns the FedCal baseline (Peng et al. 2024, post-hoc): FedAvg
+// over calib.FedCalMLP, trained locally by SGD whose example order comes
+// from the client's stream. The server's initial network is drawn from
+// the run's seed.
+func FedCal() *FedAvg {
+	return &FedAvg{Name: "FedCal", Scaler: func(c int, rng *rand.Rand) calib.Scaler {
+		return calib.NewFedCalMLP(c, int64(rng.Uint64()))
+	}}
+}
+
+// scaleServer is the server (and client code) of FedAvg.
+type scaleServer struct {
+	f       *FedAvg
+	pop     Population
+	classes int
+	rounds  Rounds
+	lr      float64
+	clip    float64 // 0: none
+	priv    *resolved
+	ledger  *dp.Ledger
+	sigma   float64
+	isTemp  bool      // the scaler is a temperature, clamped after each round
+	w       []float64 // w^t; read by clients, written only in EndRound
+	sum     []float64
+}
+
+// Fit runs f over pop for r's rounds.
+func (f *FedAvg) Fit(ctx context.Context, pop Population, r Rounds) (*Result, error) {
+	name := f.Name
+	if name == "" {
+		name = "FedAvg"
+	}
+	if f.Scaler == nil {
+		return nil, fmt.Errorf("%s: no Scaler", name)
+	}
+	if err := r.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	c, err := checkPopulation(pop)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	lr := f.ServerLR
+	if lr == 0 {
+		lr = 1
+	}
+	if !(lr > 0) || math.IsInf(lr, 1) {
+		return nil, fmt.Errorf("%s: server learning rate η_S is %v: it must be positive and finite", name, lr)
+	}
+	if f.Clip < 0 || math.IsNaN(f.Clip) {
+		return nil, fmt.Errorf("%s: clip norm is %v: want ≥ 0 (0: no clipping)", name, f.Clip)
+	}
+	init := f.Scaler(c, initRand(r.Seed))
+	s := &scaleServer{f: f, pop: pop, classes: c, rounds: r, lr: lr, w: init.Params()}
+	s.sum = make([]float64, len(s.w))
+	_, s.isTemp = init.(*calib.Temperature)
+	if !math.IsInf(f.Clip, 1) {
+		s.clip = f.Clip
+	}
+	if f.Privacy != nil {
+		if s.priv, err = f.Privacy.resolve(false); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		z, err := s.priv.multiplier(r.T, 1, r.SampleRate)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		if z > 0 { // z = 0 (ε = ∞) with an infinite clip norm would give NaN
+			s.sigma = z * s.priv.Clip
+		}
+		if s.ledger, err = s.priv.ledger(); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	stats, err := Run[[]float64](ctx, r, pop.Len(), s)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if err := init.SetParams(s.w); err != nil {
+		return nil, fmt.Errorf("%s: final parameters: %w", name, err)
+	}
+	return &Result{
+		Protocol:   name,
+		Calibrator: init,
+		Rounds:     stats,
+		Privacy:    record(s.ledger, s.sigma, s.priv, false, r),
+		Ledger:     s.ledger,
+	}, nil
+}
+
+// initRand is the stream of the server's initial parameters.
+func initRand(seed uint64) *rand.Rand { return ClientRand(seed, 0, 0) }
+
+// Local fits client k's scaler from w^t and returns its clipped delta.
+func (s *scaleServer) Local(t, k int, rng *rand.Rand) ([]float64, error) {
+	delta := make([]float64, len(s.w))
+	set, err := s.pop.Client(k)
+	if err != nil {
+		return nil, err
+	}
+	if set.Classes != s.classes {
+		return nil, fmt.Errorf("has %d classes, the federation %d", set.Classes, s.classes)
+	}
+	if set.Len() == 0 {
+		return delta, nil
+	}
+	sc := s.f.Scaler(s.classes, rng)
+	if err := sc.SetParams(s.w); err != nil {
+		return nil, err
+	}
+	if err := sc.Fit(set); err != nil {
+		return nil, err
+	}
+	for i, v := range sc.Params() {
+		delta[i] = v - s.w[i]
+	}
+	switch {
+	case s.priv != nil:
+		clip(delta, s.priv.Clip)
+	case s.clip > 0:
+		dp.ClipL2(delta, s.clip)
+	}
+	return delta, nil
+}
+
+// Aggregate adds client k's delta to the round's sum.
+func (s *scaleServer) Aggregate(t, k int, delta []float64) error {
+	for i, v := range delta {
+		s.sum[i] += v
+	}
+	return nil
+}
+
+// EndRound applies the round's (noisy) mean delta.
+func (s *scaleServer) EndRound(t, participants int) error {
+	if s.ledger != nil {
+		if err := s.ledger.Spend(dp.Release{
+			Mechanism:  fmt.Sprintf("%s round %d", s.f.Name, t),
+			Noise:      []dp.Gaussian{{Sigma: s.sigma, Sensitivity: s.priv.Clip}},
+			SampleRate: s.rounds.SampleRate,
+			Rounds:     1,
+		}); err != nil {
+			return err
+		}
+	}
+	if participants > 0 {
+		denom := float64(participants)
+		if s.priv != nil {
+			dp.AddGaussian(s.sum, s.sigma, s.priv.noise(s.rounds.Seed, t))
+			denom = s.rounds.SampleRate * float64(s.pop.Len())
+		}
+		for i, v := range s.sum {
+			s.w[i] += s.lr * (v / denom)
+		}
+		clear(s.sum)
+		s.project()
+	}
+	if s.f.Snapshot != nil {
+		sc := s.f.Scaler(s.classes, initRand(s.rounds.Seed))
+		if err := sc.SetParams(s.w); err != nil {
+			return err
+		}
+		s.f.Snapshot(t, sc)
+	}
+	return nil
+}
+
+// project keeps w where the scaler can take it: a temperature is clamped
+// to [calib.MinTemperature, calib.MaxTemperature].
+func (s *scaleServer) project() {
+	if s.isTemp {
+		s.w[0] = min(max(s.w[0], calib.MinTemperature), calib.MaxTemperature)
+	}
+}
+
+// Traffic: a participant receives w^t and sends Δ_k.
+func (s *scaleServer) Traffic() (int, int) { return 8 * len(s.w), 8 * len(s.w) }
+
+// epsilonSpent returns the ε spent so far, 0 without privacy.
+func (s *scaleServer) epsilonSpent() float64 {
+	if s.ledger == nil {
+		return 0
+	}
+	return s.ledger.Spent().Epsilon
+}
