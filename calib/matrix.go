@@ -83,7 +83,7 @@ func (m *Matrix) Fit(s *Set) error {
 	if m.Classes() != 0 {
 		x0 = m.Params()
 	}
-	x, err := minimizeLBFGS(func(g, x []float64) float64 { return matrixNLL(g, x, s) }, x0, m.Options)
+	x, err := minimizeLBFGS(withPrior(func(g, x []float64) float64 { return matrixNLL(g, x, s) }, NewMatrix(s.Classes).Params(), s.Len(), m.Options), x0, m.Options)
 	if err != nil {
 		return fmt.Errorf("matrix scaler: %w", err)
 	}

@@ -116,7 +116,7 @@ func (o *OPVector) Fit(s *Set) error {
 		x0 = o.Params()
 	}
 	d := newOPData(s)
-	x, err := minimizeLBFGS(func(g, x []float64) float64 { return opVectorNLL(g, x, s, d) }, x0, o.Options)
+	x, err := minimizeLBFGS(withPrior(func(g, x []float64) float64 { return opVectorNLL(g, x, s, d) }, NewOPVector(s.Classes).Params(), s.Len(), o.Options), x0, o.Options)
 	if err != nil {
 		return fmt.Errorf("opvector scaler: %w", err)
 	}

@@ -83,7 +83,7 @@ func (v *Vector) Fit(s *Set) error {
 	if v.Classes() != 0 {
 		x0 = v.Params()
 	}
-	x, err := minimizeLBFGS(func(g, x []float64) float64 { return vectorNLL(g, x, s) }, x0, v.Options)
+	x, err := minimizeLBFGS(withPrior(func(g, x []float64) float64 { return vectorNLL(g, x, s) }, NewVector(s.Classes).Params(), s.Len(), v.Options), x0, v.Options)
 	if err != nil {
 		return fmt.Errorf("vector scaler: %w", err)
 	}

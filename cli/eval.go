@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/calib/diagram"
+	"github.com/fedcalib/fedcalib/federation"
 	"github.com/fedcalib/fedcalib/infer/logits"
 )
 
@@ -31,9 +33,10 @@ type evalReport struct {
 
 func newEvalCmd() *cobra.Command {
 	var (
-		logitsPath, calibPath, split, plotDir string
-		bins                                  int
-		asJSON                                bool
+		logitsPath, split, plotDir, partPath string
+		calibPaths                           []string
+		bins                                 int
+		asJSON                               bool
 	)
 	cmd := &cobra.Command{
 		Use:   "eval --logits F.npz [--calibrator C.json]",
@@ -46,10 +49,20 @@ the calibrator predicts (and then also of the uncalibrated ones, as "before").
 Both ECEs use equal-width bins: a probability v falls in bin
 min(floor(v·bins), bins−1). The table prints cwECE, ECE and accuracy in %;
 --json prints fractions, with keys n, classes, accuracy, cwece, ece, nll and
-brier at the top level.`,
+brier at the top level.
+
+--partition takes the rows' splits from a partition file (as "fedcalib
+calibrate --partition" does), so --split test evaluates on the union of the
+clients' test splits.
+
+Given --calibrator more than once, eval compares the calibrators in one
+table: one row each, with the ε they spent, and "*" marking an accuracy
+drop of more than 1 point (the paper's asterisk); --json then prints
+{"before": …, "calibrators": [{"file", "method", "epsilon", metrics…}]}.`,
 		Example: `  fedcalib eval --logits cifar10.npz
   fedcalib eval --logits cifar10.npz --calibrator bbq.json --json
-  fedcalib eval --logits cifar10.npz --split all --bins 20`,
+  fedcalib eval --logits cifar10.npz --split all --bins 20
+  fedcalib eval --logits mnist.npz --partition p.json --calibrator temp.json --calibrator bbq.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if logitsPath == "" {
@@ -62,13 +75,25 @@ brier at the top level.`,
 			if err != nil {
 				return err
 			}
+			if partPath != "" {
+				if err := applyPartition(f, partPath, logitsPath); err != nil {
+					return err
+				}
+			}
 			splitName, rows, err := evalRows(f, split, logitsPath)
 			if err != nil {
 				return err
 			}
 			s := f.Set(rows)
+			if len(calibPaths) > 1 {
+				if plotDir != "" {
+					return fmt.Errorf("--plot draws one calibrator: give --calibrator once")
+				}
+				return compareCalibrators(cmd.OutOrStdout(), s, calibPaths, bins, asJSON, logitsPath, splitName)
+			}
 			var c calib.Calibrator
-			if calibPath != "" {
+			if len(calibPaths) == 1 {
+				calibPath := calibPaths[0]
 				if c, _, err = calib.ReadFile(calibPath); err != nil {
 					return err
 				}
@@ -98,7 +123,8 @@ brier at the top level.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&logitsPath, "logits", "", "logits file (.npz with logits [N, C], labels [N], optional split [N]) (required)")
-	fl.StringVar(&calibPath, "calibrator", "", "calibrator sidecar file (JSON) to apply before measuring; the uncalibrated metrics are shown too")
+	fl.StringArrayVar(&calibPaths, "calibrator", nil, "calibrator sidecar file (JSON) to apply before measuring; the uncalibrated metrics are shown too (repeat to compare several)")
+	fl.StringVar(&partPath, "partition", "", "take the rows' client and split from this partition file instead of the logits file")
 	fl.StringVar(&split, "split", "", `rows to evaluate: test, calibration or all (default test when the file has a split column, else all)`)
 	fl.IntVar(&bins, "bins", calib.DefaultMetricBins, "number of equal-width bins of cwECE and ECE")
 	fl.BoolVar(&asJSON, "json", false, "print the metrics as JSON (fractions, not %)")
@@ -151,6 +177,88 @@ func evaluate(s *calib.Set, c calib.Calibrator, bins int) (*evalReport, error) {
 	}
 	rep.Metrics, rep.Before, rep.Method = after, &before, c.Method()
 	return rep, nil
+}
+
+// applyPartition replaces f's client and split columns by those of the
+// partition file at path, after checking it was made for f's labels.
+func applyPartition(f *logits.File, path, logitsPath string) error {
+	p, err := federation.ReadPartition(path)
+	if err != nil {
+		return err
+	}
+	labels := make([]int, f.Len())
+	for i, y := range f.Labels {
+		labels[i] = int(y)
+	}
+	if err := p.Check(labels, f.Classes); err != nil {
+		return fmt.Errorf("%s and %s: %w", path, logitsPath, err)
+	}
+	f.Client, f.Split = p.Columns()
+	return nil
+}
+
+// calibratorRow is one calibrator of a comparison.
+type calibratorRow struct {
+	File    string   `json:"file"`
+	Method  string   `json:"method"`
+	Epsilon *float64 `json:"epsilon"` // nil when not private
+	calib.Metrics
+}
+
+// compareCalibrators evaluates several calibrator files on s and prints
+// one row each.
+func compareCalibrators(w io.Writer, s *calib.Set, paths []string, bins int, asJSON bool, logitsPath, split string) error {
+	before, err := calib.EvaluateSet(s, nil, bins)
+	if err != nil {
+		return fmt.Errorf("%s: %w", logitsPath, err)
+	}
+	rows := make([]calibratorRow, len(paths))
+	for i, path := range paths {
+		c, file, err := calib.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if c.Classes() != s.Classes {
+			return fmt.Errorf("%s is for %d classes but %s has %d", path, c.Classes(), logitsPath, s.Classes)
+		}
+		m, err := calib.EvaluateSet(s, c, bins)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		rows[i] = calibratorRow{File: path, Method: c.Method(), Metrics: m}
+		if file.Privacy != nil {
+			eps := file.Privacy.Epsilon
+			rows[i].Epsilon = &eps
+		}
+	}
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(struct {
+			Split       string          `json:"split"`
+			Bins        int             `json:"bins"`
+			Before      calib.Metrics   `json:"before"`
+			Calibrators []calibratorRow `json:"calibrators"`
+		}{split, bins, before, rows})
+	}
+	fmt.Fprintf(w, "%s: %d %s examples, %d classes, %d bins\n\n", logitsPath, before.N, split, before.Classes, bins)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "calibrator\tcwECE\tECE\taccuracy\tNLL\tε\t")
+	line := func(name string, m calib.Metrics, eps *float64) {
+		e, star := "-", ""
+		if eps != nil {
+			e = fmt.Sprint(*eps)
+		}
+		if before.Accuracy-m.Accuracy > 0.01 {
+			star = "*"
+		}
+		fmt.Fprintf(tw, "%s\t%.3f%%\t%.3f%%\t%.2f%%%s\t%.4f\t%s\t\n", name, 100*m.CWECE, 100*m.ECE, 100*m.Accuracy, star, m.NLL, e)
+	}
+	line("uncalibrated", before, nil)
+	for _, r := range rows {
+		line(strings.TrimSuffix(filepath.Base(r.File), ".json"), r.Metrics, r.Epsilon)
+	}
+	return tw.Flush()
 }
 
 // plotReliability draws the reliability diagrams of s before and, when c

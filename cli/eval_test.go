@@ -230,3 +230,46 @@ func TestEvalPlot(t *testing.T) {
 		t.Errorf("stdout %q does not list the diagrams", stdout)
 	}
 }
+
+func TestEvalCompare(t *testing.T) {
+	lf := overconfident(t, 2000)
+	good := calib.NewTemperature(4)
+	good.T = 3
+	swap := calib.NewMatrix(4)
+	swap.A = []float64{0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1}
+	dir := t.TempDir()
+	gp, sp := filepath.Join(dir, "good.json"), filepath.Join(dir, "swap.json")
+	if err := calib.WriteFile(gp, good, &calib.Privacy{Epsilon: 1, Delta: 1e-5}, calib.Provenance{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := calib.WriteFile(sp, swap, nil, calib.Provenance{}); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := fedcalib("eval", "--logits", lf, "--calibrator", gp, "--calibrator", sp)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	if len(lines) != 6 {
+		t.Fatalf("table %q: want a title, a blank line, a header and 3 rows", stdout)
+	}
+	// The good calibrator spent ε = 1 and keeps accuracy; the swap loses
+	// accuracy and is starred.
+	if f := strings.Fields(lines[4]); f[0] != "good" || f[len(f)-1] != "1" || strings.Contains(lines[4], "*") {
+		t.Errorf("row %q", lines[4])
+	}
+	if f := strings.Fields(lines[5]); f[0] != "swap" || f[len(f)-1] != "-" || !strings.Contains(lines[5], "%*") {
+		t.Errorf("row %q", lines[5])
+	}
+	code, stdout, _ = fedcalib("eval", "--logits", lf, "--calibrator", gp, "--calibrator", sp, "--json")
+	var rep struct {
+		Before      calib.Metrics
+		Calibrators []calibratorRow
+	}
+	if code != 0 || json.Unmarshal([]byte(stdout), &rep) != nil || len(rep.Calibrators) != 2 || *rep.Calibrators[0].Epsilon != 1 || rep.Calibrators[1].Epsilon != nil {
+		t.Errorf("json exit %d: %s", code, stdout)
+	}
+	if rep.Calibrators[0].Accuracy != rep.Before.Accuracy {
+		t.Errorf("temperature changed accuracy: %v vs %v", rep.Calibrators[0].Accuracy, rep.Before.Accuracy)
+	}
+}

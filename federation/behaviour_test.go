@@ -97,6 +97,9 @@ func TestOrderPreservingKeepsAccuracy(t *testing.T) {
 		ident := calib.NewTemperature(10) // T = 1: the base model's argmax
 		want := argmaxes(run.test, ident)
 		r := Rounds{T: 5, SampleRate: 0.1, Seed: uint64(s)}
+		// strict: no prediction may change. Before calib's fits had a prior
+		// (FitOptions.Prior), unclipped FedOPVector collapsed into exact ties
+		// on these tiny clients; see docs/FEDERATION.md.
 		for _, tc := range []struct {
 			f      *FedAvg
 			strict bool
@@ -105,7 +108,7 @@ func TestOrderPreservingKeepsAccuracy(t *testing.T) {
 			{&FedAvg{Name: "DP-FedTemp", Scaler: FedTemp().Scaler, Privacy: priv}, true},
 			{&FedAvg{Name: "DP-FedOPVector", Scaler: FedOPVector().Scaler, Privacy: priv}, true},
 			{&FedAvg{Name: "clipped FedOPVector", Scaler: FedOPVector().Scaler, Clip: 0.5}, true},
-			{FedOPVector(), false},
+			{FedOPVector(), true}, // kept strict by calib's prior on local fits
 		} {
 			res, err := tc.f.Fit(ctx, run.pop, r)
 			if err != nil {
