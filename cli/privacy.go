@@ -1,0 +1,324 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fedcalib/fedcalib/dp"
+)
+
+// privacyScaling and privacyBinning list the --method values of privacy.
+var (
+	privacyScaling = []string{"temp", "vector", "matrix", "opvector", "fedcal"}
+	privacyBinning = []string{"bin", "bbq"}
+)
+
+// privacyFlags holds the flags of the privacy command.
+type privacyFlags struct {
+	epsilon, delta         float64
+	method                 string
+	classes, rounds, steps int
+	sampleRate             float64
+	accountant             string
+	noiseMultiplier        float64
+	clip, clipPos, clipNeg float64
+	json                   bool
+}
+
+// privacyReport is what privacy prints. Pointer and omitempty fields are
+// left out where they do not apply.
+type privacyReport struct {
+	Method          string   `json:"method,omitempty"`
+	Accountant      string   `json:"accountant"`
+	Epsilon         float64  `json:"epsilon"`
+	Delta           float64  `json:"delta"`
+	Rho             *float64 `json:"rho,omitempty"`
+	NoiseMultiplier *float64 `json:"noise_multiplier,omitempty"`
+	Classes         int      `json:"classes,omitempty"`
+	Rounds          int      `json:"rounds,omitempty"`
+	Steps           int      `json:"steps,omitempty"`
+	PerRound        int      `json:"mechanisms_per_round,omitempty"`
+	SampleRate      float64  `json:"sample_rate,omitempty"`
+	Sigma           *float64 `json:"sigma,omitempty"`
+	SigmaPos        *float64 `json:"sigma_pos,omitempty"`
+	SigmaNeg        *float64 `json:"sigma_neg,omitempty"`
+	Order           float64  `json:"rdp_order,omitempty"`
+}
+
+func newPrivacyCmd() *cobra.Command {
+	var fl privacyFlags
+	cmd := &cobra.Command{
+		Use:   "privacy --epsilon E [--delta D] [--method M ...] | --noise-multiplier Z ...",
+		Short: "Convert privacy budgets and calibrate the noise of a private fit",
+		Long: `privacy answers three questions about user-level differential privacy, by
+the flags it is given:
+
+  --epsilon E --delta D
+      the zCDP budget ρ equivalent to (ε, δ), by the exact conversion of
+      Canonne, Kamath and Steinke (2020).
+  --method M --epsilon E --delta D [--rounds T --classes c --sample-rate q
+  --accountant zcdp|rdp]
+      the noise multiplier of a private federated fit: the standard deviation
+      of the noise per unit of clip norm, and σ at the clip norms given.
+      Scaling methods (` + strings.Join(privacyScaling, ", ") + `) noise one clipped update
+      per round: σ = C·√(T/(2ρ)). Binning methods (` + strings.Join(privacyBinning, ", ") + `) noise 2c
+      histograms per round: σ = C₊ or C₋ times √(2cT/(2ρ)).
+  --noise-multiplier Z --steps T --delta D [--sample-rate q --accountant]
+      the ε spent by T steps of the Gaussian mechanism with noise multiplier
+      Z, each on a Poisson sample of rate q.
+
+zcdp is the paper's accounting; it takes no credit for sampling clients, so
+--sample-rate below 1 changes nothing there. rdp accounts the
+Poisson-subsampled Gaussian mechanism (Mironov, Talwar, Zhang 2019) and
+converts with the bound of Balle et al. (2020) over the orders of Google's
+dp_accounting: with q < 1 the same (ε, δ) needs less noise.
+
+It prints one "key value" line per quantity, or with --json one object
+with the keys epsilon, delta, rho (zcdp), noise_multiplier and the inputs.`,
+		Example: `  fedcalib privacy --epsilon 1 --delta 1e-5
+  fedcalib privacy --method bbq --classes 10 --rounds 30 --epsilon 1 --delta 1e-5
+  fedcalib privacy --method temp --rounds 12 --epsilon 1 --sample-rate 0.1 --accountant rdp --json
+  fedcalib privacy --noise-multiplier 1.1 --sample-rate 0.01 --steps 1000 --delta 1e-5 --accountant rdp`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runPrivacy(cmd, &fl)
+		},
+	}
+	f := cmd.Flags()
+	f.Float64Var(&fl.epsilon, "epsilon", 0, "privacy budget ε > 0 (required, except with --noise-multiplier)")
+	f.Float64Var(&fl.delta, "delta", 1e-5, "δ ∈ (0, 1)")
+	f.StringVar(&fl.method, "method", "", "calibrator whose noise to calibrate: "+strings.Join(append(slices.Clone(privacyScaling), privacyBinning...), ", "))
+	f.IntVar(&fl.classes, "classes", 0, "with --method bin or bbq: number of classes c ≥ 2 (required there)")
+	f.IntVar(&fl.rounds, "rounds", 1, "with --method: number of rounds T ≥ 1")
+	f.Float64Var(&fl.sampleRate, "sample-rate", 1, "probability q ∈ (0, 1] that a client takes part in a round (credited by rdp only)")
+	f.StringVar(&fl.accountant, "accountant", "zcdp", "privacy accounting: zcdp (the paper's) or rdp (credits client sampling)")
+	f.Float64Var(&fl.noiseMultiplier, "noise-multiplier", 0, "compute ε for this noise multiplier z > 0 (noise standard deviation / L2 sensitivity)")
+	f.IntVar(&fl.steps, "steps", 1, "with --noise-multiplier: number of steps T ≥ 1")
+	f.Float64Var(&fl.clip, "clip", dp.DefaultClip, "with a scaling --method: L2 clip norm C > 0 of each client update, for σ")
+	f.Float64Var(&fl.clipPos, "clip-pos", dp.DefaultClipPos, "with --method bin or bbq: L2 clip norm C₊ > 0 of each class-positive histogram, for σ₊")
+	f.Float64Var(&fl.clipNeg, "clip-neg", dp.DefaultClipNeg, "with --method bin or bbq: L2 clip norm C₋ > 0 of each class-negative histogram, for σ₋")
+	f.BoolVar(&fl.json, "json", false, "print one JSON object instead of key-value lines")
+	return cmd
+}
+
+func runPrivacy(cmd *cobra.Command, fl *privacyFlags) error {
+	if err := checkPrivacyFlags(cmd, fl); err != nil {
+		return err
+	}
+	acc, err := dp.ParseAccountant(fl.accountant)
+	if err != nil {
+		return fmt.Errorf("--accountant %q: want zcdp or rdp", fl.accountant)
+	}
+	var rep *privacyReport
+	switch {
+	case cmd.Flags().Changed("noise-multiplier"):
+		rep, err = privacyEpsilon(fl, acc)
+	case cmd.Flags().Changed("method"):
+		rep, err = privacyNoise(fl, acc)
+	default:
+		rep, err = privacyRho(fl)
+	}
+	if err != nil {
+		return err
+	}
+	if fl.json {
+		enc := json.NewEncoder(cmd.OutOrStdout())
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	return rep.writeText(cmd.OutOrStdout())
+}
+
+// checkPrivacyFlags reports the first flag problem of privacy, naming the
+// flag and what it wants.
+func checkPrivacyFlags(cmd *cobra.Command, fl *privacyFlags) error {
+	changed := cmd.Flags().Changed
+	nm, method := changed("noise-multiplier"), changed("method")
+	// onlyWith reports flags given outside the mode that uses them.
+	onlyWith := func(mode string, ok bool, flags ...string) error {
+		for _, f := range flags {
+			if changed(f) && !ok {
+				return fmt.Errorf("--%s only applies %s: drop it", f, mode)
+			}
+		}
+		return nil
+	}
+	binning := slices.Contains(privacyBinning, fl.method)
+	for _, err := range []error{
+		onlyWith("with --noise-multiplier", nm, "steps"),
+		onlyWith("with --method", method, "rounds", "classes"),
+		onlyWith("with a scaling --method ("+strings.Join(privacyScaling, ", ")+")", method && !binning, "clip"),
+		onlyWith("with --method bin or bbq", method && binning, "clip-pos", "clip-neg"),
+		onlyWith("with --method or --noise-multiplier (ρ needs no sampling rate)", method || nm, "sample-rate"),
+	} {
+		if err != nil {
+			return err
+		}
+	}
+	switch {
+	case nm && method:
+		return errors.New("--noise-multiplier computes ε for a given noise, --method the noise for a given ε: use one")
+	case nm && changed("epsilon"):
+		return errors.New("--noise-multiplier computes ε: drop --epsilon")
+	case !nm && !changed("epsilon"):
+		return errors.New("privacy needs --epsilon ε > 0 (or --noise-multiplier z to compute ε)")
+	case !nm && !(fl.epsilon > 0 && fl.epsilon < math.Inf(1)):
+		return fmt.Errorf("--epsilon %v: want a finite ε > 0", fl.epsilon)
+	case !(fl.delta > 0 && fl.delta < 1):
+		return fmt.Errorf("--delta %v: want δ in (0, 1), e.g. 1e-5", fl.delta)
+	case !(fl.sampleRate > 0 && fl.sampleRate <= 1):
+		return fmt.Errorf("--sample-rate %v: want q in (0, 1]", fl.sampleRate)
+	case fl.accountant != "zcdp" && fl.accountant != "rdp":
+		return fmt.Errorf("--accountant %q: want zcdp or rdp", fl.accountant)
+	case !nm && !method && fl.accountant != "zcdp":
+		return errors.New("ρ is the zCDP budget: --accountant rdp needs --method or --noise-multiplier")
+	case nm && !(fl.noiseMultiplier > 0 && fl.noiseMultiplier < math.Inf(1)):
+		return fmt.Errorf("--noise-multiplier %v: want a finite z > 0", fl.noiseMultiplier)
+	case nm && fl.steps < 1:
+		return fmt.Errorf("--steps %d: want T ≥ 1", fl.steps)
+	}
+	if !method {
+		return nil
+	}
+	if !binning && !slices.Contains(privacyScaling, fl.method) {
+		return fmt.Errorf("--method %q: want one of %s", fl.method, strings.Join(append(slices.Clone(privacyScaling), privacyBinning...), ", "))
+	}
+	switch {
+	case fl.rounds < 1:
+		return fmt.Errorf("--rounds %d: want T ≥ 1", fl.rounds)
+	case binning && !changed("classes"):
+		return fmt.Errorf("--method %s needs --classes c, the number of classes (2c histograms per round)", fl.method)
+	case binning && fl.classes < 2:
+		return fmt.Errorf("--classes %d: want c ≥ 2", fl.classes)
+	}
+	for _, c := range []struct {
+		flag string
+		v    float64
+		use  bool
+	}{{"clip", fl.clip, !binning}, {"clip-pos", fl.clipPos, binning}, {"clip-neg", fl.clipNeg, binning}} {
+		if c.use && dp.CheckClip(c.flag, c.v) != nil {
+			return fmt.Errorf("--%s %v: want a finite clip norm > 0", c.flag, c.v)
+		}
+	}
+	return nil
+}
+
+// privacyRho converts (ε, δ) to ρ.
+func privacyRho(fl *privacyFlags) (*privacyReport, error) {
+	rho, err := dp.ZCDPRho(fl.epsilon, fl.delta)
+	if err != nil {
+		return nil, err
+	}
+	return &privacyReport{Accountant: dp.ZCDP.String(), Epsilon: fl.epsilon, Delta: fl.delta, Rho: &rho}, nil
+}
+
+// privacyNoise calibrates the noise of a fit with --method.
+func privacyNoise(fl *privacyFlags, acc dp.Accountant) (*privacyReport, error) {
+	binning := slices.Contains(privacyBinning, fl.method)
+	plan := dp.Plan{Epsilon: fl.epsilon, Delta: fl.delta, Rounds: fl.rounds, PerRound: 1, SampleRate: fl.sampleRate, Accountant: acc}
+	if binning {
+		plan.PerRound = 2 * fl.classes
+	}
+	z, err := plan.NoiseMultiplier()
+	if err != nil {
+		return nil, err
+	}
+	rep := &privacyReport{
+		Method: fl.method, Accountant: acc.String(), Epsilon: fl.epsilon, Delta: fl.delta,
+		NoiseMultiplier: &z, Rounds: fl.rounds, PerRound: plan.PerRound, SampleRate: fl.sampleRate,
+	}
+	if binning {
+		rep.Classes = fl.classes
+		sp, sn := fl.clipPos*z, fl.clipNeg*z
+		rep.SigmaPos, rep.SigmaNeg = &sp, &sn
+	} else {
+		s := fl.clip * z
+		rep.Sigma = &s
+	}
+	if acc == dp.ZCDP {
+		rho, err := dp.ZCDPRho(fl.epsilon, fl.delta)
+		if err != nil {
+			return nil, err
+		}
+		rep.Rho = &rho
+	}
+	return rep, nil
+}
+
+// privacyEpsilon computes the ε spent by --steps steps with
+// --noise-multiplier.
+func privacyEpsilon(fl *privacyFlags, acc dp.Accountant) (*privacyReport, error) {
+	z := fl.noiseMultiplier
+	rep := &privacyReport{Accountant: acc.String(), Delta: fl.delta, NoiseMultiplier: &z, Steps: fl.steps, SampleRate: fl.sampleRate}
+	switch acc {
+	case dp.ZCDP:
+		rho := float64(fl.steps) * dp.GaussianRho(z)
+		eps, err := dp.ZCDPEpsilon(rho, fl.delta)
+		if err != nil {
+			return nil, err
+		}
+		rep.Epsilon, rep.Rho = eps, &rho
+	case dp.RDP:
+		var a dp.RDPAccountant
+		if err := a.ComposePoissonGaussian(fl.sampleRate, z, fl.steps); err != nil {
+			return nil, err
+		}
+		eps, order, err := a.Epsilon(fl.delta)
+		if err != nil {
+			return nil, err
+		}
+		rep.Epsilon, rep.Order = eps, order
+	}
+	if math.IsInf(rep.Epsilon, 1) {
+		return nil, fmt.Errorf("--noise-multiplier %v: ε is unbounded at every Rényi order; use a larger noise multiplier", z)
+	}
+	return rep, nil
+}
+
+// writeText prints r as aligned "key value" lines, keys as in the JSON.
+func (r *privacyReport) writeText(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	line := func(key, value string) { fmt.Fprintf(tw, "%s\t%s\n", key, value) }
+	num := func(v float64) string { return strconv.FormatFloat(v, 'g', 10, 64) }
+	if r.Method != "" {
+		line("method", r.Method)
+	}
+	line("accountant", r.Accountant)
+	line("epsilon", num(r.Epsilon))
+	line("delta", num(r.Delta))
+	if r.Rho != nil {
+		line("rho", num(*r.Rho))
+	}
+	for _, kv := range []struct {
+		key string
+		v   int
+	}{{"classes", r.Classes}, {"rounds", r.Rounds}, {"steps", r.Steps}, {"mechanisms_per_round", r.PerRound}} {
+		if kv.v != 0 {
+			line(kv.key, strconv.Itoa(kv.v))
+		}
+	}
+	if r.SampleRate != 0 {
+		line("sample_rate", num(r.SampleRate))
+	}
+	if r.Order != 0 {
+		line("rdp_order", num(r.Order))
+	}
+	for _, kv := range []struct {
+		key string
+		v   *float64
+	}{{"noise_multiplier", r.NoiseMultiplier}, {"sigma", r.Sigma}, {"sigma_pos", r.SigmaPos}, {"sigma_neg", r.SigmaNeg}} {
+		if kv.v != nil {
+			line(kv.key, num(*kv.v))
+		}
+	}
+	return tw.Flush()
+}
