@@ -52,6 +52,15 @@ measures calibration, and exports calibrated models.`,
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.AddCommand(
 		newVersionCmd(),
+		newInspectCmd(),
+		newInferCmd(),
+		newSetupCmd(),
+		newEvalCmd(),
+		newPartitionCmd(),
+		newCalibrateCmd(),
+		newExportCmd(),
+		newCheckCmd(),
+		newPrivacyCmd(),
 	)
 	return root
 }

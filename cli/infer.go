@@ -1,0 +1,194 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/fedcalib/fedcalib/infer"
+	"github.com/fedcalib/fedcalib/infer/data"
+	"github.com/fedcalib/fedcalib/infer/logits"
+)
+
+// inferOverrides maps the infer command's preprocessing flags to the
+// metadata keys they override.
+var inferOverrides = []struct{ flag, key, usage string }{
+	{"scale", infer.KeyScale, "multiply raw input values by this first (e.g. 0.00392156862745098 for 1/255)"},
+	{"mean", infer.KeyMean, "subtract this after scaling: one number, or comma-separated, one per channel"},
+	{"std", infer.KeyStd, "divide by this after subtracting the mean: one number, or one per channel"},
+	{"layout", infer.KeyLayout, "model input layout: NCHW, NHWC or NC (flat features)"},
+	{"dtype", infer.KeyDType, "model input element type: float32 or int64"},
+	{"vocab", infer.KeyVocab, "text vocabulary: character i of the string is token i (needs --dtype int64)"},
+	{"classes", infer.KeyClasses, "comma-separated class names, in output order"},
+}
+
+func newInferCmd() *cobra.Command {
+	var (
+		model, spec, out string
+		opt              infer.Options
+		quiet            bool
+		overrides        = make([]string, len(inferOverrides))
+	)
+	cmd := &cobra.Command{
+		Use:   "infer --model MODEL.onnx --data SPEC --out LOGITS.npz",
+		Short: "Run an ONNX classifier over a dataset and save its logits",
+		Long: `infer runs an ONNX classifier on CPU with ONNX Runtime over every record of a
+dataset, --batch records at a time, and writes the logits, labels and (when
+the dataset names them) client ids to an .npz logits file: logits float32
+[N, C], labels int64 [N], client int32 [N]. Clients are numbered in order of
+first appearance.
+
+The model input is its first input and the output its first float32
+output, unless --input/--output name others; the input needs a dynamic
+batch dimension. How records become input tensors comes from the model's
+metadata_props (fedcalib.input.scale, .mean, .std, .layout, .dtype,
+.vocab); the preprocessing flags override them one by one, and a model
+without any needs at least --layout. A value v of channel c is fed as
+(v*scale - mean[c]) / std[c].
+
+It fails, writing nothing, on a model or dataset it cannot read, data that
+does not fit the model input, labels outside the model's classes, or
+NaN/Inf outputs; it warns when outputs look like probabilities, since
+calibrators want logits. A progress bar is drawn on stderr when it is a
+terminal, unless --quiet.
+
+ONNX Runtime is loaded from --ort-lib, else $` + infer.RuntimeEnv + `,
+else the cache "fedcalib setup" fills.
+
+` + data.SpecHelp,
+		Example: `  fedcalib infer --model mnist_cnn.onnx --data mnist:data/mnist:test --out mnist_test.npz
+  fedcalib infer --model femnist.onnx --data leaf:femnist/data:test --out femnist.npz --batch 512 --threads 2
+  # a model exported without fedcalib metadata:
+  fedcalib infer --model resnet18.onnx --data cifar10:cifar-10-binary.tar.gz:test --out cifar.npz \
+      --layout NCHW --scale 0.00392156862745098 --mean 0.4914,0.4822,0.4465 --std 0.2470,0.2435,0.2616`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			stderr := cmd.ErrOrStderr()
+			opt.Preprocess = map[string]string{}
+			for i, o := range inferOverrides {
+				if !cmd.Flags().Changed(o.flag) {
+					continue
+				}
+				if o.key != infer.KeyVocab && o.key != infer.KeyClasses {
+					if _, err := infer.ParsePreprocessing(map[string]string{o.key: overrides[i]}); err != nil {
+						return fmt.Errorf("--%s: %w", o.flag, err)
+					}
+				}
+				opt.Preprocess[o.key] = overrides[i]
+			}
+			if err := checkInferPaths(model, spec, out); err != nil {
+				return err
+			}
+			if !quiet && isTerminal(stderr) {
+				opt.Progress = stderr
+			}
+			opt.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{ReplaceAttr: dropTime}))
+			res, err := runInfer(cmd.Context(), model, spec, opt)
+			if err != nil {
+				return err
+			}
+			if err := logits.Write(out, res.File()); err != nil {
+				return err
+			}
+			if quiet {
+				return nil
+			}
+			clients := ""
+			if res.Client != nil {
+				clients = fmt.Sprintf(", %d clients", len(res.ClientNames))
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: %d records, %d classes%s\n", out, res.Len(), res.Classes, clients)
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&model, "model", "", "the ONNX model to run (required)")
+	f.StringVar(&spec, "data", "", "the dataset spec, FORMAT:PATH[:OPTION] (required; grammar above)")
+	f.StringVar(&out, "out", "", "the .npz logits file to write (required; replaced atomically)")
+	f.IntVar(&opt.Batch, "batch", infer.DefaultBatch, "records per model run")
+	f.IntVar(&opt.Threads, "threads", runtime.NumCPU(), "ONNX Runtime intra-op threads, one per CPU by default")
+	f.StringVar(&opt.Input, "input", "", "the model input to feed (default: the first)")
+	f.StringVar(&opt.Output, "output", "", "the model output to collect (default: the first float32 output)")
+	f.StringVar(&opt.Runtime, "ort-lib", "", "the ONNX Runtime shared library (default: $"+infer.RuntimeEnv+", then the setup cache)")
+	f.BoolVarP(&quiet, "quiet", "q", false, "draw no progress bar and print no summary")
+	for i, o := range inferOverrides {
+		f.StringVar(&overrides[i], o.flag, "", o.usage+" (overrides "+o.key+")")
+	}
+	for _, name := range []string{"model", "data", "out"} {
+		if err := cmd.MarkFlagRequired(name); err != nil {
+			panic(err)
+		}
+	}
+	f.SortFlags = false
+	return cmd
+}
+
+// runInfer opens the model and the dataset and runs the one over the other.
+func runInfer(ctx context.Context, model, spec string, opt infer.Options) (*infer.Result, error) {
+	if opt.Batch <= 0 {
+		return nil, fmt.Errorf("--batch %d: want a positive number of records", opt.Batch)
+	}
+	if opt.Threads <= 0 {
+		return nil, fmt.Errorf("--threads %d: want a positive number of threads", opt.Threads)
+	}
+	s, err := infer.OpenSession(model, opt)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	rd, err := data.Open(spec)
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+	res, err := s.Infer(ctx, rd)
+	if err != nil {
+		return nil, fmt.Errorf("%s on %s: %w", model, spec, err)
+	}
+	return res, nil
+}
+
+// checkInferPaths refuses an output file that is one of the inputs.
+func checkInferPaths(model, spec, out string) error {
+	if strings.TrimSpace(out) == "" {
+		return errors.New("--out is empty: name the .npz logits file to write")
+	}
+	if !strings.HasSuffix(strings.ToLower(out), ".npz") {
+		return fmt.Errorf("--out %s: a logits file must end in .npz", out)
+	}
+	// The model, the spec, and the paths inside a spec:
+	// FORMAT:PATH[:OPTION] and PATH,PATH lists.
+	inputs := append([]string{model, spec}, strings.FieldsFunc(spec, func(r rune) bool { return r == ':' || r == ',' })...)
+	fo, err := os.Stat(out)
+	if err != nil {
+		return nil // a new file
+	}
+	for _, in := range inputs {
+		if fi, err := os.Stat(in); err == nil && os.SameFile(fi, fo) {
+			return fmt.Errorf("--out %s is an input (%s): choose another output file", out, in)
+		}
+	}
+	return nil
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// dropTime removes the time from slog records written to the terminal.
+func dropTime(groups []string, a slog.Attr) slog.Attr {
+	if len(groups) == 0 && a.Key == slog.TimeKey {
+		return slog.Attr{}
+	}
+	return a
+}

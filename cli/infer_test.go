@@ -1,0 +1,217 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/fedcalib/fedcalib/infer"
+	"github.com/fedcalib/fedcalib/infer/logits"
+)
+
+// fedcalib runs the command line in-process.
+func fedcalib(args ...string) (code int, stdout, stderr string) {
+	var o, e bytes.Buffer
+	code = Main(args, &o, &e)
+	return code, o.String(), e.String()
+}
+
+// writeIDX writes n h×w one-channel images with labels i%3 as an IDX pair
+// and returns the image file's path. Pixel j of image i is (37i+11j) mod 256.
+func writeIDX(t *testing.T, n, h, w int) (string, [][]uint8) {
+	t.Helper()
+	dir := t.TempDir()
+	var img, lab bytes.Buffer
+	binary.Write(&img, binary.BigEndian, []uint32{0x803, uint32(n), uint32(h), uint32(w)})
+	binary.Write(&lab, binary.BigEndian, []uint32{0x801, uint32(n)})
+	pix := make([][]uint8, n)
+	for i := range n {
+		pix[i] = make([]uint8, h*w)
+		for j := range pix[i] {
+			pix[i][j] = uint8((37*i + 11*j) % 256)
+		}
+		img.Write(pix[i])
+		lab.WriteByte(byte(i % 3))
+	}
+	images := filepath.Join(dir, "t10k-images-idx3-ubyte")
+	if err := os.WriteFile(images, img.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "t10k-labels-idx1-ubyte"), lab.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return images, pix
+}
+
+func requireORT(t *testing.T) {
+	t.Helper()
+	if _, err := infer.ResolveRuntime(""); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+}
+
+// tinyReference computes infer/testdata/tiny.onnx from the weights in
+// tiny.json, in float64.
+func tinyReference(t *testing.T, img []uint8) []float64 {
+	t.Helper()
+	b, err := os.ReadFile("../infer/testdata/tiny.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w struct {
+		Tiny struct {
+			Scale, Mean, Std float64
+			W1, B1, W2, B2   []float64
+		}
+	}
+	if err := json.Unmarshal(b, &w); err != nil {
+		t.Fatal(err)
+	}
+	m := w.Tiny
+	layer := func(wt, bias, x []float64, relu bool) []float64 {
+		y := make([]float64, len(bias))
+		for i := range y {
+			y[i] = bias[i]
+			for j, v := range x {
+				y[i] += wt[i*len(x)+j] * v
+			}
+			if relu {
+				y[i] = math.Max(y[i], 0)
+			}
+		}
+		return y
+	}
+	x := make([]float64, len(img))
+	for i, v := range img {
+		x[i] = (float64(v)*m.Scale - m.Mean) / m.Std
+	}
+	return layer(m.W2, m.B2, layer(m.W1, m.B1, x, true), false)
+}
+
+func TestInferCommand(t *testing.T) {
+	requireORT(t)
+	images, pix := writeIDX(t, 300, 4, 4)
+	out := filepath.Join(t.TempDir(), "logits.npz")
+	code, stdout, stderr := fedcalib("infer", "--model", "../infer/testdata/tiny.onnx", "--data", "idx:"+images,
+		"--out", out, "--batch", "128", "--threads", "1")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if want := "wrote " + out + ": 300 records, 3 classes\n"; stdout != want {
+		t.Errorf("stdout %q, want %q", stdout, want)
+	}
+	f, err := logits.Read(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Classes != 3 || f.Len() != 300 || f.Client != nil {
+		t.Fatalf("file has %d classes, %d rows, client %v; want 3, 300, none", f.Classes, f.Len(), f.Client)
+	}
+	for i, img := range pix {
+		if f.Labels[i] != int64(i%3) {
+			t.Errorf("label %d = %d, want %d", i, f.Labels[i], i%3)
+		}
+		for c, want := range tinyReference(t, img) {
+			if got := float64(f.Logits[i*3+c]); math.Abs(got-want) > 1e-5*math.Max(1, math.Abs(want)) {
+				t.Errorf("row %d class %d: %v, want %v", i, c, got, want)
+			}
+		}
+	}
+}
+
+func TestInferCommandErrors(t *testing.T) {
+	requireORT(t)
+	images, _ := writeIDX(t, 5, 4, 4)
+	dir := t.TempDir()
+	corrupt := filepath.Join(dir, "corrupt.onnx")
+	tiny, err := os.ReadFile("../infer/testdata/tiny.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(corrupt, tiny[:len(tiny)/2], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out.npz")
+	const old = "an older logits file"
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"missing runtime", []string{"--ort-lib", filepath.Join(dir, "libonnxruntime.so.1")}, "ONNX Runtime not found (" + dir},
+		{"wrong shape", []string{"--model", "../infer/testdata/cnn.onnx"}, `record shape [4 4 1] gives NCHW input [? 1 4 4], but model input "image" is [? 1 28 28]`},
+		{"corrupt model", []string{"--model", corrupt}, corrupt + ": not a model ONNX Runtime can read"},
+		{"unreadable data", []string{"--data", "idx:" + filepath.Join(dir, "none-images-idx3-ubyte")}, "none-images-idx3-ubyte"},
+		{"no metadata", []string{"--model", "../infer/testdata/tiny_nometa.onnx"}, "pass --layout"},
+		{"bad override", []string{"--std", "0"}, `--std: fedcalib.input.std="0"`},
+		{"fixed batch", []string{"--model", "../infer/testdata/tiny_fixed.onnx"}, "fixed batch dimension"},
+		{"bad batch", []string{"--batch", "0"}, "--batch 0"},
+		{"not npz", []string{"--out", filepath.Join(dir, "out.csv")}, "must end in .npz"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := os.WriteFile(out, []byte(old), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			args := []string{"infer", "--quiet", "--model", "../infer/testdata/tiny.onnx", "--data", "idx:" + images, "--out", out}
+			code, stdout, stderr := fedcalib(append(args, tc.args...)...)
+			if code != ExitUsage {
+				t.Errorf("exit %d, want %d", code, ExitUsage)
+			}
+			if !strings.Contains(stderr, tc.want) || strings.Count(stderr, "\n") != 1 || !strings.HasPrefix(stderr, "fedcalib: ") {
+				t.Errorf("stderr %q, want one line containing %q", stderr, tc.want)
+			}
+			if stdout != "" {
+				t.Errorf("stdout %q, want nothing", stdout)
+			}
+			if b, _ := os.ReadFile(out); string(b) != old {
+				t.Errorf("the existing output file was changed to %d bytes", len(b))
+			}
+			if left, _ := filepath.Glob(filepath.Join(dir, ".*")); len(left) != 0 {
+				t.Errorf("temporary files left behind: %v", left)
+			}
+		})
+	}
+}
+
+func TestInferCommandRefusesToOverwriteInput(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "data.npz")
+	if err := os.WriteFile(in, []byte("input"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := fedcalib("infer", "--model", "../infer/testdata/tiny.onnx", "--data", "npz:"+in+":x,y", "--out", in)
+	if code != ExitUsage || !strings.Contains(stderr, "is an input") {
+		t.Errorf("exit %d, stderr %q; want %d and a refusal", code, stderr, ExitUsage)
+	}
+	if b, _ := os.ReadFile(in); string(b) != "input" {
+		t.Error("the input was overwritten")
+	}
+}
+
+func TestInferCommandHelp(t *testing.T) {
+	for _, cmd := range []string{"infer", "setup"} {
+		code, stdout, _ := fedcalib(cmd, "--help")
+		if code != 0 || !strings.Contains(stdout, "Examples:\n  fedcalib "+cmd) {
+			t.Errorf("%s --help: exit %d, no example in %q", cmd, code, stdout)
+		}
+	}
+	_, stdout, _ := fedcalib("infer", "--help")
+	for _, flag := range []string{"--model", "--data", "--out", "--batch", "--threads", "--quiet", "--ort-lib", "--scale", "--mean", "--std", "--layout", "--dtype", "--vocab", "--classes"} {
+		if !strings.Contains(stdout, flag+" ") {
+			t.Errorf("infer --help does not document %s", flag)
+		}
+	}
+}
+
+func TestInferCommandRequiredFlags(t *testing.T) {
+	code, _, stderr := fedcalib("infer", "--model", "m.onnx")
+	if code != ExitUsage || !slices.ContainsFunc([]string{`"data"`, `"out"`}, func(s string) bool { return strings.Contains(stderr, s) }) {
+		t.Errorf("exit %d, stderr %q; want %d naming the missing flags", code, stderr, ExitUsage)
+	}
+}

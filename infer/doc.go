@@ -1,0 +1,54 @@
+// Package infer runs an ONNX classifier over a dataset with ONNX Runtime on
+// CPU and collects its logits.
+//
+// # ONNX Runtime
+//
+// fedcalib runs against one pinned ONNX Runtime build (RuntimeVersion,
+// checked by RuntimeSHA256). Setup installs it, once, into the per-user
+// cache (CachedRuntimePath); it is the only code that downloads anything.
+// ResolveRuntime finds the library: an explicit path (the --ort-lib flag),
+// else the file named by $ONNXRUNTIME_SHARED_LIBRARY_PATH, else the cache.
+//
+// ONNX Runtime keeps one environment per process, and onnxruntime_go holds it
+// in package-level state. InitRuntime creates it the first time it is needed
+// and keeps it for the life of the process; it is the one piece of global
+// state in fedcalib, shared by every Session.
+//
+// # Sessions and inference
+//
+// OpenSession loads a model. Its input is the first model input and its
+// output the first float32 output, unless Options names them; the input must
+// have a dynamic batch (first) dimension and the output must be logits of
+// shape [batch, classes]. Session.Infer reads a data.Reader to the end,
+// Options.Batch records at a time, and returns a Result: the logits, the
+// labels, and client ids when the reader provides client names. Outputs
+// holding NaN or ±Inf are an error; outputs that look like probabilities
+// (rows of non-negative numbers summing to 1) get a warning, because the
+// calibrators want logits. Session.Run runs one batch that is already a
+// tensor.
+//
+// # Preprocessing metadata
+//
+// How records become model input is recorded in the model's metadata_props
+// by the recipe that trained it, under these keys (the contract with the
+// model recipes in package models), and can be overridden key by key with
+// Options.Preprocess (the infer command's flags):
+//
+//	fedcalib.input.scale   raw values are multiplied by this first, e.g.
+//	                       0.00392156862745098 (1/255) for 8-bit pixels; default 1
+//	fedcalib.input.mean    subtracted next: one number, or comma-separated,
+//	                       one per channel; default 0
+//	fedcalib.input.std     divided by last: one number or one per channel; default 1
+//	fedcalib.input.layout  NCHW, NHWC, or NC (flat features); default NC for a
+//	                       rank-2 input, required for any other rank
+//	fedcalib.input.dtype   float32 or int64; default: the model input's type
+//	fedcalib.input.vocab   a text vocabulary: character i of the string is token i;
+//	                       text records become int64 token indices (dtype int64)
+//	fedcalib.classes       comma-separated class names in output order (optional)
+//
+// So a pixel value v of channel c becomes (v*scale - mean[c]) / std[c].
+// Records hold images as height×width×channels (HWC); a rank-2 record is
+// one channel; a flat record (rank 1) is taken to be in the model's own
+// element order already. A model with none of the fedcalib.input.* keys and
+// no overrides is refused, naming the flags that supply them.
+package infer

@@ -1,0 +1,158 @@
+package infer
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/fedcalib/fedcalib/infer/data"
+)
+
+// A 2×2 image with 3 channels whose pixel (h, w) channel c holds
+// 10*(2h+w) + c, normalised with mean (0, 1, 2) and std (1, 2, 4):
+// channel 0 keeps its values, channel 1 becomes (v-1)/2, channel 2 (v-2)/4.
+var (
+	hwc = []uint8{0, 1, 2, 10, 11, 12, 20, 21, 22, 30, 31, 32}
+	// By hand, channel by channel.
+	wantNCHW = []float32{0, 10, 20, 30, 0, 5, 10, 15, 0, 2.5, 5, 7.5}
+	// By hand, pixel by pixel.
+	wantNHWC = []float32{0, 0, 0, 10, 5, 2.5, 20, 10, 5, 30, 15, 7.5}
+)
+
+func TestEncoderLayouts(t *testing.T) {
+	pre := Preprocessing{Mean: []float64{0, 1, 2}, Std: []float64{1, 2, 4}}
+	flt := make([]float32, len(hwc))
+	for i, v := range hwc {
+		flt[i] = float32(v)
+	}
+	// The same values, already in NCHW order, as a flat record.
+	chw := []float32{0, 10, 20, 30, 1, 11, 21, 31, 2, 12, 22, 32}
+	for _, tc := range []struct {
+		name   string
+		layout Layout
+		dims   []int64
+		rec    data.Record
+		want   []float32
+	}{
+		{"image NCHW", NCHW, []int64{3, 2, 2}, data.Record{Image: hwc, Shape: []int{2, 2, 3}}, wantNCHW},
+		{"image NHWC", NHWC, []int64{2, 2, 3}, data.Record{Image: hwc, Shape: []int{2, 2, 3}}, wantNHWC},
+		{"image NC", NC, []int64{12}, data.Record{Image: hwc, Shape: []int{2, 2, 3}}, wantNHWC},
+		{"image dynamic dims", NCHW, []int64{3, -1, -1}, data.Record{Image: hwc, Shape: []int{2, 2, 3}}, wantNCHW},
+		{"float NCHW", NCHW, []int64{3, 2, 2}, data.Record{Float: flt, Shape: []int{2, 2, 3}}, wantNCHW},
+		{"float NHWC", NHWC, []int64{2, 2, 3}, data.Record{Float: flt, Shape: []int{2, 2, 3}}, wantNHWC},
+		{"flat float as NCHW", NCHW, []int64{3, 2, 2}, data.Record{Float: chw}, wantNCHW},
+		{"flat float as NHWC", NHWC, []int64{2, 2, 3}, data.Record{Float: flt}, wantNHWC},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := pre
+			p.Layout = tc.layout
+			e := newEncoder(p, Float32, "x", tc.dims)
+			if err := e.plan(&tc.rec); err != nil {
+				t.Fatal(err)
+			}
+			got := make([]float32, e.size)
+			// Twice: the second record reuses the plan.
+			for range 2 {
+				if err := e.encode(&tc.rec, got, nil); err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(got, tc.want) {
+					t.Errorf("encoded %v, want %v", got, tc.want)
+				}
+			}
+		})
+	}
+}
+
+func TestEncoderOneChannel(t *testing.T) {
+	// scale 1/255, mean 0.5, std 0.25: 0 → -2, 255 → 2, 51 → -1.2.
+	pre := Preprocessing{Scale: 1.0 / 255, Mean: []float64{0.5}, Std: []float64{0.25}, Layout: NCHW}
+	e := newEncoder(pre, Float32, "x", []int64{1, 1, 3})
+	rec := data.Record{Image: []uint8{0, 255, 51}, Shape: []int{1, 3}}
+	if err := e.plan(&rec); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]float32, 3)
+	if err := e.encode(&rec, got, nil); err != nil {
+		t.Fatal(err)
+	}
+	if want := []float32{-2, 2, -1.2}; !slices.Equal(got, want) {
+		t.Errorf("encoded %v, want %v", got, want)
+	}
+}
+
+func TestEncoderInt64(t *testing.T) {
+	e := newEncoder(Preprocessing{Layout: NC, DType: Int64}, Int64, "ids", []int64{3})
+	rec := data.Record{Float: []float32{4, 0, 7}}
+	if err := e.plan(&rec); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]int64, 3)
+	if err := e.encode(&rec, nil, got); err != nil {
+		t.Fatal(err)
+	}
+	if want := []int64{4, 0, 7}; !slices.Equal(got, want) {
+		t.Errorf("encoded %v, want %v", got, want)
+	}
+	rec.Float[1] = 0.5
+	if err := e.encode(&rec, nil, got); err == nil || !strings.Contains(err.Error(), "not an integer") {
+		t.Errorf("non-integer value: error %v, want one saying so", err)
+	}
+
+	v := newEncoder(Preprocessing{DType: Int64, Vocab: "ab€c"}, Int64, "tokens", []int64{-1})
+	text := data.Record{Text: "c€ba"}
+	if err := v.plan(&text); err != nil {
+		t.Fatal(err)
+	}
+	got = make([]int64, v.size)
+	if err := v.encode(&text, nil, got); err != nil {
+		t.Fatal(err)
+	}
+	if want := []int64{3, 2, 1, 0}; !slices.Equal(got, want) {
+		t.Errorf("encoded %q as %v, want %v", text.Text, got, want)
+	}
+}
+
+func TestEncoderPlanErrors(t *testing.T) {
+	img := data.Record{Image: hwc, Shape: []int{2, 2, 3}}
+	for _, tc := range []struct {
+		name string
+		pre  Preprocessing
+		dims []int64
+		rec  data.Record
+		want string
+	}{
+		{"no layout", Preprocessing{}, []int64{3, 2, 2}, img, "set fedcalib.input.layout (flag --layout)"},
+		{"mean per channel", Preprocessing{Layout: NCHW, Mean: []float64{1, 2}}, []int64{3, 2, 2}, img, "fedcalib.input.mean has 2 values but the data has 3 channels"},
+		{"rank 4 record", Preprocessing{Layout: NCHW}, []int64{3, 2, 2}, data.Record{Image: hwc, Shape: []int{1, 2, 2, 3}}, "want height×width×channels"},
+		{"flat to dynamic", Preprocessing{Layout: NCHW}, []int64{3, -1, -1}, data.Record{Float: make([]float32, 12)}, "flat records of 12 values cannot fill NCHW input"},
+		{"no vocab", Preprocessing{DType: Int64}, []int64{-1}, data.Record{Text: "abc"}, "model has no vocabulary"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dtype := Float32
+			if tc.pre.DType != "" {
+				dtype = tc.pre.DType
+			}
+			err := newEncoder(tc.pre, dtype, "x", tc.dims).plan(&tc.rec)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("plan = %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func BenchmarkEncodeMNIST(b *testing.B) {
+	pre := Preprocessing{Scale: 1.0 / 255, Mean: []float64{0.1307}, Std: []float64{0.3081}, Layout: NCHW}
+	e := newEncoder(pre, Float32, "image", []int64{1, 28, 28})
+	rec := data.Record{Image: images(1, 784, 9)[0], Shape: []int{28, 28, 1}}
+	if err := e.plan(&rec); err != nil {
+		b.Fatal(err)
+	}
+	dst := make([]float32, 784)
+	b.SetBytes(784)
+	for b.Loop() {
+		if err := e.encode(&rec, dst, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,222 @@
+package infer
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Metadata keys: the contract between the model recipes, which write them
+// into the ONNX model's metadata_props, and Session, which reads them.
+// Options.Preprocess overrides them key by key.
+const (
+	// KeyScale multiplies each raw input value first (e.g.
+	// "0.00392156862745098" = 1/255 for 8-bit pixels). Default 1.
+	KeyScale = "fedcalib.input.scale"
+	// KeyMean is subtracted after scaling: one number, or comma-separated
+	// numbers, one per channel. Default 0.
+	KeyMean = "fedcalib.input.mean"
+	// KeyStd divides after subtracting the mean: one number, or one per
+	// channel. Default 1.
+	KeyStd = "fedcalib.input.std"
+	// KeyLayout is the memory order of the model input: "NCHW", "NHWC" or
+	// "NC" (flat). Default: NC for a rank-2 input; required otherwise.
+	KeyLayout = "fedcalib.input.layout"
+	// KeyDType is the element type of the model input: "float32" or
+	// "int64". Default float32.
+	KeyDType = "fedcalib.input.dtype"
+	// KeyVocab is the text vocabulary: character i of the string (a
+	// Unicode code point) is encoded as token i. It requires dtype int64.
+	KeyVocab = "fedcalib.input.vocab"
+	// KeyClasses is the comma-separated class names, in output order.
+	// Optional.
+	KeyClasses = "fedcalib.classes"
+)
+
+// inputKeys are the metadata keys that describe preprocessing.
+var inputKeys = []string{KeyScale, KeyMean, KeyStd, KeyLayout, KeyDType, KeyVocab}
+
+// Layout is the memory order of a model's input tensor.
+type Layout string
+
+// Layouts.
+const (
+	NCHW Layout = "NCHW" // batch, channel, height, width (PyTorch)
+	NHWC Layout = "NHWC" // batch, height, width, channel (TensorFlow)
+	NC   Layout = "NC"   // batch, features: each record flattened in its own order
+)
+
+// DType is the element type of a model's input tensor.
+type DType string
+
+// Element types.
+const (
+	Float32 DType = "float32"
+	Int64   DType = "int64"
+)
+
+// Preprocessing says how a record becomes one row of the model input:
+// each raw value v of channel c becomes (v*Scale - Mean[c]) / Std[c], laid
+// out as Layout, or, for text, each character becomes its index in Vocab.
+type Preprocessing struct {
+	// Scale multiplies raw values. Zero means 1.
+	Scale float64
+	// Mean holds one value for all channels or one per channel. Nil means 0.
+	Mean []float64
+	// Std holds one value for all channels or one per channel. Nil means 1.
+	Std []float64
+	// Layout is the model input layout. Empty means NC, valid only for
+	// rank-2 inputs.
+	Layout Layout
+	// DType is the model input element type. Empty means the type of the
+	// model's input.
+	DType DType
+	// Vocab is the text vocabulary. Empty means records carry no text.
+	Vocab string
+}
+
+// ParsePreprocessing reads Preprocessing from metadata props (the Key*
+// constants). Keys it does not know are ignored. Errors name the key and
+// its bad value.
+func ParsePreprocessing(props map[string]string) (Preprocessing, error) {
+	var p Preprocessing
+	if v, ok := props[KeyScale]; ok {
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil || f == 0 || math.IsInf(f, 0) || math.IsNaN(f) {
+			return p, fmt.Errorf("%s=%q: want a finite non-zero number", KeyScale, v)
+		}
+		p.Scale = f
+	}
+	var err error
+	if p.Mean, err = parseFloats(props, KeyMean, false); err != nil {
+		return p, err
+	}
+	if p.Std, err = parseFloats(props, KeyStd, true); err != nil {
+		return p, err
+	}
+	if v, ok := props[KeyLayout]; ok {
+		switch l := Layout(strings.ToUpper(strings.TrimSpace(v))); l {
+		case NCHW, NHWC, NC:
+			p.Layout = l
+		default:
+			return p, fmt.Errorf("%s=%q: want NCHW, NHWC or NC", KeyLayout, v)
+		}
+	}
+	if v, ok := props[KeyDType]; ok {
+		switch d := DType(strings.ToLower(strings.TrimSpace(v))); d {
+		case Float32, Int64:
+			p.DType = d
+		default:
+			return p, fmt.Errorf("%s=%q: want float32 or int64", KeyDType, v)
+		}
+	}
+	if v, ok := props[KeyVocab]; ok {
+		if v == "" {
+			return p, fmt.Errorf("%s is empty", KeyVocab)
+		}
+		seen := make(map[rune]bool)
+		for _, r := range v {
+			if seen[r] {
+				return p, fmt.Errorf("%s: character %q appears twice", KeyVocab, r)
+			}
+			seen[r] = true
+		}
+		if p.DType == Float32 {
+			return p, fmt.Errorf("%s is set but %s is float32: a vocabulary needs int64 input", KeyVocab, KeyDType)
+		}
+		p.Vocab = v
+	}
+	return p, nil
+}
+
+func parseFloats(props map[string]string, key string, positive bool) ([]float64, error) {
+	v, ok := props[key]
+	if !ok {
+		return nil, nil
+	}
+	fields := strings.Split(v, ",")
+	out := make([]float64, len(fields))
+	for i, f := range fields {
+		x, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || math.IsInf(x, 0) || math.IsNaN(x) || (positive && x <= 0) {
+			want := "finite numbers"
+			if positive {
+				want = "positive numbers"
+			}
+			return nil, fmt.Errorf("%s=%q: want comma-separated %s", key, v, want)
+		}
+		out[i] = x
+	}
+	return out, nil
+}
+
+func (p *Preprocessing) scale() float64 {
+	if p.Scale == 0 {
+		return 1
+	}
+	return p.Scale
+}
+
+// channel returns the mean and std of channel c of channels.
+func (p *Preprocessing) channel(c, channels int) (mean, std float64, err error) {
+	pick := func(v []float64, key string, def float64) (float64, error) {
+		switch len(v) {
+		case 0:
+			return def, nil
+		case 1:
+			return v[0], nil
+		case channels:
+			return v[c], nil
+		}
+		return 0, fmt.Errorf("%s has %d values but the data has %d channels: give 1 or %d", key, len(v), channels, channels)
+	}
+	if mean, err = pick(p.Mean, KeyMean, 0); err != nil {
+		return 0, 0, err
+	}
+	std, err = pick(p.Std, KeyStd, 1)
+	return mean, std, err
+}
+
+// String formats p as its metadata props, in key order, omitting defaults.
+func (p Preprocessing) String() string {
+	var b strings.Builder
+	add := func(k, v string) {
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s=%s", k, v)
+	}
+	floats := func(v []float64) string {
+		s := make([]string, len(v))
+		for i, x := range v {
+			s[i] = strconv.FormatFloat(x, 'g', -1, 64)
+		}
+		return strings.Join(s, ",")
+	}
+	if p.Scale != 0 {
+		add(KeyScale, strconv.FormatFloat(p.Scale, 'g', -1, 64))
+	}
+	if p.Mean != nil {
+		add(KeyMean, floats(p.Mean))
+	}
+	if p.Std != nil {
+		add(KeyStd, floats(p.Std))
+	}
+	if p.Layout != "" {
+		add(KeyLayout, string(p.Layout))
+	}
+	if p.DType != "" {
+		add(KeyDType, string(p.DType))
+	}
+	if p.Vocab != "" {
+		add(KeyVocab, strconv.Quote(p.Vocab))
+	}
+	return b.String()
+}
+
+// hasInputKeys reports whether props hold any preprocessing key.
+func hasInputKeys(props map[string]string) bool {
+	return slices.ContainsFunc(inputKeys, func(k string) bool { _, ok := props[k]; return ok })
+}

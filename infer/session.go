@@ -1,0 +1,418 @@
+package infer
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"math"
+	"os"
+	"runtime"
+	"strings"
+
+	ort "github.com/yalue/onnxruntime_go"
+)
+
+// DefaultBatch is the batch size used when Options.Batch is zero.
+const DefaultBatch = 256
+
+// Options configures a Session. The zero value runs the first input and
+// first float32 output of the model on runtime.NumCPU() threads, 256
+// records at a time, with the preprocessing recorded in the model.
+type Options struct {
+	// Runtime is the ONNX Runtime shared library to load. Empty means
+	// ResolveRuntime's search: $ONNXRUNTIME_SHARED_LIBRARY_PATH, then the
+	// cache that Setup fills.
+	Runtime string
+	// Threads is the number of intra-op threads. Zero means
+	// runtime.NumCPU().
+	Threads int
+	// Input names the model input to feed. Empty means the first input.
+	Input string
+	// Output names the model output to collect. Empty means the first
+	// output of type float32.
+	Output string
+	// Preprocess overrides the model's metadata_props, key by key (the Key*
+	// constants). Nil overrides nothing.
+	Preprocess map[string]string
+	// Batch is the number of records per run. Zero means DefaultBatch.
+	Batch int
+	// Progress, when not nil, receives a progress bar during Infer.
+	Progress io.Writer
+	// Logger receives warnings (e.g. outputs that look like probabilities).
+	// Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// TensorInfo describes a model input or output.
+type TensorInfo struct {
+	Name  string  // the name in the graph
+	Shape []int64 // negative for dynamic (symbolic) dimensions
+	Type  string  // element type: "float32", "int64", "uint8", ...; "" if not a tensor
+}
+
+// Session is a loaded model ready to run. A Session must not be used by
+// several goroutines at once. Close releases it.
+type Session struct {
+	path    string
+	opt     Options
+	sess    *ort.DynamicAdvancedSession
+	in, out ort.InputOutputInfo
+	dtype   DType
+	props   map[string]string // metadata_props merged with Options.Preprocess
+	pre     Preprocessing
+	classes int // output columns; 0 until known
+}
+
+// OpenSession loads the ONNX model at path, loading ONNX Runtime first if
+// needed (InitRuntime(opt.Runtime)). It checks that the model has an input
+// with a dynamic batch dimension, a float32 output, and preprocessing
+// metadata or overrides.
+func OpenSession(path string, opt Options) (*Session, error) {
+	if opt.Threads < 0 {
+		return nil, fmt.Errorf("threads = %d: want 0 (all cores) or more", opt.Threads)
+	}
+	if opt.Batch < 0 {
+		return nil, fmt.Errorf("batch = %d: want a positive batch size", opt.Batch)
+	}
+	if opt.Threads == 0 {
+		opt.Threads = runtime.NumCPU()
+	}
+	if opt.Batch == 0 {
+		opt.Batch = DefaultBatch
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	if _, err := InitRuntime(opt.Runtime); err != nil {
+		return nil, err
+	}
+	model, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	s := &Session{path: path, opt: opt}
+	if err := s.discover(model); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	so, err := ort.NewSessionOptions()
+	if err != nil {
+		return nil, fmt.Errorf("ONNX Runtime session options: %w", err)
+	}
+	defer so.Destroy()
+	if err := so.SetIntraOpNumThreads(opt.Threads); err != nil {
+		return nil, fmt.Errorf("setting %d threads: %w", opt.Threads, err)
+	}
+	if err := so.SetInterOpNumThreads(1); err != nil {
+		return nil, fmt.Errorf("setting inter-op threads: %w", err)
+	}
+	s.sess, err = ort.NewDynamicAdvancedSessionWithONNXData(model, []string{s.in.Name}, []string{s.out.Name}, so)
+	if err != nil {
+		return nil, fmt.Errorf("%s: ONNX Runtime cannot load the model: %w", path, err)
+	}
+	if err := s.readMetadata(); err != nil {
+		s.sess.Destroy()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return s, nil
+}
+
+// discover picks the input and output and checks their types and shapes.
+func (s *Session) discover(model []byte) error {
+	ins, outs, err := ort.GetInputOutputInfoWithONNXData(model)
+	if err != nil {
+		return fmt.Errorf("not a model ONNX Runtime can read: %w", err)
+	}
+	if len(ins) == 0 {
+		return errors.New("model has no inputs")
+	}
+	s.in = ins[0]
+	if s.opt.Input != "" {
+		i := indexInfo(ins, s.opt.Input)
+		if i < 0 {
+			return fmt.Errorf("model has no input %q (inputs: %s)", s.opt.Input, names(ins))
+		}
+		s.in = ins[i]
+	}
+	if s.opt.Output != "" {
+		i := indexInfo(outs, s.opt.Output)
+		if i < 0 {
+			return fmt.Errorf("model has no output %q (outputs: %s)", s.opt.Output, names(outs))
+		}
+		s.out = outs[i]
+		if !isFloat32(s.out) {
+			return fmt.Errorf("model output %q is %s, not a float32 tensor", s.out.Name, describe(s.out))
+		}
+	} else {
+		i := indexFunc(outs, isFloat32)
+		if i < 0 {
+			return fmt.Errorf("model has no float32 output (outputs: %s)", names(outs))
+		}
+		s.out = outs[i]
+	}
+	if s.in.OrtValueType != ort.ONNXTypeTensor {
+		return fmt.Errorf("model input %q is %s, not a tensor", s.in.Name, describe(s.in))
+	}
+	switch s.in.DataType {
+	case ort.TensorElementDataTypeFloat:
+		s.dtype = Float32
+	case ort.TensorElementDataTypeInt64:
+		s.dtype = Int64
+	default:
+		return fmt.Errorf("model input %q has element type %s: fedcalib feeds float32 or int64", s.in.Name, elemName(s.in.DataType))
+	}
+	if len(s.in.Dimensions) < 2 {
+		return fmt.Errorf("model input %q has shape %s: want a batch dimension and at least one more", s.in.Name, fmtShape(s.in.Dimensions))
+	}
+	if d := s.in.Dimensions[0]; d >= 0 {
+		return fmt.Errorf("model input %q has a fixed batch dimension of %d (shape %s): re-export the model with a dynamic batch axis (e.g. torch.onnx.export dynamic_axes={%q: {0: \"batch\"}})", s.in.Name, d, fmtShape(s.in.Dimensions), s.in.Name)
+	}
+	if r := len(s.out.Dimensions); r != 2 {
+		return fmt.Errorf("model output %q has shape %s: want logits of shape [batch classes]", s.out.Name, fmtShape(s.out.Dimensions))
+	}
+	if c := s.out.Dimensions[1]; c > 0 {
+		s.classes = int(c)
+	}
+	return nil
+}
+
+// readMetadata merges the model's metadata_props with the overrides and
+// parses the preprocessing.
+func (s *Session) readMetadata() error {
+	md, err := s.sess.GetModelMetadata()
+	if err != nil {
+		return fmt.Errorf("reading metadata: %w", err)
+	}
+	defer md.Destroy()
+	keys, err := md.GetCustomMetadataMapKeys()
+	if err != nil {
+		return fmt.Errorf("reading metadata: %w", err)
+	}
+	s.props = make(map[string]string, len(keys)+len(s.opt.Preprocess))
+	for _, k := range keys {
+		v, _, err := md.LookupCustomMetadataMap(k)
+		if err != nil {
+			return fmt.Errorf("reading metadata %q: %w", k, err)
+		}
+		s.props[k] = v
+	}
+	maps.Copy(s.props, s.opt.Preprocess)
+	if !hasInputKeys(s.props) {
+		return fmt.Errorf("model has no preprocessing metadata (%s.* keys): pass --layout (NCHW, NHWC or NC) and, as the model needs, --scale, --mean, --std, --dtype, --vocab",
+			strings.TrimSuffix(KeyScale, ".scale"))
+	}
+	if s.pre, err = ParsePreprocessing(s.props); err != nil {
+		return err
+	}
+	if s.pre.DType != "" && s.pre.DType != s.dtype {
+		return fmt.Errorf("%s is %s but model input %q is %s", KeyDType, s.pre.DType, s.in.Name, s.dtype)
+	}
+	if s.classes > 0 && len(s.ClassNames()) > 0 && len(s.ClassNames()) != s.classes {
+		return fmt.Errorf("%s names %d classes but output %q has %d", KeyClasses, len(s.ClassNames()), s.out.Name, s.classes)
+	}
+	return nil
+}
+
+// Close releases the session. The process-wide ONNX Runtime environment
+// stays loaded.
+func (s *Session) Close() error {
+	if s.sess == nil {
+		return nil
+	}
+	err := s.sess.Destroy()
+	s.sess = nil
+	return err
+}
+
+// Input describes the model input the session feeds.
+func (s *Session) Input() TensorInfo { return tensorInfo(s.in) }
+
+// Output describes the model output the session collects.
+func (s *Session) Output() TensorInfo { return tensorInfo(s.out) }
+
+// Metadata returns the model's metadata_props with Options.Preprocess
+// applied over them.
+func (s *Session) Metadata() map[string]string { return maps.Clone(s.props) }
+
+// Preprocessing returns the preprocessing in effect.
+func (s *Session) Preprocessing() Preprocessing { return s.pre }
+
+// ClassNames returns the class names from the fedcalib.classes metadata,
+// or nil when the model has none.
+func (s *Session) ClassNames() []string {
+	v, ok := s.props[KeyClasses]
+	if !ok || strings.TrimSpace(v) == "" {
+		return nil
+	}
+	names := strings.Split(v, ",")
+	for i := range names {
+		names[i] = strings.TrimSpace(names[i])
+	}
+	return names
+}
+
+// Classes returns the number of output columns, or 0 when the output shape
+// leaves it dynamic and nothing has run yet.
+func (s *Session) Classes() int { return s.classes }
+
+// Batch is a batch of model inputs, already laid out as the model input.
+// Exactly one of Float and Int is used, as the input's element type says.
+type Batch struct {
+	// Shape is the tensor shape; Shape[0] is the number of rows.
+	Shape []int64
+	// Float holds the values of a float32 input, row-major.
+	Float []float32
+	// Int holds the values of an int64 input, row-major.
+	Int []int64
+}
+
+// Run runs one batch and appends its logits, Shape[0] rows of Classes()
+// values, to dst, returning the extended slice. It fails on outputs that
+// are not [rows classes] or that hold NaN or ±Inf.
+func (s *Session) Run(dst []float32, b *Batch) ([]float32, error) {
+	if s.sess == nil {
+		return dst, errors.New("infer: Run on a closed Session")
+	}
+	if len(b.Shape) == 0 || b.Shape[0] <= 0 {
+		return dst, fmt.Errorf("batch shape %v: want at least one row", b.Shape)
+	}
+	rows := int(b.Shape[0])
+	var in ort.Value
+	var err error
+	switch s.dtype {
+	case Float32:
+		in, err = ort.NewTensor(ort.Shape(b.Shape), b.Float)
+	case Int64:
+		in, err = ort.NewTensor(ort.Shape(b.Shape), b.Int)
+	}
+	if err != nil {
+		return dst, fmt.Errorf("batch of shape %s: %w", fmtShape(b.Shape), err)
+	}
+	defer in.Destroy()
+
+	base := len(dst)
+	outputs := []ort.Value{nil}
+	if s.classes > 0 {
+		// Let ONNX Runtime write straight into dst.
+		dst = grow(dst, rows*s.classes)
+		t, err := ort.NewTensor(ort.NewShape(int64(rows), int64(s.classes)), dst[base:])
+		if err != nil {
+			return dst[:base], err
+		}
+		outputs[0] = t
+	}
+	defer func() {
+		if outputs[0] != nil {
+			outputs[0].Destroy()
+		}
+	}()
+	if err := s.sess.Run([]ort.Value{in}, outputs); err != nil {
+		return dst[:base], fmt.Errorf("running the model on a batch of shape %s: %w", fmtShape(b.Shape), err)
+	}
+	if s.classes == 0 {
+		t, ok := outputs[0].(*ort.Tensor[float32])
+		if !ok {
+			return dst, fmt.Errorf("model output %q is not a float32 tensor", s.out.Name)
+		}
+		shape := t.GetShape()
+		if len(shape) != 2 || shape[0] != int64(rows) || shape[1] < 1 {
+			return dst, fmt.Errorf("model output %q has shape %v for %d rows: want logits of shape [%d classes]", s.out.Name, shape, rows, rows)
+		}
+		s.classes = int(shape[1])
+		dst = append(dst, t.GetData()...)
+	}
+	if err := checkFinite(dst[base:], s.classes); err != nil {
+		return dst[:base], fmt.Errorf("model output %q: %w", s.out.Name, err)
+	}
+	return dst, nil
+}
+
+// grow extends dst by n elements, reusing capacity.
+func grow(dst []float32, n int) []float32 {
+	if cap(dst)-len(dst) < n {
+		dst = append(dst[:cap(dst)], make([]float32, len(dst)+n-cap(dst))...)[:len(dst)]
+	}
+	return dst[:len(dst)+n]
+}
+
+func checkFinite(x []float32, classes int) error {
+	for i, v := range x {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return fmt.Errorf("value %v in row %d, class %d of the batch: the model produced non-finite logits", v, i/classes, i%classes)
+		}
+	}
+	return nil
+}
+
+// looksLikeProbabilities reports whether every row of x is non-negative
+// and sums to 1.
+func looksLikeProbabilities(x []float32, classes int) bool {
+	if len(x) == 0 {
+		return false
+	}
+	for r := 0; r < len(x); r += classes {
+		sum := 0.0
+		for _, v := range x[r : r+classes] {
+			if v < 0 {
+				return false
+			}
+			sum += float64(v)
+		}
+		if math.Abs(sum-1) > 1e-3 {
+			return false
+		}
+	}
+	return true
+}
+
+func tensorInfo(i ort.InputOutputInfo) TensorInfo {
+	t := TensorInfo{Name: i.Name, Shape: append([]int64(nil), i.Dimensions...)}
+	if i.OrtValueType == ort.ONNXTypeTensor {
+		t.Type = elemName(i.DataType)
+	}
+	return t
+}
+
+// elemName names an element type as NumPy does.
+func elemName(t ort.TensorElementDataType) string {
+	switch t {
+	case ort.TensorElementDataTypeFloat:
+		return "float32"
+	case ort.TensorElementDataTypeDouble:
+		return "float64"
+	}
+	return strings.ToLower(strings.TrimPrefix(t.String(), "ONNX_TENSOR_ELEMENT_DATA_TYPE_"))
+}
+
+func isFloat32(i ort.InputOutputInfo) bool {
+	return i.OrtValueType == ort.ONNXTypeTensor && i.DataType == ort.TensorElementDataTypeFloat
+}
+
+func describe(i ort.InputOutputInfo) string {
+	if i.OrtValueType == ort.ONNXTypeTensor {
+		return "a " + elemName(i.DataType) + " tensor"
+	}
+	return "a " + i.OrtValueType.String()
+}
+
+func indexInfo(infos []ort.InputOutputInfo, name string) int {
+	return indexFunc(infos, func(i ort.InputOutputInfo) bool { return i.Name == name })
+}
+
+func indexFunc(infos []ort.InputOutputInfo, f func(ort.InputOutputInfo) bool) int {
+	for i := range infos {
+		if f(infos[i]) {
+			return i
+		}
+	}
+	return -1
+}
+
+func names(infos []ort.InputOutputInfo) string {
+	s := make([]string, len(infos))
+	for i := range infos {
+		s[i] = fmt.Sprintf("%q", infos[i].Name)
+	}
+	return strings.Join(s, ", ")
+}

@@ -1,0 +1,328 @@
+package infer
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/fedcalib/fedcalib/infer/data"
+)
+
+// These tests run real ONNX Runtime; they skip when it is not installed.
+
+func openTest(t *testing.T, model string, opt Options) *Session {
+	t.Helper()
+	requireRuntime(t)
+	s, err := OpenSession(model, opt)
+	if err != nil {
+		t.Fatalf("OpenSession(%s): %v", model, err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func imageRecords(imgs [][]uint8, h, w, c int) []data.Record {
+	recs := make([]data.Record, len(imgs))
+	for i, img := range imgs {
+		recs[i] = data.Record{Image: img, Shape: []int{h, w, c}, Label: i % 3}
+	}
+	return recs
+}
+
+func TestInferTinyMatchesReference(t *testing.T) {
+	ref := loadTinyWeights(t)
+	imgs := images(10, 16, 1)
+	for _, batch := range []int{1, 3, 4, 10, 256} {
+		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
+			s := openTest(t, "testdata/tiny.onnx", Options{Batch: batch, Threads: 1})
+			res, err := s.Infer(context.Background(), &sliceReader{recs: imageRecords(imgs, 4, 4, 1)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Classes != 3 || res.Len() != len(imgs) || len(res.Logits) != 3*len(imgs) {
+				t.Fatalf("got %d classes, %d labels, %d logits; want 3, %d, %d", res.Classes, res.Len(), len(res.Logits), len(imgs), 3*len(imgs))
+			}
+			for i, img := range imgs {
+				want := ref.tinyLogits(img)
+				for c, w := range want {
+					if got := res.Logits[i*3+c]; !closeTo(got, w) {
+						t.Errorf("record %d class %d: logit %v, want %v", i, c, got, w)
+					}
+				}
+				if res.Labels[i] != int64(i%3) {
+					t.Errorf("label %d = %d, want %d", i, res.Labels[i], i%3)
+				}
+			}
+			if res.Client != nil || res.ClientNames != nil {
+				t.Errorf("client ids %v %v from a reader without clients, want nil", res.Client, res.ClientNames)
+			}
+			if !slices.Equal(res.ClassNames, []string{"zero", "one", "two"}) {
+				t.Errorf("class names %q, want the model's zero,one,two", res.ClassNames)
+			}
+		})
+	}
+}
+
+func TestInferCNNMatchesReference(t *testing.T) {
+	ref := newCNNRef()
+	imgs := images(7, 28*28, 2)
+	s := openTest(t, "testdata/cnn.onnx", Options{Batch: 4})
+	res, err := s.Infer(context.Background(), &sliceReader{recs: imageRecords(imgs, 28, 28, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Classes != 10 {
+		t.Fatalf("classes = %d, want 10", res.Classes)
+	}
+	spread := 0.0
+	for i, img := range imgs {
+		want := ref.logits(img)
+		for c, w := range want {
+			spread = math.Max(spread, math.Abs(w))
+			if got := res.Logits[i*10+c]; !closeTo(got, w) {
+				t.Errorf("record %d class %d: logit %v, want %v", i, c, got, w)
+			}
+		}
+	}
+	if spread < 0.1 {
+		t.Errorf("reference logits are all within ±%v: the comparison is too weak", spread)
+	}
+}
+
+func TestInferTextMatchesReference(t *testing.T) {
+	ref := loadTinyWeights(t)
+	texts := []string{"hello ", "world ", "abcdef", "zzzzzz", " q r s"}
+	recs := make([]data.Record, len(texts))
+	for i, s := range texts {
+		recs[i] = data.Record{Text: s, Label: 2 - i%3}
+	}
+	s := openTest(t, "testdata/tiny_text.onnx", Options{Batch: 2})
+	if s.Input().Type != "int64" {
+		t.Fatalf("input type %q, want int64", s.Input().Type)
+	}
+	res, err := s.Infer(context.Background(), &sliceReader{recs: recs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, text := range texts {
+		for c, w := range ref.textLogits(text) {
+			if got := res.Logits[i*3+c]; !closeTo(got, w) {
+				t.Errorf("%q class %d: logit %v, want %v", text, c, got, w)
+			}
+		}
+	}
+}
+
+func TestInferClients(t *testing.T) {
+	imgs := images(6, 16, 3)
+	recs := imageRecords(imgs, 4, 4, 1)
+	for i, c := range []string{"bob", "amy", "bob", "cat", "amy", "bob"} {
+		recs[i].Client = c
+	}
+	s := openTest(t, "testdata/tiny.onnx", Options{Batch: 4})
+	res, err := s.Infer(context.Background(), &sliceReader{recs: recs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int32{0, 1, 0, 2, 1, 0}; !slices.Equal(res.Client, want) {
+		t.Errorf("client ids %v, want %v", res.Client, want)
+	}
+	if want := []string{"bob", "amy", "cat"}; !slices.Equal(res.ClientNames, want) {
+		t.Errorf("client names %q, want %q", res.ClientNames, want)
+	}
+	f := res.File()
+	if err := f.Validate(); err != nil {
+		t.Errorf("logits file: %v", err)
+	}
+}
+
+// TestInferOverrides feeds the metadata-free model through the
+// overrides, with a flat float record that must be normalised like the
+// uint8 image it came from.
+func TestInferOverrides(t *testing.T) {
+	ref := loadTinyWeights(t)
+	img := images(1, 16, 4)[0]
+	flt := make([]float32, 16)
+	for i, v := range img {
+		flt[i] = float32(v)
+	}
+	opt := Options{Preprocess: map[string]string{
+		KeyLayout: "NCHW", KeyScale: "0.00392156862745098", KeyMean: "0.5", KeyStd: "0.25",
+	}}
+	s := openTest(t, "testdata/tiny_nometa.onnx", opt)
+	_, err := s.Infer(context.Background(), &sliceReader{recs: []data.Record{
+		{Image: img, Shape: []int{4, 4}},
+		{Float: flt},
+		{Float: flt, Shape: []int{4, 4, 1}},
+	}})
+	if err == nil {
+		t.Fatal("mixing image and float records: no error")
+	}
+	res, err := s.Infer(context.Background(), &sliceReader{recs: []data.Record{{Float: flt}, {Float: flt}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ref.tinyLogits(img)
+	for r := range 2 {
+		for c, w := range want {
+			if got := res.Logits[r*3+c]; !closeTo(got, w) {
+				t.Errorf("row %d class %d: %v, want %v", r, c, got, w)
+			}
+		}
+	}
+	if res.ClassNames != nil {
+		t.Errorf("class names %q from a model and reader without any", res.ClassNames)
+	}
+}
+
+func TestSoftmaxOutputWarns(t *testing.T) {
+	imgs := images(5, 16, 5)
+	for _, tc := range []struct {
+		model string
+		warn  bool
+	}{
+		{"testdata/tiny.onnx", false},
+		{"testdata/tiny_softmax.onnx", true},
+	} {
+		var buf bytes.Buffer
+		log := slog.New(slog.NewTextHandler(&buf, nil))
+		s := openTest(t, tc.model, Options{Logger: log})
+		res, err := s.Infer(context.Background(), &sliceReader{recs: imageRecords(imgs, 4, 4, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(buf.String(), "calibrators want logits"); got != tc.warn {
+			t.Errorf("%s: warned = %v, want %v (log %q)", tc.model, got, tc.warn, buf.String())
+		}
+		if got := looksLikeProbabilities(res.Logits, res.Classes); got != tc.warn {
+			t.Errorf("%s: looksLikeProbabilities = %v, want %v", tc.model, got, tc.warn)
+		}
+	}
+}
+
+func TestOpenSessionErrors(t *testing.T) {
+	requireRuntime(t)
+	for _, tc := range []struct {
+		model string
+		opt   Options
+		want  string
+	}{
+		{"testdata/tiny_nometa.onnx", Options{}, "no preprocessing metadata"},
+		{"testdata/tiny_nometa.onnx", Options{}, "--layout"},
+		{"testdata/tiny_fixed.onnx", Options{}, "fixed batch dimension of 1"},
+		{"testdata/tiny.onnx", Options{Input: "nope"}, `no input "nope" (inputs: "x")`},
+		{"testdata/tiny.onnx", Options{Output: "nope"}, `no output "nope" (outputs: "logits")`},
+		{"testdata/tiny.onnx", Options{Preprocess: map[string]string{KeyDType: "int64"}}, "fedcalib.input.dtype is int64 but model input \"x\" is float32"},
+		{"testdata/tiny.onnx", Options{Preprocess: map[string]string{KeyClasses: "a,b"}}, "names 2 classes but output \"logits\" has 3"},
+		{"testdata/tiny.onnx", Options{Preprocess: map[string]string{KeyLayout: "CHW"}}, `fedcalib.input.layout="CHW"`},
+		{"testdata/tiny.json", Options{}, "not a model ONNX Runtime can read"},
+		{"testdata/missing.onnx", Options{}, "no such file"},
+		{"testdata/tiny.onnx", Options{Threads: -1}, "threads = -1"},
+	} {
+		s, err := OpenSession(tc.model, tc.opt)
+		if err == nil {
+			s.Close()
+			t.Errorf("OpenSession(%s, %+v): no error, want %q", tc.model, tc.opt, tc.want)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("OpenSession(%s, %+v) = %q, want one line containing %q", tc.model, tc.opt, err, tc.want)
+		}
+	}
+}
+
+func TestInferErrors(t *testing.T) {
+	img := images(1, 16, 6)[0]
+	nan := make([]float32, 16)
+	nan[3] = float32(math.NaN())
+	fail := errors.New("disk on fire")
+	for _, tc := range []struct {
+		name  string
+		model string
+		rd    *sliceReader
+		want  string
+	}{
+		{"wrong shape", "testdata/tiny.onnx", &sliceReader{recs: []data.Record{{Image: make([]uint8, 28*28), Shape: []int{28, 28, 1}}}},
+			`record 0: data does not fit the model: record shape [28 28 1] gives NCHW input [? 1 28 28], but model input "x" is [? 1 4 4]`},
+		{"wrong channels", "testdata/tiny.onnx", &sliceReader{recs: []data.Record{{Image: make([]uint8, 48), Shape: []int{4, 4, 3}}}},
+			`record shape [4 4 3] gives NCHW input [? 3 4 4]`},
+		{"shape changes", "testdata/tiny.onnx", &sliceReader{recs: []data.Record{{Image: img, Shape: []int{4, 4, 1}}, {Image: img, Shape: []int{2, 8, 1}}}},
+			"record 1: record is uint8 image of shape [2 8 1], but earlier records were uint8 image of shape [4 4 1]"},
+		{"bad shape", "testdata/tiny.onnx", &sliceReader{recs: []data.Record{{Image: img, Shape: []int{4, 5, 1}}}},
+			"record shape [4 5 1] holds 20 values but the record has 16"},
+		{"empty record", "testdata/tiny.onnx", &sliceReader{recs: []data.Record{{}}}, "record 0: record has no image"},
+		{"no records", "testdata/tiny.onnx", &sliceReader{}, "no records"},
+		{"reader error", "testdata/tiny.onnx", &sliceReader{recs: imageRecords([][]uint8{img, img}, 4, 4, 1), err: fail, failAt: 1}, "reading record 1: disk on fire"},
+		{"NaN", "testdata/tiny.onnx", &sliceReader{recs: []data.Record{{Float: nan}}}, "non-finite logits"},
+		{"label", "testdata/tiny.onnx", &sliceReader{recs: []data.Record{{Image: img, Shape: []int{4, 4, 1}, Label: 3}}}, "record 0: label 3 is outside [0, 3)"},
+		{"text to image model", "testdata/tiny.onnx", &sliceReader{recs: []data.Record{{Text: "abc"}}}, "records are text but model input \"x\" is float32"},
+		{"unknown char", "testdata/tiny_text.onnx", &sliceReader{recs: []data.Record{{Text: "abcdeF"}}}, "record 0: text character 'F' is not in the model vocabulary"},
+		{"text length", "testdata/tiny_text.onnx", &sliceReader{recs: []data.Record{{Text: "abc"}}}, "text of 3 characters gives NC input [? 3], but model input \"tokens\" is [? 6]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := openTest(t, tc.model, Options{Batch: 4})
+			_, err := s.Infer(context.Background(), tc.rd)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("Infer = %v, want one line containing %q", err, tc.want)
+			}
+			if tc.name == "reader error" && !errors.Is(err, fail) {
+				t.Errorf("Infer error %v does not wrap the reader's", err)
+			}
+		})
+	}
+}
+
+func TestInferCancel(t *testing.T) {
+	s := openTest(t, "testdata/tiny.onnx", Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := s.Infer(ctx, &sliceReader{recs: imageRecords(images(3, 16, 7), 4, 4, 1)})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Infer on a cancelled context = %v, want context.Canceled", err)
+	}
+}
+
+// TestRunMatchesInfer checks the bare path the benchmark compares against.
+func TestRunMatchesInfer(t *testing.T) {
+	imgs := images(5, 16, 8)
+	s := openTest(t, "testdata/tiny.onnx", Options{})
+	res, err := s.Infer(context.Background(), &sliceReader{recs: imageRecords(imgs, 4, 4, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := loadTinyWeights(t)
+	b := &Batch{Shape: []int64{5, 1, 4, 4}}
+	for _, img := range imgs {
+		for _, v := range img {
+			b.Float = append(b.Float, float32((float64(v)*ref.Tiny.Scale-ref.Tiny.Mean)/ref.Tiny.Std))
+		}
+	}
+	prefix := []float32{42}
+	got, err := s.Run(prefix, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0] != 42 || !slices.Equal(got[1:], res.Logits) {
+		t.Errorf("Run appended %v, want 42 then Infer's %v", got, res.Logits)
+	}
+	if _, err := s.Run(nil, &Batch{Shape: []int64{2, 1, 4, 4}, Float: b.Float[:16]}); err == nil {
+		t.Error("Run with too little data: no error")
+	}
+}
+
+func TestInferProgress(t *testing.T) {
+	var buf bytes.Buffer
+	s := openTest(t, "testdata/tiny.onnx", Options{Progress: &buf, Batch: 2})
+	if _, err := s.Infer(context.Background(), &sliceReader{recs: imageRecords(images(5, 16, 9), 4, 4, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "infer") {
+		t.Errorf("no progress bar drawn: %q", buf.String())
+	}
+}
