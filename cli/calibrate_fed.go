@@ -30,7 +30,7 @@ type fedFlags struct {
 // fedFlagNames lists the flags that only federated runs take.
 var fedFlagNames = []string{
 	"partition", "clients", "beta", "rounds", "sample-rate", "clients-per-round", "weighting",
-	"server-lr", "epsilon", "delta", "clip", "clip-pos", "clip-neg", "accountant", "workers", "quiet",
+	"server-lr", "epsilon", "delta", "clip", "clip-pos", "clip-neg", "accountant", "workers",
 }
 
 const fedCalibrateHelp = `
@@ -98,7 +98,7 @@ func (ff *fedFlags) register(cmd *cobra.Command) {
 	f.Float64Var(&ff.clipNeg, "clip-neg", dp.DefaultClipNeg, "bin and bbq with --epsilon: L2 clip norm C₋ of each class-negative histogram")
 	f.StringVar(&ff.accountant, "accountant", "zcdp", "privacy accounting: zcdp (the paper's) or rdp (credits client sampling)")
 	f.IntVar(&ff.workers, "workers", 0, "goroutines running clients (0: one per CPU); results do not depend on it")
-	f.BoolVarP(&ff.quiet, "quiet", "q", false, "print no per-round progress")
+	f.BoolVarP(&ff.quiet, "quiet", "q", false, "print no per-round progress (federated runs; central fits have none)")
 }
 
 // dispatch runs calibrate without --central as a federated fit and
@@ -257,30 +257,17 @@ func (ff *fedFlags) run(cmd *cobra.Command, fl *calibrateFlags) error {
 // partitionFor returns the partition of the run and says where it came
 // from.
 func (ff *fedFlags) partitionFor(f *logits.File, data *calib.Set, fl *calibrateFlags) (*federation.Partition, string, error) {
+	src := federation.Source{File: ff.partition, Clients: ff.clients, Beta: ff.beta, Seed: uint64(fl.seed)}
+	p, desc, err := src.Partition(data.Labels, data.Classes, f.Client, f.Split)
 	switch {
-	case ff.partition != "":
-		p, err := federation.ReadPartition(ff.partition)
-		if err != nil {
-			return nil, "", err
-		}
-		if err := p.Check(data.Labels, data.Classes); err != nil {
-			return nil, "", fmt.Errorf("%s does not fit %s: %w", ff.partition, fl.logits, err)
-		}
-		return p, filepath.Base(ff.partition), nil
-	case ff.clients > 0:
-		p, err := federation.Dirichlet(data.Labels, data.Classes, ff.clients, ff.beta, federation.PartitionOptions{Seed: uint64(fl.seed)})
-		if err != nil {
-			return nil, "", fmt.Errorf("%s: %w", fl.logits, err)
-		}
-		return p, fmt.Sprintf("Dirichlet β = %v", ff.beta), nil
-	case f.Client != nil:
-		p, err := federation.Natural(data.Labels, data.Classes, f.Client, f.Split, federation.NaturalOptions{Seed: uint64(fl.seed)})
-		if err != nil {
-			return nil, "", fmt.Errorf("%s: %w", fl.logits, err)
-		}
-		return p, "the file's client column", nil
+	case errors.Is(err, federation.ErrNoClientColumn):
+		return nil, "", fmt.Errorf("%s has no client column, so calibrate needs --central, or clients from --partition P.json or --clients K --beta B", fl.logits)
+	case err != nil && ff.partition != "" && !errors.Is(err, federation.ErrMismatch):
+		return nil, "", err // ReadPartition names the file
+	case err != nil:
+		return nil, "", fmt.Errorf("%s: %w", fl.logits, err)
 	}
-	return nil, "", fmt.Errorf("%s has no client column, so calibrate needs --central, or clients from --partition P.json or --clients K --beta B", fl.logits)
+	return p, desc, nil
 }
 
 // progressPrinter returns a Progress callback printing one line per round.

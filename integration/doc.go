@@ -1,0 +1,11 @@
+// Package integration holds end-to-end tests that drive the fedcalib
+// binary as a user would, through real ONNX Runtime, and the demo script
+// run by `make demo` (demo.sh).
+//
+// The tests build the binary once, then run each step in a fresh process:
+// calibrators are fitted, exported into an ONNX model, loaded again from
+// disk and checked. Where Debian's python3-onnx is installed, the exported
+// models must also pass onnx.checker.check_model(full_check=True). Tests
+// skip with a clear message when ONNX Runtime is not installed (run
+// `make setup`).
+package integration
