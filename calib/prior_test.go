@@ -33,7 +33,12 @@ func TestPriorKeepsSmallFitsFinite(t *testing.T) {
 	}{
 		{"vector", func(o FitOptions) []float64 { v := NewVector(3); v.Options = o; v.Fit(separable()); return v.Params() }},
 		{"matrix", func(o FitOptions) []float64 { m := NewMatrix(3); m.Options = o; m.Fit(separable()); return m.Params() }},
-		{"opvector", func(o FitOptions) []float64 { p := NewOPVector(3); p.Options = o; p.Fit(separable()); return p.Params() }},
+		{"opvector", func(o FitOptions) []float64 {
+			p := NewOPVector(3)
+			p.Options = o
+			p.Fit(separable())
+			return p.Params()
+		}},
 	} {
 		ml := maxAbs(tc.fit(FitOptions{Prior: -1, MaxIterations: 200}))
 		mapFit := maxAbs(tc.fit(FitOptions{MaxIterations: 200}))
