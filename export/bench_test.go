@@ -1,0 +1,86 @@
+package export
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	ort "github.com/yalue/onnxruntime_go"
+
+	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/infer"
+	"github.com/fedcalib/fedcalib/onnx"
+)
+
+// BenchmarkBatch1Latency measures the batch-1 latency of an MNIST-sized
+// CNN (infer/testdata/cnn.onnx, 3.8M multiply-adds) with and without an
+// appended calibrator, in the same run, one intra-op thread. The
+// calibrated runs also fetch the probabilities output.
+func BenchmarkBatch1Latency(b *testing.B) {
+	if _, err := infer.InitRuntime(""); err != nil {
+		b.Skipf("ONNX Runtime not installed (run make setup): %v", err)
+	}
+	const src = "../infer/testdata/cnn.onnx"
+	base, err := onnx.ReadFile(src)
+	if err != nil {
+		b.Fatal(err)
+	}
+	classes := int(base.Outputs()[0].Shape[1].Value)
+	rng := rand.New(rand.NewPCG(1, 2))
+	s := &calib.Set{Logits: make([]float64, 500*classes), Labels: make([]int, 500), Classes: classes}
+	for i := range s.Logits {
+		s.Logits[i] = rng.NormFloat64() * 3
+	}
+	for i := range s.Labels {
+		s.Labels[i] = rng.IntN(classes)
+	}
+	cals := []calib.Calibrator{calib.NewTemperature(classes), &calib.BBQ{Mexp: 7}, calib.NewOPVector(classes)}
+	for _, c := range cals {
+		if err := c.Fit(s); err != nil {
+			b.Fatal(err)
+		}
+	}
+	x := make([]float32, 28*28)
+	for i := range x {
+		x[i] = float32(rng.Float64())
+	}
+	bench := func(b *testing.B, model []byte, outputs []string) {
+		in, err := ort.NewTensor(ort.NewShape(1, 1, 28, 28), x)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer in.Destroy()
+		opts, _ := ort.NewSessionOptions()
+		defer opts.Destroy()
+		opts.SetIntraOpNumThreads(1)
+		sess, err := ort.NewDynamicAdvancedSessionWithONNXData(model, []string{"image"}, outputs, opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer sess.Destroy()
+		outs := make([]ort.Value, len(outputs))
+		for i := range outs {
+			if outs[i], err = ort.NewEmptyTensor[float32](ort.NewShape(1, int64(classes))); err != nil {
+				b.Fatal(err)
+			}
+			defer outs[i].Destroy()
+		}
+		b.ResetTimer()
+		for range b.N {
+			if err := sess.Run([]ort.Value{in}, outs); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Run("plain", func(b *testing.B) { bench(b, base.Bytes(), []string{"logits"}) })
+	for _, c := range cals {
+		m, err := onnx.ReadFile(src)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, _, err := Append(m, c, nil, Options{}); err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("calibrated-%s", c.Method()), func(b *testing.B) { bench(b, m.Bytes(), []string{"logits", DefaultOutput}) })
+	}
+}
