@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -247,7 +248,7 @@ func compareCalibrators(w io.Writer, s *calib.Set, paths []string, bins int, asJ
 	line := func(name string, m calib.Metrics, eps *float64) {
 		e, star := "-", ""
 		if eps != nil {
-			e = fmt.Sprint(*eps)
+			e = strconv.FormatFloat(*eps, 'g', 6, 64) // 0.9999999999999999 reads as 1
 		}
 		if before.Accuracy-m.Accuracy > 0.01 {
 			star = "*"

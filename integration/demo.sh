@@ -72,7 +72,7 @@ say "6. CI gate on the 10,000 MNIST test images: accuracy may drop at most 1 poi
 "$FEDCALIB" check --model "$OUT/mnist.calibrated.onnx" --data "mnist:$mnist:test" --max-accuracy-drop 0.01
 
 say "7. Reliability diagrams"
-"$FEDCALIB" eval --logits "$OUT/mnist.npz" --calibrator "$OUT/$best.json" --split all --plot "$OUT/plots" | tail -n 1
+"$FEDCALIB" eval --logits "$OUT/mnist.npz" --partition "$OUT/partition.json" --calibrator "$OUT/$best.json" --plot "$OUT/plots" | grep '^reliability diagrams' 
 
 echo
 echo "demo finished in $(( $(date +%s) - start )) s; outputs in $OUT/"
