@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -328,6 +329,19 @@ func run(model []byte, input string, outputs []string, shape ort.Shape, data []f
 }
 
 func runValues(model []byte, inputs []string, in []ort.Value, outputs []string) ([][]float32, error) {
+	return runSession(func(o *ort.SessionOptions) (*ort.DynamicAdvancedSession, error) {
+		return ort.NewDynamicAdvancedSessionWithONNXData(model, inputs, outputs, o)
+	}, in, outputs)
+}
+
+// runFile is runValues for a model file.
+func runFile(path string, inputs []string, in []ort.Value, outputs []string) ([][]float32, error) {
+	return runSession(func(o *ort.SessionOptions) (*ort.DynamicAdvancedSession, error) {
+		return ort.NewDynamicAdvancedSession(path, inputs, outputs, o)
+	}, in, outputs)
+}
+
+func runSession(open func(*ort.SessionOptions) (*ort.DynamicAdvancedSession, error), in []ort.Value, outputs []string) ([][]float32, error) {
 	opts, err := ort.NewSessionOptions()
 	if err != nil {
 		return nil, err
@@ -336,7 +350,7 @@ func runValues(model []byte, inputs []string, in []ort.Value, outputs []string) 
 	if err := opts.SetIntraOpNumThreads(1); err != nil {
 		return nil, err
 	}
-	sess, err := ort.NewDynamicAdvancedSessionWithONNXData(model, inputs, outputs, opts)
+	sess, err := open(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -377,15 +391,42 @@ func Export(modelPath, outPath string, c calib.Calibrator, file *calib.File, opt
 	if err := Verify(c, Probe(c, opt.Seed), opt); err != nil {
 		return err
 	}
-	if err := verifyModel(m, logitsName, outName, c, opt); err != nil {
+	dir := ""
+	if ext := externalData(m); len(ext) > 0 {
+		dir = filepath.Dir(modelPath)
+		if outDir := filepath.Dir(outPath); !sameDir(dir, outDir) {
+			return fmt.Errorf("%s keeps its weights in external files (%s), which the calibrated model refers to by relative path: write it into %s too", modelPath, strings.Join(ext, ", "), dir)
+		}
+	}
+	if err := verifyModel(m, dir, logitsName, outName, c, opt); err != nil {
 		return err
 	}
 	return m.WriteFile(outPath)
 }
 
+// externalData returns the external data files the model's initializers
+// refer to, relative to its directory.
+func externalData(m *onnx.Model) []string {
+	var files []string
+	for _, t := range m.Proto().GetGraph().GetInitializer() {
+		if t.GetDataLocation() != onnxpb.TensorProto_EXTERNAL {
+			continue
+		}
+		for _, kv := range t.GetExternalData() {
+			if kv.GetKey() == "location" && !slices.Contains(files, kv.GetValue()) {
+				files = append(files, kv.GetValue())
+			}
+		}
+	}
+	return files
+}
+
 // verifyModel runs the whole calibrated model on a few random inputs and
 // checks its probabilities against c applied to its own logits.
-func verifyModel(m *onnx.Model, logitsName, outName string, c calib.Calibrator, opt Options) error {
+//
+// A model with external data is run from a temporary file in dir, its
+// directory; dir is "" for a self-contained model, which runs from memory.
+func verifyModel(m *onnx.Model, dir, logitsName, outName string, c calib.Calibrator, opt Options) error {
 	if _, err := infer.InitRuntime(opt.Runtime); err != nil {
 		return err
 	}
@@ -432,11 +473,39 @@ func verifyModel(m *onnx.Model, logitsName, outName string, c calib.Calibrator, 
 		defer v.Destroy()
 		vals[i] = v
 	}
-	outs, err := runValues(m.Bytes(), names, vals, []string{logitsName, outName})
+	var outs [][]float32
+	var err error
+	if dir != "" {
+		// External data resolve against the model file's directory, so
+		// ONNX Runtime must load the candidate from a file there.
+		tmp, terr := os.CreateTemp(dir, ".fedcalib-verify-*.onnx")
+		if terr != nil {
+			return terr
+		}
+		defer os.Remove(tmp.Name())
+		if _, terr = tmp.Write(m.Bytes()); terr == nil {
+			terr = tmp.Close()
+		}
+		if terr != nil {
+			return terr
+		}
+		outs, err = runFile(tmp.Name(), names, vals, []string{logitsName, outName})
+	} else {
+		outs, err = runValues(m.Bytes(), names, vals, []string{logitsName, outName})
+	}
 	if err != nil {
 		return fmt.Errorf("verify: ONNX Runtime cannot run the calibrated model: %w", err)
 	}
 	return compare(c, outs[0], outs[1])
+}
+
+func sameDir(a, b string) bool {
+	fa, err1 := os.Stat(a)
+	fb, err2 := os.Stat(b)
+	if err1 != nil || err2 != nil {
+		return filepath.Clean(a) == filepath.Clean(b)
+	}
+	return os.SameFile(fa, fb)
 }
 
 func sameFile(a, b string) (bool, error) {

@@ -1,7 +1,9 @@
 package export
 
 import (
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -9,9 +11,12 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/infer"
 	"github.com/fedcalib/fedcalib/onnx"
+	"github.com/fedcalib/fedcalib/onnx/onnxpb"
 )
 
 // needRuntime skips the test when ONNX Runtime is not installed (make
@@ -219,7 +224,7 @@ func TestExportTinyModel(t *testing.T) {
 			t.Errorf("%s: outputs %+v, want the logits and %q", name, outs, DefaultOutput)
 		}
 		// A fresh session on the written file.
-		if err := verifyModel(m, outs[0].Name, DefaultOutput, cal, Options{Seed: 9}); err != nil {
+		if err := verifyModel(m, "", outs[0].Name, DefaultOutput, cal, Options{Seed: 9}); err != nil {
 			t.Errorf("%s: reloaded model: %v", name, err)
 		}
 	}
@@ -264,6 +269,91 @@ func TestProbeFinite(t *testing.T) {
 	for _, v := range Probe(calib.NewTemperature(4), 3) {
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
 			t.Fatal("probe holds a non-finite logit")
+		}
+	}
+}
+
+// externalTiny writes the tiny model into dir with its first float
+// initializer moved to the external file weights.bin, and returns its path.
+func externalTiny(t *testing.T, dir string) string {
+	t.Helper()
+	m, err := onnx.ReadFile("../infer/testdata/tiny.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb := proto.Clone(m.Proto()).(*onnxpb.ModelProto)
+	var moved bool
+	for _, init := range pb.GetGraph().GetInitializer() {
+		if init.GetDataType() != int32(onnx.Float) {
+			continue
+		}
+		vals := init.GetFloatData()
+		raw := init.GetRawData()
+		if len(vals) > 0 {
+			raw = make([]byte, 4*len(vals))
+			for i, v := range vals {
+				binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(v))
+			}
+		}
+		if err := os.WriteFile(filepath.Join(dir, "weights.bin"), raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		init.FloatData, init.RawData = nil, nil
+		init.DataLocation = onnxpb.TensorProto_EXTERNAL.Enum()
+		init.ExternalData = []*onnxpb.StringStringEntryProto{
+			{Key: proto.String("location"), Value: proto.String("weights.bin")},
+			{Key: proto.String("offset"), Value: proto.String("0")},
+			{Key: proto.String("length"), Value: proto.String(fmt.Sprint(len(raw)))},
+		}
+		moved = true
+		break
+	}
+	if !moved {
+		t.Fatal("tiny.onnx has no float initializer")
+	}
+	ext, err := onnx.FromProto(pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "model.onnx")
+	if err := ext.WriteFile(path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestExportExternalData exports into a model whose weights live in an
+// external file: allowed beside it (and verified by ONNX Runtime reading
+// that file), refused elsewhere.
+func TestExportExternalData(t *testing.T) {
+	needRuntime(t)
+	dir := t.TempDir()
+	src := externalTiny(t, dir)
+	cal := calib.NewTemperature(3)
+	cal.T = 2
+	out := filepath.Join(dir, "model.calibrated.onnx")
+	if err := Export(src, out, cal, nil, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := onnx.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := externalData(m); len(got) != 1 || got[0] != "weights.bin" {
+		t.Errorf("external data of the export: %v", got)
+	}
+	if err := verifyModel(m, dir, "logits", DefaultOutput, cal, Options{Seed: 4}); err != nil {
+		t.Errorf("reloaded: %v", err)
+	}
+	other := filepath.Join(t.TempDir(), "elsewhere.onnx")
+	err = Export(src, other, cal, nil, Options{})
+	if err == nil || !strings.Contains(err.Error(), "external files (weights.bin)") {
+		t.Errorf("export to another directory: %v", err)
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".fedcalib-verify") {
+			t.Errorf("left %s behind", e.Name())
 		}
 	}
 }
