@@ -131,3 +131,35 @@ func TestParseWeighting(t *testing.T) {
 		}
 	}
 }
+
+// TestDPAlphaLower checks the lower-bound weights by hand: 4 bins, σ = 2,
+// so the margin is z·σ·√4 = 4z and the scale √(2/π)·σ·4 = 8√(2/π).
+func TestDPAlphaLower(t *testing.T) {
+	h := NewHistograms(3, 4)
+	copy(h.Pos, []float64{10, 10, 10, 10, 1, 2, 0, 1, -5, 1, 0, 0})
+	scale := 8 * math.Sqrt(2/math.Pi)
+	tests := []struct {
+		z    float64
+		want []float64
+	}{
+		{0, []float64{1, 4 / scale, 0}},
+		{2, []float64{1, 0, 0}},
+		{0.5, []float64{1, 2 / scale, 0}},
+	}
+	for _, tt := range tests {
+		got := DPAlphaLower(h, 2, tt.z)
+		for j := range got {
+			if math.Abs(got[j]-tt.want[j]) > 1e-15 {
+				t.Errorf("z = %v: α̃ = %v, want %v", tt.z, got, tt.want)
+				break
+			}
+		}
+	}
+	// z = 0 is the paper's rule, and no noise trusts the counts fully.
+	if a, b := DPAlphaLower(h, 2, 0), DPAlpha(h, 2); a[1] != b[1] {
+		t.Errorf("z = 0 gives %v, DPAlpha %v", a, b)
+	}
+	if a := DPAlphaLower(h, 0, 3); a[0] != 1 || a[2] != 1 {
+		t.Errorf("σ = 0 gives %v, want all 1", a)
+	}
+}

@@ -24,13 +24,14 @@ type fedFlags struct {
 	weighting, accountant      string
 	epsilon, delta             float64
 	clip, clipPos, clipNeg     float64
+	alphaZ                     float64
 	quiet                      bool
 }
 
 // fedFlagNames lists the flags that only federated runs take.
 var fedFlagNames = []string{
 	"partition", "clients", "beta", "rounds", "sample-rate", "clients-per-round", "weighting",
-	"server-lr", "epsilon", "delta", "clip", "clip-pos", "clip-neg", "accountant", "workers",
+	"server-lr", "epsilon", "delta", "clip", "clip-pos", "clip-neg", "dp-alpha-z", "accountant", "workers",
 }
 
 const fedCalibrateHelp = `
@@ -96,6 +97,7 @@ func (ff *fedFlags) register(cmd *cobra.Command) {
 	f.Float64Var(&ff.clip, "clip", dp.DefaultClip, "scaling methods: L2 clip norm C of each client update (with --epsilon, or alone: clipping without noise)")
 	f.Float64Var(&ff.clipPos, "clip-pos", dp.DefaultClipPos, "bin and bbq with --epsilon: L2 clip norm C₊ of each class-positive histogram")
 	f.Float64Var(&ff.clipNeg, "clip-neg", dp.DefaultClipNeg, "bin and bbq with --epsilon: L2 clip norm C₋ of each class-negative histogram")
+	f.Float64Var(&ff.alphaZ, "dp-alpha-z", 0, "bin and bbq with --epsilon and --weighting: weight each class by a lower confidence bound (z standard deviations) of its noisy count, e.g. 2; 0 = the paper's α̃")
 	f.StringVar(&ff.accountant, "accountant", "zcdp", "privacy accounting: zcdp (the paper's) or rdp (credits client sampling)")
 	f.IntVar(&ff.workers, "workers", 0, "goroutines running clients (0: one per CPU); results do not depend on it")
 	f.BoolVarP(&ff.quiet, "quiet", "q", false, "print no per-round progress (federated runs; central fits have none)")
@@ -218,7 +220,7 @@ func (ff *fedFlags) run(cmd *cobra.Command, fl *calibrateFlags) error {
 		opt.Privacy = &federation.Privacy{
 			Epsilon: ff.epsilon, Delta: ff.delta,
 			Clip: ff.clip, ClipPos: ff.clipPos, ClipNeg: ff.clipNeg,
-			Accountant: acc,
+			Accountant: acc, AlphaZ: ff.alphaZ,
 		}
 	}
 	fitter, err := federation.New(fl.method, opt)

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -155,5 +156,39 @@ func TestCalibrateHelpShowsFederation(t *testing.T) {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("help lacks %q", want)
 		}
+	}
+}
+
+// TestCalibrateDPAlphaZ checks that --dp-alpha-z reaches the weighting: with
+// ε = 0.5 on 1,200 examples the noise swamps every class's count, so a
+// 3-standard-deviation lower bound gives every class weight 0 while the
+// paper's rule (z = 0) trusts some class on some seed.
+func TestCalibrateDPAlphaZ(t *testing.T) {
+	in, _ := fedLogitsFile(t, 1200, 4, 5)
+	dir := t.TempDir()
+	sum := map[string]float64{}
+	for seed := 1; seed <= 6; seed++ {
+		for _, z := range []string{"0", "3"} {
+			out := filepath.Join(dir, "bbq"+z+".json")
+			_, stderr, code := runCLI(t, "calibrate", "--method", "bbq", "--weighting", "all", "--logits", in, "--rounds", "3",
+				"--epsilon", "0.5", "--dp-alpha-z", z, "--seed", fmt.Sprint(seed), "--quiet", "--out", out)
+			if code != 0 {
+				t.Fatalf("z = %s: exit %d: %s", z, code, stderr)
+			}
+			c, _, err := calib.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, a := range c.(*calib.BBQ).Alpha {
+				sum[z] += a
+			}
+		}
+	}
+	if sum["3"] != 0 || !(sum["0"] > 0) {
+		t.Errorf("Σα over 6 seeds with z = 0: %v, with z = 3: %v; want > 0 and 0", sum["0"], sum["3"])
+	}
+	if _, stderr, code := runCLI(t, "calibrate", "--method", "bbq", "--weighting", "all", "--logits", in,
+		"--epsilon", "1", "--dp-alpha-z", "-1", "--out", filepath.Join(dir, "bad.json")); code != 2 || !strings.Contains(stderr, "z is -1") {
+		t.Errorf("negative z: exit %d, %q", code, stderr)
 	}
 }

@@ -267,7 +267,12 @@ func (s *binServer) calibrator() (calib.Calibrator, error) {
 	case s.noisy == 0:
 		alpha = make([]float64, s.classes) // nothing aggregated: trust the base model
 	default:
-		alpha = calib.DPAlpha(s.cum, s.sigPos*math.Sqrt(float64(s.noisy)))
+		sigmaAcc := s.sigPos * math.Sqrt(float64(s.noisy))
+		if z := s.priv.AlphaZ; z > 0 {
+			alpha = calib.DPAlphaLower(s.cum, sigmaAcc, z)
+		} else {
+			alpha = calib.DPAlpha(s.cum, sigmaAcc)
+		}
 	}
 	if err := b.SetWeighting(s.spec.weighting, alpha); err != nil {
 		return nil, err

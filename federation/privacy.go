@@ -31,6 +31,11 @@ type Privacy struct {
 	// Accountant is the privacy accounting; the zero value is dp.ZCDP,
 	// the paper's.
 	Accountant dp.Accountant
+	// AlphaZ, when positive, makes the weighting of the private binning
+	// protocols use calib.DPAlphaLower with this z (a lower confidence
+	// bound of each class's noisy count, beyond the paper) instead of the
+	// paper's calib.DPAlpha. Zero means the paper's rule.
+	AlphaZ float64
 	// Secure draws the noise from crypto/rand (dp.NewSecure) instead of
 	// the seeded stream: use it for any release of real data. Results are
 	// then not reproducible.
@@ -59,6 +64,9 @@ func (p *Privacy) resolve(binning bool) (*resolved, error) {
 	}
 	if !(p.Delta > 0 && p.Delta < 1) {
 		return nil, fmt.Errorf("privacy: δ is %v: it must be in (0, 1)", p.Delta)
+	}
+	if !(p.AlphaZ >= 0) || math.IsInf(p.AlphaZ, 1) {
+		return nil, fmt.Errorf("privacy: the weighting's z is %v: it must be finite and ≥ 0 (0 for the paper's rule)", p.AlphaZ)
 	}
 	clips := []struct {
 		name string
