@@ -26,9 +26,12 @@ test: setup
 demo: setup build
 	./integration/demo.sh
 
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
 lint:
 	@test -z "$$(gofmt -l .)" || (gofmt -l . && exit 1)
 	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
 
 # fuzz runs every fuzz target briefly (FUZZTIME per target).
 FUZZTIME ?= 15s
