@@ -61,6 +61,7 @@ measures calibration, and exports calibrated models.`,
 		newExportCmd(),
 		newCheckCmd(),
 		newPrivacyCmd(),
+		newExperimentCmd(),
 	)
 	return root
 }

@@ -1,6 +1,7 @@
 package federation
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
@@ -12,6 +13,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"github.com/klauspost/compress/gzip"
 )
 
 // PartitionFormatV1 is the format tag of version 1 of the partition file.
@@ -375,14 +378,24 @@ func DecodePartition(r io.Reader) (*Partition, error) {
 	return p, nil
 }
 
-// ReadPartition reads and validates the partition file at path.
+// ReadPartition reads and validates the partition file at path, which may
+// be gzip-compressed (as the model zoo's partition files are).
 func ReadPartition(path string) (*Partition, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	p, err := DecodePartition(f)
+	var r io.Reader = bufio.NewReader(f)
+	if magic, _ := r.(*bufio.Reader).Peek(2); bytes.Equal(magic, []byte{0x1f, 0x8b}) {
+		zr, err := gzip.NewReader(r)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		defer zr.Close()
+		r = zr
+	}
+	p, err := DecodePartition(r)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

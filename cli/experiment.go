@@ -1,0 +1,120 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/fedcalib/fedcalib/federation/experiment"
+)
+
+func newExperimentCmd() *cobra.Command {
+	var (
+		configPath, out string
+		workers         int
+		quiet, fresh    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "experiment --config FILE.yaml --out DIR",
+		Short: "Run a declared grid of federated calibration experiments from cached logits",
+		Long: `experiment runs the grid of federated calibration runs that a YAML
+configuration declares — datasets (a logits file and its clients) crossed
+with methods, weighting, rounds T, β, ε, δ, the BBQ exponent M, the clip
+norms C, C₊ and C₋, the sampling and the seeds — the way the paper's tables
+and figures are made, and writes into --out:
+
+  runs.csv      one row per run: parameters, test cwECE, ECE, accuracy, NLL
+                and Brier after calibration and for the base model, the
+                accuracy-drop flag (more than 1 point), ε spent, and the
+                bytes a client sends and receives per round
+  timings.csv   measured times per run: client compute per round, wall time
+  summary.md    Markdown tables, mean (standard deviation) over seeds, with
+                the paper's * for runs that lose accuracy
+  timings.md    client compute time per round and wall time per method
+  NAME-DATASET.png   each plot the configuration asks for
+
+Cells run in parallel, --workers at a time, each seeded by its own
+parameters, so runs.csv is byte-identical for the same configuration and
+inputs whatever the number of workers (timings.csv is a measurement and is
+not). A cell already in --out/runs.csv with the same parameters and input
+files is not recomputed, so an interrupted experiment (Ctrl-C saves what
+is finished) or an extended grid resumes; --fresh recomputes every cell.
+
+The configuration format is documented in package federation/experiment
+and by the committed configurations under integration/experiments/.
+A progress bar is drawn on a terminal unless --quiet.`,
+		Example: `  fedcalib experiment --config integration/experiments/table1.yaml --out results/table1
+  FEDCALIB_LOGITS=/data/logits fedcalib experiment --config table2.yaml --out results/table2 --workers 2
+  fedcalib experiment --config integration/experiments/table4-time.yaml --out results/table4 --workers 1 --fresh`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case configPath == "":
+				return errors.New("experiment needs --config FILE.yaml, the experiment to run")
+			case strings.TrimSpace(out) == "":
+				return errors.New("experiment needs --out DIR, the directory to write results into")
+			case workers < 0:
+				return fmt.Errorf("--workers is %d: want ≥ 0 (0 means one per CPU)", workers)
+			}
+			if fi, err := os.Stat(out); err == nil && !fi.IsDir() {
+				return fmt.Errorf("--out %s is a file: give a directory", out)
+			}
+			cfg, err := experiment.ReadConfig(configPath)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+			defer stop()
+			opt := experiment.Options{Workers: workers, Fresh: fresh}
+			stderr := cmd.ErrOrStderr()
+			f, isFile := stderr.(*os.File)
+			var bar *progressbar.ProgressBar
+			if !quiet && isFile && term.IsTerminal(int(f.Fd())) {
+				opt.Progress = func(p experiment.Progress) {
+					if bar == nil {
+						bar = progressbar.NewOptions(p.Total,
+							progressbar.OptionSetWriter(stderr),
+							progressbar.OptionSetDescription(cfg.Name),
+							progressbar.OptionShowCount(),
+							progressbar.OptionSetPredictTime(true),
+							progressbar.OptionSetWidth(30),
+							progressbar.OptionThrottle(100*time.Millisecond),
+							progressbar.OptionClearOnFinish(),
+						)
+					}
+					bar.Set(p.Done)
+				}
+			}
+			rep, err := experiment.Run(ctx, cfg, out, opt)
+			if bar != nil {
+				bar.Finish()
+			}
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			for _, s := range rep.Skipped {
+				fmt.Fprintln(w, s)
+			}
+			fmt.Fprintf(w, "%s: %d runs (%d computed, %d reused) in %v\n", cfg.Name, len(rep.Rows), rep.Computed, rep.Reused, rep.Wall.Round(time.Millisecond))
+			for _, f := range rep.Files {
+				fmt.Fprintf(w, "wrote %s\n", f)
+			}
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&configPath, "config", "", "experiment configuration (YAML) to run (required)")
+	fl.StringVar(&out, "out", "", "directory for runs.csv, summary.md, timings and plots; created if needed, reused to resume (required)")
+	fl.IntVar(&workers, "workers", 0, "cells run at once (0: one per CPU); results do not depend on it")
+	fl.BoolVar(&fresh, "fresh", false, "recompute every cell, ignoring the results already in --out")
+	fl.BoolVarP(&quiet, "quiet", "q", false, "draw no progress bar")
+	return cmd
+}

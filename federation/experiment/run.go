@@ -1,0 +1,610 @@
+package experiment
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/dp"
+	"github.com/fedcalib/fedcalib/federation"
+	"github.com/fedcalib/fedcalib/infer/logits"
+)
+
+// Output file names, in the output directory.
+const (
+	RunsFile       = "runs.csv"
+	TimingsFile    = "timings.csv"
+	SummaryFile    = "summary.md"
+	TimingsSummary = "timings.md"
+)
+
+// DefaultCheckpoint is the default least time between two checkpoints of
+// runs.csv while an experiment runs.
+const DefaultCheckpoint = 2 * time.Second
+
+// Options controls Run. The zero value runs one cell per CPU and reports
+// no progress.
+type Options struct {
+	// Workers is the number of cells run at once; zero means
+	// runtime.GOMAXPROCS(0). Results do not depend on it.
+	Workers int
+	// Progress, if not nil, is called once before the first cell runs
+	// and after each cell, from the goroutine that called Run.
+	Progress func(Progress)
+	// Checkpoint is the least time between two rewrites of runs.csv and
+	// timings.csv while cells finish; zero means DefaultCheckpoint.
+	Checkpoint time.Duration
+	// Fresh ignores the results already in the output directory and
+	// recomputes every cell.
+	Fresh bool
+}
+
+// Progress reports how far an experiment is.
+type Progress struct {
+	// Done counts the cells finished, Reused included; Total all cells.
+	Done, Total int
+	// Reused counts the cells read back from an earlier runs.csv.
+	Reused int
+	// Row is the cell just finished; nil in the first call.
+	Row *Row
+}
+
+// Report is what Run did.
+type Report struct {
+	// Rows holds every cell's result, in grid order.
+	Rows []Row
+	// Timings holds the measured times of the cells, by ID; a reused
+	// cell whose time was not recorded has none.
+	Timings map[string]Timing
+	// Computed and Reused count the cells run now and read back.
+	Computed, Reused int
+	// Skipped holds one notice per optional dataset skipped for want of
+	// its logits file.
+	Skipped []string
+	// Files lists the files written, runs.csv first.
+	Files []string
+	// Wall is the time Run took.
+	Wall time.Duration
+}
+
+// Run runs the experiment cfg, writing its results to dir (created if
+// needed): runs.csv, timings.csv, summary.md, timings.md and the plots.
+// Cells already in dir/runs.csv, with the same parameters and input
+// files, are reused. On an error or when ctx is done it stops the cells
+// in flight, saves the finished ones to runs.csv and returns the error.
+func Run(ctx context.Context, cfg *Config, dir string, opt Options) (*Report, error) {
+	return (&runner{newFitter: federation.New}).run(ctx, cfg, dir, opt)
+}
+
+// runner runs experiments; tests replace newFitter to count fits.
+type runner struct {
+	newFitter func(method string, o federation.Options) (federation.Fitter, error)
+}
+
+// job is a cell to run.
+type job struct {
+	idx  int
+	cell Cell
+	id   string
+	in   *input
+}
+
+type outcome struct {
+	idx    int
+	row    Row
+	timing Timing
+	err    error
+}
+
+func (r *runner) run(ctx context.Context, cfg *Config, dir string, opt Options) (*Report, error) {
+	start := time.Now()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	rep := &Report{}
+	inputs := make([]*input, len(cfg.Datasets))
+	for i := range cfg.Datasets {
+		d := &cfg.Datasets[i]
+		in, err := newInput(d)
+		switch {
+		case errors.Is(err, os.ErrNotExist) && d.Optional && !fileExists(d.Logits):
+			rep.Skipped = append(rep.Skipped, fmt.Sprintf("skipped dataset %s: no logits file %s", d.Name, d.Logits))
+			continue
+		case errors.Is(err, os.ErrNotExist) && !fileExists(d.Logits):
+			return nil, fmt.Errorf("datasets[%d] (%s): logits file %s does not exist: make it with fedcalib infer, or mark the dataset optional", i, d.Name, d.Logits)
+		case err != nil:
+			return nil, fmt.Errorf("datasets[%d] (%s): %w", i, d.Name, err)
+		}
+		inputs[i] = in
+	}
+	cells, err := cfg.Cells()
+	if err != nil {
+		return nil, err
+	}
+	byName := map[string]*input{}
+	for i, in := range inputs {
+		if in != nil {
+			byName[cfg.Datasets[i].Name] = in
+		}
+	}
+	var jobs []job
+	for _, c := range cells {
+		if in := byName[c.Dataset]; in != nil {
+			jobs = append(jobs, job{idx: len(jobs), cell: c, id: cellID(&c, in.fingerprint), in: in})
+		}
+	}
+	if len(jobs) == 0 {
+		return nil, errors.New("no dataset has its logits file, so there is nothing to run: make the logits files first (fedcalib infer)")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	runsPath, timingsPath := filepath.Join(dir, RunsFile), filepath.Join(dir, TimingsFile)
+	prevRows, prevTimes := map[string]Row{}, map[string]Timing{}
+	if !opt.Fresh {
+		if prevRows, prevTimes, err = readPrevious(runsPath, timingsPath); err != nil {
+			return nil, err
+		}
+	}
+
+	rows := make([]Row, len(jobs))
+	done := make([]bool, len(jobs))
+	rep.Timings = map[string]Timing{}
+	var todo []job
+	for _, j := range jobs {
+		if row, ok := prevRows[j.id]; ok {
+			rows[j.idx], done[j.idx] = row, true
+			if t, ok := prevTimes[j.id]; ok {
+				rep.Timings[j.id] = t
+			}
+			rep.Reused++
+			continue
+		}
+		todo = append(todo, j)
+	}
+	save := func() error {
+		var finished []Row
+		for i := range rows {
+			if done[i] {
+				finished = append(finished, rows[i])
+			}
+		}
+		var rb, tb bytes.Buffer
+		if err := EncodeRuns(&rb, finished); err != nil {
+			return err
+		}
+		if err := encodeTimings(&tb, finished, rep.Timings); err != nil {
+			return err
+		}
+		if err := writeAtomic(runsPath, rb.Bytes()); err != nil {
+			return err
+		}
+		return writeAtomic(timingsPath, tb.Bytes())
+	}
+	progress := func(row *Row) {
+		if opt.Progress != nil {
+			opt.Progress(Progress{Done: rep.Reused + rep.Computed, Total: len(jobs), Reused: rep.Reused, Row: row})
+		}
+	}
+	progress(nil)
+
+	if err := r.execute(ctx, todo, opt, func(o outcome) error {
+		rows[o.idx], done[o.idx] = o.row, true
+		rep.Timings[o.row.ID] = o.timing
+		rep.Computed++
+		progress(&rows[o.idx])
+		return nil
+	}, save); err != nil {
+		if serr := save(); serr != nil {
+			return nil, errors.Join(err, serr)
+		}
+		return nil, err
+	}
+	if err := save(); err != nil {
+		return nil, err
+	}
+	rep.Rows = rows
+	rep.Files = []string{runsPath, timingsPath}
+	files, err := writeReports(cfg, dir, rows, rep.Timings)
+	if err != nil {
+		return nil, err
+	}
+	rep.Files = append(rep.Files, files...)
+	rep.Wall = time.Since(start)
+	return rep, nil
+}
+
+// execute runs the jobs on a pool of workers and hands each outcome to
+// collect, in the calling goroutine; it calls save at most every
+// checkpoint interval. It returns the first error, of a cell or of ctx.
+func (r *runner) execute(ctx context.Context, todo []job, opt Options, collect func(outcome) error, save func() error) error {
+	if len(todo) == 0 {
+		return ctx.Err()
+	}
+	workers := opt.Workers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	workers = min(workers, len(todo))
+	every := opt.Checkpoint
+	if every <= 0 {
+		every = DefaultCheckpoint
+	}
+	parent := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	jobs := make(chan job)
+	results := make(chan outcome, workers)
+	go func() {
+		defer close(jobs)
+		for _, j := range todo {
+			select {
+			case jobs <- j:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				row, t, err := r.runCell(ctx, j)
+				if err != nil {
+					err = fmt.Errorf("%s, %s, T = %d, seed %d: %w", j.cell.Dataset, j.cell.Label(), j.cell.Rounds, j.cell.Seed, err)
+				}
+				results <- outcome{idx: j.idx, row: row, timing: t, err: err}
+			}
+		}()
+	}
+	go func() {
+		wg.Wait()
+		close(results)
+	}()
+	var first error
+	last := time.Now()
+	for o := range results {
+		if first != nil {
+			continue // drain
+		}
+		if o.err != nil {
+			first = o.err
+			if parent.Err() != nil {
+				first = parent.Err() // the cell only stopped because we were told to
+			}
+			cancel()
+			continue
+		}
+		if err := collect(o); err != nil {
+			first = err
+			cancel()
+			continue
+		}
+		if time.Since(last) >= every {
+			if err := save(); err != nil {
+				first = err
+				cancel()
+			}
+			last = time.Now()
+		}
+	}
+	if first != nil {
+		return first
+	}
+	return parent.Err()
+}
+
+// runCell fits and evaluates one cell.
+func (r *runner) runCell(ctx context.Context, j job) (Row, Timing, error) {
+	c := j.cell
+	fed, err := j.in.federation(c.Beta)
+	if err != nil {
+		return Row{}, Timing{}, err
+	}
+	start := time.Now()
+	rate := c.SampleRate
+	if c.ClientsPerRound > 0 {
+		if rate, err = federation.SampleRateFor(c.ClientsPerRound, fed.pop.Len()); err != nil {
+			return Row{}, Timing{}, fmt.Errorf("clients_per_round: %w", err)
+		}
+	}
+	private := c.Epsilon > 0
+	var o federation.Options
+	if c.binning() {
+		o.Weighting = c.Weighting
+		if c.Method == "bin" {
+			o.Bins = 1 << c.Mexp
+		} else {
+			o.Mexp = c.Mexp
+		}
+	} else {
+		o.ServerLR = c.ServerLR
+		if !private {
+			o.Clip = c.Clip
+		}
+	}
+	if private {
+		acc, err := dp.ParseAccountant(c.Accountant)
+		if err != nil {
+			return Row{}, Timing{}, err
+		}
+		o.Privacy = &federation.Privacy{
+			Epsilon: c.Epsilon, Delta: c.Delta, Clip: c.Clip, ClipPos: c.ClipPos, ClipNeg: c.ClipNeg, Accountant: acc,
+			AlphaZ: c.AlphaZ,
+		}
+	}
+	fitter, err := r.newFitter(c.Method, o)
+	if err != nil {
+		return Row{}, Timing{}, err
+	}
+	res, err := fitter.Fit(ctx, fed.pop, federation.Rounds{T: c.Rounds, SampleRate: rate, Seed: c.Seed, Workers: 1})
+	if err != nil {
+		return Row{}, Timing{}, err
+	}
+	after, err := calib.EvaluateSet(fed.test, res.Calibrator, 0)
+	if err != nil {
+		return Row{}, Timing{}, fmt.Errorf("evaluating: %w", err)
+	}
+	row := Row{
+		ID: j.id, Cell: c, Clients: fed.clients, TestRows: fed.test.Len(),
+		After: after, Base: fed.base, AccuracyDrop: accuracyDropped(after, fed.base),
+	}
+	row.Beta, row.SampleRate = fed.beta, rate
+	if pr := res.Privacy; pr != nil {
+		row.EpsilonSpent, row.Sigma = pr.Epsilon, pr.Sigma
+	}
+	t := Timing{ID: j.id}
+	for _, s := range res.Rounds {
+		row.Participants += s.Participants
+		row.BytesSent, row.BytesReceived = s.UploadBytes, s.DownloadBytes
+		t.ComputeTotal += s.ComputeTotal
+		if s.Participants > 0 && (t.ComputeMin == 0 || s.ComputeMin < t.ComputeMin) {
+			t.ComputeMin = s.ComputeMin
+		}
+		t.ComputeMax = max(t.ComputeMax, s.ComputeMax)
+	}
+	t.Participants = row.Participants
+	t.Wall = time.Since(start)
+	return row, t, nil
+}
+
+// input is a dataset of the experiment: its fingerprint, and its data and
+// partitions, loaded when a cell first needs them and then shared
+// read-only by every worker.
+type input struct {
+	ds          *Dataset
+	fingerprint string
+
+	once   sync.Once
+	err    error
+	file   *logits.File
+	rows   []int // the rows of file in the experiment; nil for all
+	labels []int // their labels
+	client []int32
+	split  []uint8
+
+	mu   sync.Mutex
+	feds map[float64]*federated
+}
+
+// federated is a dataset split among clients: the population, the
+// global test split and the base model's metrics on it. It holds only the
+// clients' calibration and test examples, since post-hoc calibration
+// never reads the training split.
+type federated struct {
+	once    sync.Once
+	err     error
+	beta    float64
+	clients int
+	pop     *federation.SetPopulation
+	test    *calib.Set
+	base    calib.Metrics
+}
+
+// newInput fingerprints the dataset's files: SHA-256 of the logits file,
+// the partition and holdout files, and the partition settings.
+func newInput(d *Dataset) (*input, error) {
+	var fp strings.Builder
+	fmt.Fprintf(&fp, "name=%s", d.Name)
+	for _, f := range []struct{ what, path string }{
+		{"logits", d.Logits}, {"partition", d.Partition.File}, {"holdout", d.Partition.Holdout},
+	} {
+		if f.path == "" {
+			continue
+		}
+		h, err := hashFile(f.path)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(&fp, "|%s=%s", f.what, h)
+	}
+	p := &d.Partition
+	fmt.Fprintf(&fp, "|clients=%d|seed=%d|natural=%t|rule=%s|min_samples=%d", p.Clients, p.Seed, p.Natural, p.Rule, p.MinSamples)
+	if p.Clients > 0 {
+		f := p.fractions()
+		fmt.Fprintf(&fp, "|fractions=%s/%s/%s", formatFloat(f.Train), formatFloat(f.Calibration), formatFloat(f.Test))
+	}
+	return &input{ds: d, fingerprint: fp.String(), feds: map[float64]*federated{}}, nil
+}
+
+func hashFile(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// load reads the logits file, keeping only the holdout rows when the
+// partition has a holdout.
+func (in *input) load() error {
+	in.once.Do(func() {
+		f, err := logits.Read(in.ds.Logits)
+		if err != nil {
+			in.err = err
+			return
+		}
+		labels := make([]int, f.Len())
+		for i, y := range f.Labels {
+			labels[i] = int(y)
+		}
+		in.file, in.labels, in.client, in.split = f, labels, f.Client, f.Split
+		h := in.ds.Partition.Holdout
+		if h == "" {
+			return
+		}
+		hp, err := federation.ReadPartition(h)
+		if err != nil {
+			in.err = err
+			return
+		}
+		if err := hp.Check(labels, f.Classes); err != nil {
+			in.err = fmt.Errorf("holdout %s does not fit %s: %w", h, in.ds.Logits, err)
+			return
+		}
+		in.rows = append(hp.Rows(federation.Calibration), hp.Rows(federation.Test)...)
+		slices.Sort(in.rows)
+		in.labels = pick(labels, in.rows)
+		if f.Client != nil {
+			in.client = pick(f.Client, in.rows)
+		}
+		if f.Split != nil {
+			in.split = pick(f.Split, in.rows)
+		}
+	})
+	return in.err
+}
+
+func pick[T any](col []T, rows []int) []T {
+	out := make([]T, len(rows))
+	for k, i := range rows {
+		out[k] = col[i]
+	}
+	return out
+}
+
+// federation returns the dataset split among clients for Dirichlet
+// concentration beta (0 for a partition file or a natural partition).
+func (in *input) federation(beta float64) (*federated, error) {
+	if err := in.load(); err != nil {
+		return nil, err
+	}
+	in.mu.Lock()
+	f, ok := in.feds[beta]
+	if !ok {
+		f = &federated{}
+		in.feds[beta] = f
+	}
+	in.mu.Unlock()
+	f.once.Do(func() { f.err = f.make(in, beta) })
+	return f, f.err
+}
+
+func (f *federated) make(in *input, beta float64) error {
+	p := &in.ds.Partition
+	src := federation.Source{File: p.File, Seed: p.Seed, Rule: p.Rule, MinSamples: p.MinSamples}
+	if p.Clients > 0 {
+		src.Clients, src.Beta, src.Fractions = p.Clients, beta, p.fractions()
+	}
+	part, _, err := src.Partition(in.labels, in.file.Classes, in.client, in.split)
+	switch {
+	case errors.Is(err, federation.ErrNoClientColumn):
+		return fmt.Errorf("%s has no client column for a natural partition: give the dataset a partition file or {clients, beta}", in.ds.Logits)
+	case err != nil:
+		return fmt.Errorf("%s: %w", in.ds.Logits, err)
+	}
+	data, compact := calibrationData(in, part)
+	if f.pop, err = federation.NewPopulation(data, compact, federation.Calibration); err != nil {
+		return fmt.Errorf("%s: %w", in.ds.Logits, err)
+	}
+	test := compact.Rows(federation.Test)
+	if len(test) == 0 {
+		return fmt.Errorf("%s: the partition has no test rows to evaluate on", in.ds.Logits)
+	}
+	f.beta, f.clients, f.test = part.Beta, part.Len(), data.Subset(test)
+	if f.base, err = calib.EvaluateSet(f.test, nil, 0); err != nil {
+		return fmt.Errorf("%s: %w", in.ds.Logits, err)
+	}
+	return nil
+}
+
+// calibrationData returns the calibration and test examples of the
+// partition part of in's rows, in their order, and the partition
+// renumbered to index them (without training examples), so that a
+// dataset's training split is never held in memory.
+func calibrationData(in *input, part *federation.Partition) (*calib.Set, *federation.Partition) {
+	keep := append(part.Rows(federation.Calibration), part.Rows(federation.Test)...)
+	slices.Sort(keep)
+	pos := make([]int, len(in.labels))
+	for k, i := range keep {
+		pos[i] = k
+	}
+	fileRows := keep
+	if in.rows != nil {
+		fileRows = pick(in.rows, keep)
+	}
+	data := in.file.Set(fileRows)
+	renumber := func(idx []int) []int {
+		out := make([]int, len(idx))
+		for k, i := range idx {
+			out[k] = pos[i]
+		}
+		return out
+	}
+	compact := *part
+	compact.Data = federation.NewFingerprint(data.Labels, data.Classes)
+	compact.Dropped = nil
+	compact.Clients = make([]federation.Client, len(part.Clients))
+	for k, c := range part.Clients {
+		compact.Clients[k] = federation.Client{
+			ID: c.ID, Name: c.Name, Train: []int{},
+			Calibration: renumber(c.Calibration), Test: renumber(c.Test),
+		}
+	}
+	return data, &compact
+}
+
+// writeReports writes summary.md, timings.md and the plots of rows to dir
+// and returns their paths.
+func writeReports(cfg *Config, dir string, rows []Row, times map[string]Timing) ([]string, error) {
+	var sb, tb bytes.Buffer
+	if err := WriteSummary(&sb, cfg, rows); err != nil {
+		return nil, err
+	}
+	if err := WriteTimings(&tb, cfg, rows, times); err != nil {
+		return nil, err
+	}
+	files := []string{filepath.Join(dir, SummaryFile), filepath.Join(dir, TimingsSummary)}
+	if err := writeAtomic(files[0], sb.Bytes()); err != nil {
+		return nil, err
+	}
+	if err := writeAtomic(files[1], tb.Bytes()); err != nil {
+		return nil, err
+	}
+	plots, err := drawPlots(cfg, dir, rows)
+	return append(files, plots...), err
+}

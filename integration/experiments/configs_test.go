@@ -1,0 +1,85 @@
+// Package experiments holds the experiment configurations that reproduce
+// the paper's tables and figures; this test checks that they parse and
+// declare the paper's settings.
+package experiments
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/fedcalib/fedcalib/federation/experiment"
+)
+
+func TestConfigs(t *testing.T) {
+	paths, err := filepath.Glob("*.yaml")
+	if err != nil || len(paths) != 11 {
+		t.Fatalf("%d configurations (%v), want 11", len(paths), err)
+	}
+	for _, path := range paths {
+		cfg, err := experiment.ReadConfig(path)
+		if err != nil {
+			t.Errorf("%v", err)
+			continue
+		}
+		cells, err := cfg.Cells()
+		if err != nil || len(cells) == 0 {
+			t.Errorf("%s: %d cells, %v", path, len(cells), err)
+		}
+		for _, d := range cfg.Datasets {
+			if !d.Optional {
+				t.Errorf("%s: dataset %s is not optional", path, d.Name)
+			}
+			for _, p := range []string{d.Partition.File, d.Partition.Holdout} {
+				if _, err := os.Stat(p); p != "" && err != nil {
+					t.Errorf("%s: dataset %s: %v", path, d.Name, err)
+				}
+			}
+		}
+	}
+}
+
+// TestTableSettings checks Tables 1 and 2 against the paper: T = 12,
+// 5 seeds, p = 0.1, M = 7, β = 0.1 partitions; Table 2 at (ε, δ) = (1,
+// 1e-5) with C = 0.5 and [C₊, C₋] = [10, 50].
+func TestTableSettings(t *testing.T) {
+	for _, tc := range []struct {
+		path    string
+		private bool
+	}{{"table1.yaml", false}, {"table2.yaml", true}} {
+		cfg, err := experiment.ReadConfig(tc.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cells, err := cfg.Cells()
+		if err != nil {
+			t.Fatal(err)
+		}
+		labels := map[string]int{}
+		for _, c := range cells {
+			labels[c.Label()]++
+			if c.Rounds != 12 || c.SampleRate != 0.1 {
+				t.Errorf("%s: %+v", tc.path, c)
+			}
+			switch {
+			case !tc.private && c.Epsilon != 0:
+				t.Errorf("%s: private cell %+v", tc.path, c)
+			case tc.private && (c.Epsilon != 1 || c.Delta != 1e-5 || c.Accountant != "zcdp"):
+				t.Errorf("%s: privacy %+v", tc.path, c)
+			case tc.private && c.Method == "bbq" && (c.ClipPos != 10 || c.ClipNeg != 50 || c.Mexp != 7):
+				t.Errorf("%s: FedBBQ %+v", tc.path, c)
+			case tc.private && c.Method != "bbq" && c.Clip != 0.5:
+				t.Errorf("%s: scaling clip %+v", tc.path, c)
+			}
+		}
+		want := len(cfg.Datasets) * 5
+		for _, l := range []string{"FedBBQ", "FedBBQ all weight", "FedCal", "FedOPVector", "FedTemp"} {
+			if labels[l] != want {
+				t.Errorf("%s: %d %s cells, want %d (5 seeds per dataset)", tc.path, labels[l], l, want)
+			}
+		}
+		if len(labels) != 5 {
+			t.Errorf("%s: methods %v", tc.path, labels)
+		}
+	}
+}
