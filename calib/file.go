@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
+
+	"github.com/fedcalib/fedcalib/internal/atomicfile"
 )
 
 // FormatV1 is the format tag of version 1 of the calibrator sidecar file.
@@ -77,23 +78,7 @@ func WriteFile(path string, c Calibrator, priv *Privacy, prov Provenance) error 
 	if err := Encode(&buf, c, priv, prov); err != nil {
 		return err
 	}
-	return writeAtomic(path, buf.Bytes())
-}
-
-func writeAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // no-op after a successful rename
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return atomicfile.Write(path, buf.Bytes())
 }
 
 // Decode reads a sidecar file from r and returns the calibrator it holds,

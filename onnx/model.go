@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"slices"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/fedcalib/fedcalib/internal/atomicfile"
 	"github.com/fedcalib/fedcalib/onnx/onnxpb"
 )
 
@@ -238,35 +238,5 @@ func (m *Model) Bytes() []byte {
 // should be written to the directory it was read from, or its data files
 // copied alongside.
 func (m *Model) WriteFile(name string) error {
-	return writeFileAtomic(name, m.Bytes())
-}
-
-func writeFileAtomic(name string, b []byte) (err error) {
-	dir, base := filepath.Split(name)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, "."+base+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if _, err = f.Write(b); err != nil {
-		return err
-	}
-	if err = f.Chmod(0o644); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), name)
+	return atomicfile.Write(name, m.Bytes())
 }

@@ -16,6 +16,7 @@ import (
 	"gonum.org/v1/plot/vg/vgsvg"
 
 	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/internal/atomicfile"
 )
 
 // Options controls Write. The zero value draws at most 16 classes,
@@ -116,7 +117,11 @@ func Write(dir string, before, after *calib.Reliability, opt Options) ([]string,
 			w   io.WriterTo
 		}{{".png", vgimg.PngCanvas{Canvas: png}}, {".svg", svg}} {
 			path := filepath.Join(dir, f.name+out.ext)
-			if err := writeAtomic(path, out.w); err != nil {
+			var buf bytes.Buffer
+			if _, err := out.w.WriteTo(&buf); err != nil {
+				return written, err
+			}
+			if err := atomicfile.Write(path, buf.Bytes()); err != nil {
 				return written, err
 			}
 			written = append(written, path)
@@ -169,24 +174,4 @@ func curvePlot(title string, curves []curve) *plot.Plot {
 	}
 	p.Legend.Left, p.Legend.Top = true, true
 	return p
-}
-
-func writeAtomic(path string, w io.WriterTo) error {
-	var buf bytes.Buffer
-	if _, err := w.WriteTo(&buf); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(buf.Bytes()); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }

@@ -15,6 +15,8 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/fedcalib/fedcalib/internal/atomicfile"
 )
 
 // axisTitles label the plot axes.
@@ -227,7 +229,7 @@ func (pl *Plot) draw(path, format, dataset string, rows []Row) error {
 	if _, err := c.WriteTo(&buf); err != nil {
 		return err
 	}
-	return writeAtomic(path, buf.Bytes())
+	return atomicfile.Write(path, buf.Bytes())
 }
 
 // seriesLabel names the series of r: its method label and the values of

@@ -20,6 +20,7 @@ import (
 	"github.com/fedcalib/fedcalib/dp"
 	"github.com/fedcalib/fedcalib/federation"
 	"github.com/fedcalib/fedcalib/infer/logits"
+	"github.com/fedcalib/fedcalib/internal/atomicfile"
 )
 
 // Output file names, in the output directory.
@@ -188,10 +189,10 @@ func (r *runner) run(ctx context.Context, cfg *Config, dir string, opt Options) 
 		if err := encodeTimings(&tb, finished, rep.Timings); err != nil {
 			return err
 		}
-		if err := writeAtomic(runsPath, rb.Bytes()); err != nil {
+		if err := atomicfile.Write(runsPath, rb.Bytes()); err != nil {
 			return err
 		}
-		return writeAtomic(timingsPath, tb.Bytes())
+		return atomicfile.Write(timingsPath, tb.Bytes())
 	}
 	progress := func(row *Row) {
 		if opt.Progress != nil {
@@ -599,10 +600,10 @@ func writeReports(cfg *Config, dir string, rows []Row, times map[string]Timing) 
 		return nil, err
 	}
 	files := []string{filepath.Join(dir, SummaryFile), filepath.Join(dir, TimingsSummary)}
-	if err := writeAtomic(files[0], sb.Bytes()); err != nil {
+	if err := atomicfile.Write(files[0], sb.Bytes()); err != nil {
 		return nil, err
 	}
-	if err := writeAtomic(files[1], tb.Bytes()); err != nil {
+	if err := atomicfile.Write(files[1], tb.Bytes()); err != nil {
 		return nil, err
 	}
 	plots, err := drawPlots(cfg, dir, rows)
