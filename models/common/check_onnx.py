@@ -91,13 +91,8 @@ def main(folder):
     ds = res["dataset"]
     data_dir = fr.gomnist_dir(os.path.dirname(os.path.dirname(HERE))) if ds == "mnist" else fr.FASHION_DIR
     images, labels = fr.load_idx_pair(data_dir)
-    part_src = res["config"]["partition"]
-    if part_src in (None, "standin"):
-        c = res["config"]
-        part = fr.dirichlet_standin(labels, c["clients"], c["beta"], c["partition_seed"])
-    else:
-        repo = os.path.dirname(os.path.dirname(HERE))
-        part = fr.load_partition(os.path.join(repo, part_src), labels)
+    repo = os.path.dirname(os.path.dirname(HERE))
+    part = fr.load_partition(os.path.join(repo, res["config"]["partition"]), labels)
     rows = part.rows(fr.SPLIT_TEST)
     x = ((images[rows].astype(np.float32) * np.float32(scale) - mean[0]) / std[0])[:, None]
     logits = np.concatenate([run(m, x[i:i + 500]) for i in range(0, len(x), 500)])

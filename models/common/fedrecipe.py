@@ -127,36 +127,6 @@ class Partition:
         }
 
 
-def dirichlet_standin(labels, num_clients, beta, seed, frac_train=0.8, frac_test=0.1):
-    """The Python stand-in partition, used only when no partition file from
-    `fedcalib partition` is given.
-
-    Label skew after Yurochkin et al. (2019), as App. A.2 describes: for each
-    class j draw q_j ~ Dirichlet(beta * 1_K), shuffle class j's rows and cut
-    them among the clients at floor(cumsum(q_j) * n_j). Then each client's
-    rows are shuffled and split: the first floor(0.8 n) train, the next
-    floor(0.1 n) test, the rest calibration. numpy Generator PCG64(seed)."""
-    rng = np.random.default_rng(seed)
-    n = len(labels)
-    client = np.full(n, -1, dtype=np.int32)
-    for j in range(int(labels.max()) + 1):
-        idx = np.flatnonzero(labels == j)
-        rng.shuffle(idx)
-        q = rng.dirichlet(np.full(num_clients, beta))
-        cuts = (np.cumsum(q) * len(idx)).astype(np.int64)[:-1]
-        for k, part in enumerate(np.split(idx, cuts)):
-            client[part] = k
-    split = np.full(n, SPLIT_TRAIN, dtype=np.uint8)
-    for k in range(num_clients):
-        idx = np.flatnonzero(client == k)
-        rng.shuffle(idx)
-        n_tr = int(np.floor(frac_train * len(idx)))
-        n_te = int(np.floor(frac_test * len(idx)))
-        split[idx[n_tr:n_tr + n_te]] = SPLIT_TEST
-        split[idx[n_tr + n_te:]] = SPLIT_CALIBRATION
-    return Partition(client, split, f"python stand-in: dirichlet beta={beta} K={num_clients} seed={seed}")
-
-
 def load_partition(path, labels=None):
     """Reads a partition: the JSON written by `fedcalib partition`
     (format "fedcalib.partition/v1", optionally gzip-compressed), or an .npz

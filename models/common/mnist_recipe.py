@@ -35,26 +35,27 @@ def parse(argv, defaults):
                         "(default: the GoMNIST Go module for MNIST, "
                         f"{fr.FASHION_DIR} for Fashion-MNIST)")
     p.add_argument("--partition", default=defaults.get("partition"),
-                   help="partition file written by `fedcalib partition` (.json/.json.gz) or an "
-                        ".npz with client/split columns; 'standin' makes the Python stand-in "
-                        "partition from --clients/--beta/--partition-seed")
-    p.add_argument("--clients", type=int, default=100, help="K, clients (stand-in partition)")
-    p.add_argument("--beta", type=float, default=0.1, help="Dirichlet concentration (stand-in)")
-    p.add_argument("--partition-seed", type=int, default=1, help="seed of the stand-in partition")
+                   help="partition file written by `fedcalib partition` (.json or .json.gz; "
+                        "`make -f models/Makefile partitions` makes the default one)")
     p.add_argument("--rounds", type=int, default=defaults["rounds"], help="FedAvg rounds T")
     p.add_argument("--sample-rate", type=float, default=defaults["sample_rate"],
                    help="Poisson client sampling rate q")
-    p.add_argument("--local-epochs", type=int, default=defaults["local_epochs"])
-    p.add_argument("--batch-size", type=int, default=defaults["batch_size"])
-    p.add_argument("--client-lr", type=float, default=defaults["client_lr"])
-    p.add_argument("--momentum", type=float, default=defaults.get("momentum", 0.0))
-    p.add_argument("--server-lr", type=float, default=defaults["server_lr"])
+    p.add_argument("--local-epochs", type=int, default=defaults["local_epochs"],
+                   help="local epochs a participant runs each round")
+    p.add_argument("--batch-size", type=int, default=defaults["batch_size"],
+                   help="local minibatch size B")
+    p.add_argument("--client-lr", type=float, default=defaults["client_lr"],
+                   help="local SGD learning rate eta_C")
+    p.add_argument("--momentum", type=float, default=defaults.get("momentum", 0.0),
+                   help="local SGD momentum (state reset every round)")
+    p.add_argument("--server-lr", type=float, default=defaults["server_lr"],
+                   help="server learning rate eta_S applied to the mean client delta")
     p.add_argument("--seed", type=int, default=defaults.get("seed", 1), help="training seed")
     p.add_argument("--threads", type=int, default=1,
                    help="torch CPU threads (1: on a shared machine 2 threads ran 10x slower)")
     p.add_argument("--eval-every", type=int, default=10, help="rounds between test evaluations")
     p.add_argument("--out", default=defaults["out"], help="output folder")
-    p.add_argument("--onnx-name", default="model.onnx")
+    p.add_argument("--onnx-name", default="model.onnx", help="file name of the exported model")
     return p.parse_args(argv)
 
 
@@ -70,10 +71,10 @@ def main(argv, defaults, build_model):
     images, labels = fr.load_idx_pair(data_dir)
     print(f"data: {dataset} {images.shape} from {data_dir}", flush=True)
 
-    if a.partition in (None, "standin"):
-        part = fr.dirichlet_standin(labels, a.clients, a.beta, a.partition_seed)
-    else:
-        part = fr.load_partition(a.partition, labels)
+    if not os.path.exists(a.partition):
+        sys.exit(f"partition {a.partition}: no such file; make it with "
+                 "`make -f models/Makefile partitions` (fedcalib partition)")
+    part = fr.load_partition(a.partition, labels)
     if len(part.client) != len(labels):
         sys.exit(f"partition {a.partition}: has {len(part.client)} rows, data has {len(labels)}")
     psum = part.summary()
@@ -109,8 +110,8 @@ def main(argv, defaults, build_model):
     os.makedirs(a.out, exist_ok=True)
     onnx_path = os.path.join(a.out, a.onnx_name)
     config = {k: v for k, v in vars(a).items() if k not in ("out", "onnx_name", "data_dir")}
-    if a.partition not in (None, "standin"):  # repository-relative, so results.json is portable
-        config["partition"] = os.path.relpath(os.path.abspath(a.partition), REPO)
+    # repository-relative, so that results.json is portable
+    config["partition"] = os.path.relpath(os.path.abspath(a.partition), REPO)
     sha = fr.export_onnx(
         torch, model, onnx_path, classes=defaults["classes"], mean=mean, std=std,
         doc=defaults["description"],
@@ -123,6 +124,9 @@ def main(argv, defaults, build_model):
     results = {
         "name": defaults["name"],
         "dataset": dataset,
+        # the fedcalib dataset spec of the same rows in the same order
+        # (common/fedcalib_verify.py runs `fedcalib infer` on it)
+        "specs": [f"{dataset}:{os.path.abspath(data_dir)}:all"],
         "parameters": nparams,
         "config": config,
         "partition": psum,

@@ -26,7 +26,9 @@ import tarfile
 
 import numpy as np
 
-DATA = os.environ.get("FEDCALIB_DATA", "/work/shared/data")
+# The shared data folder: ../shared/data from the repository root, or $FEDCALIB_DATA.
+DATA = os.environ.get("FEDCALIB_DATA") or os.path.normpath(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "data"))
 CIFAR10_TAR = os.path.join(DATA, "cifar10-jpeg.tar.gz")
 FEMNIST_TAR = os.path.join(DATA, "femnist-leaf.tar.gz")
 ROLES_TAR = os.path.join(DATA, "shakespeare-leaf-roles.tar.gz")

@@ -68,7 +68,8 @@ def parse(argv, task):
                    help="final metrics on a fixed random subset of this many rows per split "
                         "(default: all)")
     p.add_argument("--seed", type=int, default=d.get("seed", 1), help="training seed")
-    p.add_argument("--threads", type=int, default=d.get("threads", 2), help="torch CPU threads")
+    p.add_argument("--threads", type=int, default=d.get("threads", 1),
+                   help="torch CPU threads (1: on the shared 2-core machine 2 threads ran 2-18x slower)")
     p.add_argument("--eval-every", type=int, default=d.get("eval_every", 10),
                    help="rounds between test evaluations")
     p.add_argument("--eval-data-out", default=None,

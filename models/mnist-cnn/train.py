@@ -31,7 +31,7 @@ DEFAULTS = {
     "classes": [str(i) for i in range(10)],
     "mean": 0.1307,
     "std": 0.3081,
-    "partition": os.path.join(HERE, "..", "partitions", "mnist-dir0.1-k100.json.gz"),
+    "partition": os.path.normpath(os.path.join(HERE, "..", "partitions", "mnist-dir0.1-k100.json.gz")),
     "rounds": 100,
     "sample_rate": 0.1,
     "local_epochs": 1,
