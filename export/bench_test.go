@@ -3,6 +3,7 @@ package export
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	ort "github.com/yalue/onnxruntime_go"
@@ -12,20 +13,27 @@ import (
 	"github.com/fedcalib/fedcalib/onnx"
 )
 
-// BenchmarkBatch1Latency measures the batch-1 latency of an MNIST-sized
-// CNN (infer/testdata/cnn.onnx, 3.8M multiply-adds) with and without an
-// appended calibrator, in the same run, one intra-op thread. The
-// calibrated runs also fetch the probabilities output.
+// BenchmarkBatch1Latency measures the batch-1 latency of an MNIST CNN
+// with and without an appended calibrator, in the same run, one intra-op
+// thread. The calibrated runs also fetch the probabilities output. The
+// model is $FEDCALIB_BENCH_MODEL (e.g. models/mnist-cnn/model.onnx, the
+// paper's CNN, made by `make model NAME=mnist-cnn`), by default
+// infer/testdata/cnn.onnx (3.8M multiply-adds); its input must be
+// [batch, 1, 28, 28].
 func BenchmarkBatch1Latency(b *testing.B) {
 	if _, err := infer.InitRuntime(""); err != nil {
 		b.Skipf("ONNX Runtime not installed (run make setup): %v", err)
 	}
-	const src = "../infer/testdata/cnn.onnx"
+	src := "../infer/testdata/cnn.onnx"
+	if p := os.Getenv("FEDCALIB_BENCH_MODEL"); p != "" {
+		src = p
+	}
 	base, err := onnx.ReadFile(src)
 	if err != nil {
 		b.Fatal(err)
 	}
 	classes := int(base.Outputs()[0].Shape[1].Value)
+	input, logitsOut := base.Inputs()[0].Name, base.Outputs()[0].Name
 	rng := rand.New(rand.NewPCG(1, 2))
 	s := &calib.Set{Logits: make([]float64, 500*classes), Labels: make([]int, 500), Classes: classes}
 	for i := range s.Logits {
@@ -53,7 +61,7 @@ func BenchmarkBatch1Latency(b *testing.B) {
 		opts, _ := ort.NewSessionOptions()
 		defer opts.Destroy()
 		opts.SetIntraOpNumThreads(1)
-		sess, err := ort.NewDynamicAdvancedSessionWithONNXData(model, []string{"image"}, outputs, opts)
+		sess, err := ort.NewDynamicAdvancedSessionWithONNXData(model, []string{input}, outputs, opts)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -72,7 +80,7 @@ func BenchmarkBatch1Latency(b *testing.B) {
 			}
 		}
 	}
-	b.Run("plain", func(b *testing.B) { bench(b, base.Bytes(), []string{"logits"}) })
+	b.Run("plain", func(b *testing.B) { bench(b, base.Bytes(), []string{logitsOut}) })
 	for _, c := range cals {
 		m, err := onnx.ReadFile(src)
 		if err != nil {
@@ -81,6 +89,6 @@ func BenchmarkBatch1Latency(b *testing.B) {
 		if _, _, err := Append(m, c, nil, Options{}); err != nil {
 			b.Fatal(err)
 		}
-		b.Run(fmt.Sprintf("calibrated-%s", c.Method()), func(b *testing.B) { bench(b, m.Bytes(), []string{"logits", DefaultOutput}) })
+		b.Run(fmt.Sprintf("calibrated-%s", c.Method()), func(b *testing.B) { bench(b, m.Bytes(), []string{logitsOut, DefaultOutput}) })
 	}
 }
