@@ -32,8 +32,9 @@ var inferOverrides = []struct{ flag, key, usage string }{
 
 func newInferCmd() *cobra.Command {
 	var (
-		model, spec, out string
-		opt              infer.Options
+		model, out string
+		specs      []string
+		opt        infer.Options
 		quiet            bool
 		overrides        = make([]string, len(inferOverrides))
 	)
@@ -66,6 +67,8 @@ else the cache "fedcalib setup" fills.
 ` + data.SpecHelp,
 		Example: `  fedcalib infer --model mnist_cnn.onnx --data mnist:data/mnist:test --out mnist_test.npz
   fedcalib infer --model femnist.onnx --data leaf:femnist/data:test --out femnist.npz --batch 512 --threads 2
+  # two datasets in order (rows of the first, then of the second):
+  fedcalib infer --model cifar.onnx --data imagefolder:cifar10.tar.gz:train --data imagefolder:cifar10.tar.gz:test --out all.npz
   # a model exported without fedcalib metadata:
   fedcalib infer --model resnet18.onnx --data cifar10:cifar-10-binary.tar.gz:test --out cifar.npz \
       --layout NCHW --scale 0.00392156862745098 --mean 0.4914,0.4822,0.4465 --std 0.2470,0.2435,0.2616`,
@@ -84,14 +87,16 @@ else the cache "fedcalib setup" fills.
 				}
 				opt.Preprocess[o.key] = overrides[i]
 			}
-			if err := checkInferPaths(model, spec, out); err != nil {
-				return err
+			for _, spec := range specs {
+				if err := checkInferPaths(model, spec, out); err != nil {
+					return err
+				}
 			}
 			if !quiet && isTerminal(stderr) {
 				opt.Progress = stderr
 			}
 			opt.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{ReplaceAttr: dropTime}))
-			res, err := runInfer(cmd.Context(), model, spec, opt)
+			res, err := runInfer(cmd.Context(), model, strings.Join(specs, " + "), opt, specs...)
 			if err != nil {
 				return err
 			}
@@ -111,7 +116,7 @@ else the cache "fedcalib setup" fills.
 	}
 	f := cmd.Flags()
 	f.StringVar(&model, "model", "", "the ONNX model to run (required)")
-	f.StringVar(&spec, "data", "", "the dataset spec, FORMAT:PATH[:OPTION] (required; grammar above)")
+	f.StringArrayVar(&specs, "data", nil, "the dataset spec, FORMAT:PATH[:OPTION] (required; grammar above); repeat it to read several in order, e.g. a train then a test split")
 	f.StringVar(&out, "out", "", "the .npz logits file to write (required; replaced atomically)")
 	f.IntVar(&opt.Batch, "batch", infer.DefaultBatch, "records per model run")
 	f.IntVar(&opt.Threads, "threads", runtime.NumCPU(), "ONNX Runtime intra-op threads, one per CPU by default")
@@ -132,7 +137,9 @@ else the cache "fedcalib setup" fills.
 }
 
 // runInfer opens the model and the dataset and runs the one over the other.
-func runInfer(ctx context.Context, model, spec string, opt infer.Options) (*infer.Result, error) {
+// With more, the datasets of specs are read one after the other in place
+// of spec, which then only names them in errors.
+func runInfer(ctx context.Context, model, spec string, opt infer.Options, specs ...string) (*infer.Result, error) {
 	if opt.Batch <= 0 {
 		return nil, fmt.Errorf("--batch %d: want a positive number of records", opt.Batch)
 	}
@@ -144,11 +151,26 @@ func runInfer(ctx context.Context, model, spec string, opt infer.Options) (*infe
 		return nil, err
 	}
 	defer s.Close()
-	rd, err := data.Open(spec)
-	if err != nil {
-		return nil, err
+	if len(specs) == 0 {
+		specs = []string{spec}
 	}
-	defer rd.Close()
+	parts := make([]data.Reader, 0, len(specs))
+	defer func() {
+		for _, p := range parts {
+			p.Close()
+		}
+	}()
+	for _, sp := range specs {
+		p, err := data.Open(sp)
+		if err != nil {
+			return nil, err
+		}
+		parts = append(parts, p)
+	}
+	rd := parts[0]
+	if len(parts) > 1 {
+		rd = data.Concat(parts...)
+	}
 	res, err := s.Infer(ctx, rd)
 	if err != nil {
 		return nil, fmt.Errorf("%s on %s: %w", model, spec, err)

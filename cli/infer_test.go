@@ -215,3 +215,30 @@ func TestInferCommandRequiredFlags(t *testing.T) {
 		t.Errorf("exit %d, stderr %q; want %d naming the missing flags", code, stderr, ExitUsage)
 	}
 }
+
+// TestInferSeveralDatasets checks that repeated --data flags are read in
+// order into one logits file.
+func TestInferSeveralDatasets(t *testing.T) {
+	requireORT(t)
+	a, pa := writeIDX(t, 5, 4, 4)
+	b, pb := writeIDX(t, 7, 4, 4)
+	out := filepath.Join(t.TempDir(), "both.npz")
+	code, stdout, stderr := fedcalib("infer", "--model", "../infer/testdata/tiny.onnx", "--data", "idx:"+a, "--data", "idx:"+b, "--out", out, "--threads", "1")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stdout, ": 12 records") {
+		t.Errorf("stdout %q", stdout)
+	}
+	f, err := logits.Read(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, img := range append(pa, pb...) {
+		for c, want := range tinyReference(t, img) {
+			if got := float64(f.Logits[i*3+c]); math.Abs(got-want) > 1e-5*math.Max(1, math.Abs(want)) {
+				t.Fatalf("row %d class %d: %v, want %v", i, c, got, want)
+			}
+		}
+	}
+}

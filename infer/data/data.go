@@ -365,6 +365,16 @@ func classesCopy(names []string) []string {
 	return append([]string(nil), names...)
 }
 
+// Concat returns a Reader of the records of parts, one after the other,
+// with the class names of the first. Closing it closes every part. It
+// panics without parts.
+func Concat(parts ...Reader) Reader {
+	if len(parts) == 0 {
+		panic("data: Concat of nothing")
+	}
+	return &concat{parts: parts}
+}
+
 // concat reads its parts one after the other.
 type concat struct {
 	parts []Reader
