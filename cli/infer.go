@@ -35,8 +35,8 @@ func newInferCmd() *cobra.Command {
 		model, out string
 		specs      []string
 		opt        infer.Options
-		quiet            bool
-		overrides        = make([]string, len(inferOverrides))
+		quiet      bool
+		overrides  = make([]string, len(inferOverrides))
 	)
 	cmd := &cobra.Command{
 		Use:   "infer --model MODEL.onnx --data SPEC --out LOGITS.npz",
