@@ -32,7 +32,9 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 def fedcalib(*args):
     cmd = shlex.split(os.environ.get("FEDCALIB", "go run ./cmd/fedcalib")) + list(args)
     print("+", " ".join(shlex.quote(c) for c in cmd), flush=True)
-    out = subprocess.run(cmd, cwd=REPO, check=True, capture_output=True, text=True)
+    out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"fedcalib_verify: {cmd[0]} {args[0]} failed (exit {out.returncode}): {out.stderr.strip()}")
     return out.stdout
 
 
@@ -44,7 +46,9 @@ def main():
     a = p.parse_args()
     res = json.load(open(os.path.join(a.folder, "results.json")))
     model = os.path.abspath(a.onnx or os.path.join(a.folder, res["onnx"]["file"]))
-    out = {"model": os.path.relpath(model, REPO), "recipe_sha256": res["onnx"]["sha256"]}
+    rel = os.path.relpath(model, REPO)
+    out = {"model": rel if not rel.startswith("..") else os.path.basename(model),
+           "recipe_sha256": res["onnx"]["sha256"]}
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.time()
         if "eval_data" in res:

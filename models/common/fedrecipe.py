@@ -349,8 +349,8 @@ def export_onnx(torch, model, path, *, classes, mean, std, doc, extra_meta=None,
     [1,1,28,28] zero tensor), for models with another input shape or dtype;
     base_meta replaces the default preprocessing keys (scale 1/255, mean,
     std, layout NCHW, dtype float32) entirely, for inputs they do not
-    describe (e.g. int64 tokens); fedcalib.classes and extra_meta are added
-    to it either way."""
+    describe (e.g. int64 tokens); fedcalib.classes (unless classes is None,
+    with base_meta) and extra_meta are added to it either way."""
     import onnx
 
     model.eval()

@@ -115,8 +115,9 @@ def load_cifar10(archive=CIFAR10_TAR):
 
 def load_femnist(archive=FEMNIST_TAR):
     """FEMNIST in LEAF JSON: the train files then the test files, each in
-    archive order, users in file order, samples in user order (the records
-    of leaf:ARCHIVE:train then leaf:ARCHIVE:test).
+    archive order, users in the file order of "user_data" (not of "users"),
+    samples in user order (the records of leaf:ARCHIVE:train then
+    leaf:ARCHIVE:test).
 
     Returns x float32 [N, 28, 28] (LEAF's values: 1.0 background, 0.0 ink),
     labels int64 [N], client int32 [N] (users numbered by first appearance
@@ -133,8 +134,9 @@ def load_femnist(archive=FEMNIST_TAR):
                 if split_name not in name.split("/")[:-1]:
                     continue
                 doc = json.load(t.extractfile(m))
-                for u in doc["users"]:
-                    d = doc["user_data"][u]
+                # user_data in file order, as fedcalib's streaming reader
+                # walks it (LEAF's "users" list is often in another order).
+                for u, d in doc["user_data"].items():
                     uid = users.setdefault(u, len(users))
                     n = len(d["y"])
                     xs.append(np.asarray(d["x"], dtype=np.float32).reshape(n, 28, 28))
