@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/fedcalib/fedcalib/federation/experiment"
@@ -39,8 +40,8 @@ func TestConfigs(t *testing.T) {
 				t.Errorf("%s: dataset %s is not optional", path, d.Name)
 			}
 			for _, p := range []string{d.Partition.File, d.Partition.Holdout} {
-				if _, err := os.Stat(p); p != "" && err != nil {
-					t.Errorf("%s: dataset %s: %v", path, d.Name, err)
+				if _, err := os.Stat(p); p != "" && err != nil && !madeByRecipe(t, p) {
+					t.Errorf("%s: dataset %s: %v, and models/Makefile does not make it", path, d.Name, err)
 				}
 			}
 		}
@@ -90,4 +91,16 @@ func TestTableSettings(t *testing.T) {
 			t.Errorf("%s: methods %v", tc.path, labels)
 		}
 	}
+}
+
+// madeByRecipe reports whether a partition file too large to commit (the
+// Shakespeare one, 4.9 MB) is a target of models/Makefile, which makes it.
+func madeByRecipe(t *testing.T, partition string) bool {
+	t.Helper()
+	mk, err := os.ReadFile("../../models/Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel := strings.TrimPrefix(filepath.ToSlash(partition), "../../")
+	return strings.Contains(string(mk), rel+":")
 }
