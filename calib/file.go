@@ -7,7 +7,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/fedcalib/fedcalib/internal/atomicfile"
+	"github.com/fedcalib/fedcalib/internal/fileio"
 )
 
 // FormatV1 is the format tag of version 1 of the calibrator sidecar file.
@@ -78,7 +78,7 @@ func WriteFile(path string, c Calibrator, priv *Privacy, prov Provenance) error 
 	if err := Encode(&buf, c, priv, prov); err != nil {
 		return err
 	}
-	return atomicfile.Write(path, buf.Bytes())
+	return fileio.Write(path, buf.Bytes())
 }
 
 // Decode reads a sidecar file from r and returns the calibrator it holds,

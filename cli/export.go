@@ -1,17 +1,14 @@
 package cli
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
 
 	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/export"
+	"github.com/fedcalib/fedcalib/internal/fileio"
 )
 
 func newExportCmd() *cobra.Command {
@@ -72,7 +69,7 @@ calibrator alone (input "logits" [batch, classes], output "probabilities").`,
 				}
 				fmt.Fprintf(out, "wrote %s: %s calibrator for %d classes as ONNX (verified against Go to %g)\n", outPath, c.Method(), c.Classes(), export.Tolerance)
 			case sidecar:
-				sum, err := fileSHA256(modelPath)
+				sum, err := fileio.SHA256(modelPath)
 				if err != nil {
 					return err
 				}
@@ -105,17 +102,4 @@ calibrator alone (input "logits" [batch, classes], output "probabilities").`,
 	f.StringVar(&ortLib, "ort-lib", "", "path to libonnxruntime.so (default: $ONNXRUNTIME_SHARED_LIBRARY_PATH, then the cache of `fedcalib setup`)")
 	cmd.MarkFlagsMutuallyExclusive("sidecar", "standalone")
 	return cmd
-}
-
-func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("%s: %w", path, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -15,7 +15,7 @@ import (
 
 	"github.com/klauspost/compress/gzip"
 
-	"github.com/fedcalib/fedcalib/internal/atomicfile"
+	"github.com/fedcalib/fedcalib/internal/fileio"
 )
 
 // PartitionFormatV1 is the format tag of version 1 of the partition file.
@@ -410,5 +410,5 @@ func WritePartition(path string, p *Partition) error {
 	if err := p.Encode(&buf); err != nil {
 		return err
 	}
-	return atomicfile.Write(path, buf.Bytes())
+	return fileio.Write(path, buf.Bytes())
 }

@@ -16,6 +16,8 @@ import (
 
 	"github.com/klauspost/compress/gzip"
 	ort "github.com/yalue/onnxruntime_go"
+
+	"github.com/fedcalib/fedcalib/internal/fileio"
 )
 
 // The ONNX Runtime build fedcalib runs against: the linux-x64 shared library
@@ -90,7 +92,7 @@ func ResolveRuntime(explicit string) (string, error) {
 	if err != nil {
 		return "", &RuntimeError{Reason: err.Error()}
 	}
-	sum, err := fileSHA256(p)
+	sum, err := fileio.SHA256(p)
 	if errors.Is(err, os.ErrNotExist) {
 		return "", &RuntimeError{}
 	}
@@ -163,19 +165,6 @@ func sameFile(a, b string) bool {
 	return os.SameFile(fa, fb)
 }
 
-func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
 // SetupOptions configures Setup. The zero value runs npm from PATH and
 // installs into CachedRuntimePath.
 type SetupOptions struct {
@@ -216,7 +205,7 @@ func Setup(ctx context.Context, opt SetupOptions) (SetupResult, error) {
 		}
 		dest = p
 	}
-	if sum, err := fileSHA256(dest); err == nil && sum == RuntimeSHA256 {
+	if sum, err := fileio.SHA256(dest); err == nil && sum == RuntimeSHA256 {
 		fmt.Fprintf(logw, "ONNX Runtime %s already installed at %s\n", RuntimeVersion, dest)
 		return SetupResult{Path: dest}, nil
 	}

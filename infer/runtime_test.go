@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"github.com/klauspost/compress/gzip"
+
+	"github.com/fedcalib/fedcalib/internal/fileio"
 )
 
 // tgz returns a gzip-compressed tar holding the given regular files, in order.
@@ -196,7 +198,7 @@ func TestSetupIdempotent(t *testing.T) {
 	if err != nil {
 		t.Skipf("skipping: %v", err)
 	}
-	if sum, err := fileSHA256(lib); err != nil || sum != RuntimeSHA256 {
+	if sum, err := fileio.SHA256(lib); err != nil || sum != RuntimeSHA256 {
 		t.Skipf("skipping: %s is not the pinned build", lib)
 	}
 	dest := filepath.Join(t.TempDir(), RuntimeLibrary)

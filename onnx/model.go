@@ -9,7 +9,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/fedcalib/fedcalib/internal/atomicfile"
+	"github.com/fedcalib/fedcalib/internal/fileio"
 	"github.com/fedcalib/fedcalib/onnx/onnxpb"
 )
 
@@ -238,5 +238,5 @@ func (m *Model) Bytes() []byte {
 // should be written to the directory it was read from, or its data files
 // copied alongside.
 func (m *Model) WriteFile(name string) error {
-	return atomicfile.Write(name, m.Bytes())
+	return fileio.Write(name, m.Bytes())
 }

@@ -16,7 +16,7 @@ import (
 	"gonum.org/v1/plot/vg/vgsvg"
 
 	"github.com/fedcalib/fedcalib/calib"
-	"github.com/fedcalib/fedcalib/internal/atomicfile"
+	"github.com/fedcalib/fedcalib/internal/fileio"
 )
 
 // Options controls Write. The zero value draws at most 16 classes,
@@ -121,7 +121,7 @@ func Write(dir string, before, after *calib.Reliability, opt Options) ([]string,
 			if _, err := out.w.WriteTo(&buf); err != nil {
 				return written, err
 			}
-			if err := atomicfile.Write(path, buf.Bytes()); err != nil {
+			if err := fileio.Write(path, buf.Bytes()); err != nil {
 				return written, err
 			}
 			written = append(written, path)

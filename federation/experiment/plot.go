@@ -16,7 +16,7 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
-	"github.com/fedcalib/fedcalib/internal/atomicfile"
+	"github.com/fedcalib/fedcalib/internal/fileio"
 )
 
 // axisTitles label the plot axes.
@@ -229,7 +229,7 @@ func (pl *Plot) draw(path, format, dataset string, rows []Row) error {
 	if _, err := c.WriteTo(&buf); err != nil {
 		return err
 	}
-	return atomicfile.Write(path, buf.Bytes())
+	return fileio.Write(path, buf.Bytes())
 }
 
 // seriesLabel names the series of r: its method label and the values of

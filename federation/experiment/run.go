@@ -3,11 +3,8 @@ package experiment
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -20,7 +17,7 @@ import (
 	"github.com/fedcalib/fedcalib/dp"
 	"github.com/fedcalib/fedcalib/federation"
 	"github.com/fedcalib/fedcalib/infer/logits"
-	"github.com/fedcalib/fedcalib/internal/atomicfile"
+	"github.com/fedcalib/fedcalib/internal/fileio"
 )
 
 // Output file names, in the output directory.
@@ -189,10 +186,10 @@ func (r *runner) run(ctx context.Context, cfg *Config, dir string, opt Options) 
 		if err := encodeTimings(&tb, finished, rep.Timings); err != nil {
 			return err
 		}
-		if err := atomicfile.Write(runsPath, rb.Bytes()); err != nil {
+		if err := fileio.Write(runsPath, rb.Bytes()); err != nil {
 			return err
 		}
-		return atomicfile.Write(timingsPath, tb.Bytes())
+		return fileio.Write(timingsPath, tb.Bytes())
 	}
 	progress := func(row *Row) {
 		if opt.Progress != nil {
@@ -427,7 +424,7 @@ func newInput(d *Dataset) (*input, error) {
 		if f.path == "" {
 			continue
 		}
-		h, err := hashFile(f.path)
+		h, err := fileio.SHA256(f.path)
 		if err != nil {
 			return nil, err
 		}
@@ -440,19 +437,6 @@ func newInput(d *Dataset) (*input, error) {
 		fmt.Fprintf(&fp, "|fractions=%s/%s/%s", formatFloat(f.Train), formatFloat(f.Calibration), formatFloat(f.Test))
 	}
 	return &input{ds: d, fingerprint: fp.String(), feds: map[float64]*federated{}}, nil
-}
-
-func hashFile(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("%s: %w", path, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 func fileExists(path string) bool {
@@ -600,10 +584,10 @@ func writeReports(cfg *Config, dir string, rows []Row, times map[string]Timing) 
 		return nil, err
 	}
 	files := []string{filepath.Join(dir, SummaryFile), filepath.Join(dir, TimingsSummary)}
-	if err := atomicfile.Write(files[0], sb.Bytes()); err != nil {
+	if err := fileio.Write(files[0], sb.Bytes()); err != nil {
 		return nil, err
 	}
-	if err := atomicfile.Write(files[1], tb.Bytes()); err != nil {
+	if err := fileio.Write(files[1], tb.Bytes()); err != nil {
 		return nil, err
 	}
 	plots, err := drawPlots(cfg, dir, rows)

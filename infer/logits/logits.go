@@ -14,7 +14,7 @@ import (
 	"codeberg.org/sbinet/npyio/npz"
 
 	"github.com/fedcalib/fedcalib/calib"
-	"github.com/fedcalib/fedcalib/internal/atomicfile"
+	"github.com/fedcalib/fedcalib/internal/fileio"
 )
 
 // Split values of the split column.
@@ -278,7 +278,7 @@ func Write(path string, f *File) error {
 	if err := Encode(&buf, f); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	return atomicfile.Write(path, buf.Bytes())
+	return fileio.Write(path, buf.Bytes())
 }
 
 // Encode writes f as an .npz archive (deflate-compressed, as

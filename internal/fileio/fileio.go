@@ -1,8 +1,13 @@
-// Package atomicfile writes files so that no reader ever sees one half
-// written: fedcalib never leaves a partial output behind (SPEC §10).
-package atomicfile
+// Package fileio holds fedcalib's two file helpers: Write, which never
+// leaves a half-written output behind (SPEC §10), and SHA256, the content
+// hash recorded in provenance and used to verify downloads.
+package fileio
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -34,4 +39,18 @@ func Write(path string, data []byte) (err error) {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// SHA256 returns the hex SHA-256 of the file at path.
+func SHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }

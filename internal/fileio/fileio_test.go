@@ -1,4 +1,4 @@
-package atomicfile
+package fileio
 
 import (
 	"os"
@@ -36,5 +36,20 @@ func TestWrite(t *testing.T) {
 	}
 	if err := Write(filepath.Join(dir, "missing", "x"), nil); err == nil {
 		t.Error("Write into a missing directory succeeded")
+	}
+}
+
+func TestSHA256(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "abc")
+	if err := Write(path, []byte("abc")); err != nil {
+		t.Fatal(err)
+	}
+	// The FIPS 180-2 test vector for "abc".
+	const want = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+	if got, err := SHA256(path); err != nil || got != want {
+		t.Errorf("SHA256 = %s, %v; want %s", got, err, want)
+	}
+	if _, err := SHA256(filepath.Join(t.TempDir(), "none")); err == nil {
+		t.Error("SHA256 of a missing file succeeded")
 	}
 }
