@@ -96,7 +96,7 @@ func TestRecordReuse(t *testing.T) {
 
 func TestCloseTwice(t *testing.T) {
 	// Readers release their files once; a second Close must not panic.
-	for _, spec := range []string{"imagefolder:testdata/imagefolder.tar.gz:train", "leaf:testdata/leaf/femnist:train", "speakers:testdata/speakers.txt"} {
+	for _, spec := range []string{"imagefolder:testdata/imagefolder.tgz:train", "leaf:testdata/leaf/femnist:train", "speakers:testdata/speakers.txt"} {
 		r, err := Open(spec)
 		if err != nil {
 			t.Fatal(err)

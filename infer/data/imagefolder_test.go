@@ -58,7 +58,7 @@ func TestImageFolderDir(t *testing.T) {
 }
 
 func TestImageFolderTar(t *testing.T) {
-	const archive = "testdata/imagefolder.tar.gz"
+	const archive = "testdata/imagefolder.tgz"
 	// The archive holds train/dog before train/cat: labels follow the
 	// sorted class names, records the archive order.
 	spec := "imagefolder:" + archive + ":train"
@@ -67,6 +67,20 @@ func TestImageFolderTar(t *testing.T) {
 		t.Errorf("classes %q, want [cat dog]", classes)
 	}
 	checkImages(t, spec, got, [][]byte{rgbC, rgbD, rgbA, rgbB}, []int{1, 1, 0, 0}, []bool{false, true, false, false})
+
+	// The same archive named .tar.gz (the committed fixture is .tgz so that
+	// no .tar.gz sits in the repository beside the real data sets).
+	b, err := os.ReadFile(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	renamed := filepath.Join(t.TempDir(), "imagefolder.tar.gz")
+	if err := os.WriteFile(renamed, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := openAll(t, "imagefolder:"+renamed+":train"); len(again) != len(got) {
+		t.Errorf("as .tar.gz: %d records, want %d", len(again), len(got))
+	}
 
 	got, classes = openAll(t, "imagefolder:"+archive+":test")
 	if !reflect.DeepEqual(classes, []string{"bird"}) {
@@ -111,7 +125,7 @@ func TestImageFolderErrors(t *testing.T) {
 		{"imagefolder:" + filepath.Join(dir, "flat"), "no class subdirectories", true, false},
 		{"imagefolder:" + plain, "wants a directory or a .tar.gz", true, false},
 		{"imagefolder:" + emptyTar, "bmp.tar.gz:a/x.bmp: only PNG and JPEG", true, false},
-		{"imagefolder:testdata/imagefolder.tar.gz:valid", `no class directories under "/valid/"`, true, false},
+		{"imagefolder:testdata/imagefolder.tgz:valid", `no class directories under "/valid/"`, true, false},
 	} {
 		r, err := Open(tc.spec)
 		if (err != nil) != tc.open {

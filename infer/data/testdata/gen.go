@@ -65,7 +65,7 @@ func main() {
 	add("./test/bird/a.png", images["cat/a.png"])
 	check(tw.Close())
 	check(gz.Close())
-	write("testdata/imagefolder.tar.gz", tb.Bytes())
+	write("testdata/imagefolder.tgz", tb.Bytes())
 
 	write("testdata/leaf/femnist/train/shard_0.json", []byte(femnistJSON()))
 	write("testdata/leaf/femnist/test/shard_0.json", []byte(femnistTestJSON()))
