@@ -410,9 +410,18 @@ func (c *concat) Len() int {
 }
 
 func (c *concat) Close() error {
+	closers := make([]io.Closer, len(c.parts))
+	for i, p := range c.parts {
+		closers[i] = p
+	}
+	return closeAll(closers)
+}
+
+// closeAll closes every c, returning the first error.
+func closeAll(cs []io.Closer) error {
 	var first error
-	for _, p := range c.parts {
-		if err := p.Close(); err != nil && first == nil {
+	for _, c := range cs {
+		if err := c.Close(); err != nil && first == nil {
 			first = err
 		}
 	}

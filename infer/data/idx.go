@@ -216,14 +216,9 @@ func (r *idxReader) Classes() []string { return classesCopy(r.classes) }
 func (r *idxReader) Len() int { return r.n }
 
 func (r *idxReader) Close() error {
-	var first error
-	for _, c := range r.closers {
-		if err := c.Close(); err != nil && first == nil {
-			first = err
-		}
-	}
+	err := closeAll(r.closers)
 	r.closers = nil
-	return first
+	return err
 }
 
 // openMNISTAll opens the train files of dir followed by the test files, so

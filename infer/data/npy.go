@@ -320,14 +320,9 @@ func (r *npyReader) Classes() []string { return nil }
 func (r *npyReader) Len() int { return r.x.rows() }
 
 func (r *npyReader) Close() error {
-	var first error
-	for _, c := range r.closers {
-		if err := c.Close(); err != nil && first == nil {
-			first = err
-		}
-	}
+	err := closeAll(r.closers)
 	r.closers = nil
-	return first
+	return err
 }
 
 // openNPYSpec opens "X.npy,Y.npy".
