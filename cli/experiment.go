@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/fedcalib/fedcalib/federation/experiment"
+	"github.com/fedcalib/fedcalib/experiment"
 )
 
 func newExperimentCmd() *cobra.Command {
@@ -47,7 +47,7 @@ not). A cell already in --out/runs.csv with the same parameters and input
 files is not recomputed, so an interrupted experiment (Ctrl-C saves what
 is finished) or an extended grid resumes; --fresh recomputes every cell.
 
-The configuration format is documented in package federation/experiment
+The configuration format is documented in package experiment
 and by the committed configurations under integration/experiments/.
 A progress bar is drawn on a terminal unless --quiet.`,
 		Example: `  fedcalib experiment --config integration/experiments/table1.yaml --out results/table1

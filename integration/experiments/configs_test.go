@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fedcalib/fedcalib/federation/experiment"
+	"github.com/fedcalib/fedcalib/experiment"
 )
 
 func TestConfigs(t *testing.T) {

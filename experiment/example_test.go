@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"log"
 
-	"github.com/fedcalib/fedcalib/federation/experiment"
+	"github.com/fedcalib/fedcalib/experiment"
 )
 
 // A grid crossed with a dataset: FedTemp has no weighting, so it runs
