@@ -250,7 +250,7 @@ func compareCalibrators(w io.Writer, s *calib.Set, paths []string, bins int, asJ
 		if eps != nil {
 			e = strconv.FormatFloat(*eps, 'g', 6, 64) // 0.9999999999999999 reads as 1
 		}
-		if before.Accuracy-m.Accuracy > 0.01 {
+		if calib.AccuracyDropped(before, m) {
 			star = "*"
 		}
 		fmt.Fprintf(tw, "%s\t%.3f%%\t%.3f%%\t%.2f%%%s\t%.4f\t%s\t\n", name, 100*m.CWECE, 100*m.ECE, 100*m.Accuracy, star, m.NLL, e)

@@ -89,14 +89,11 @@ func (r *Row) baseMetric(name string) (float64, bool) {
 	return 0, false
 }
 
-// accuracyDropped reports whether after's accuracy is more than 1
-// percentage point below before's on the same n examples, comparing counts
-// of correct predictions so that exactly 1 point is not a drop.
+// accuracyDropped reports calib.AccuracyDropped(before, after): a test
+// accuracy more than 1 percentage point below the base model's, the
+// paper's asterisk.
 func accuracyDropped(after, before calib.Metrics) bool {
-	n := float64(after.N)
-	ca := int64(after.Accuracy*n + 0.5)
-	cb := int64(before.Accuracy*n + 0.5)
-	return 100*(ca-cb) < -int64(after.N)
+	return calib.AccuracyDropped(before, after)
 }
 
 // Timing holds what a run measured of time; it varies between runs.
