@@ -9,7 +9,9 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"time"
 
+	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
@@ -92,11 +94,13 @@ else the cache "fedcalib setup" fills.
 					return err
 				}
 			}
+			finish := func() {}
 			if !quiet && isTerminal(stderr) {
-				opt.Progress = stderr
+				opt.Progress, finish = inferBar(stderr)
 			}
 			opt.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{ReplaceAttr: dropTime}))
 			res, err := runInfer(cmd.Context(), model, strings.Join(specs, " + "), opt, specs...)
+			finish()
 			if err != nil {
 				return err
 			}
@@ -136,6 +140,36 @@ else the cache "fedcalib setup" fills.
 	return cmd
 }
 
+// inferBar returns an infer.Options.Progress callback that draws a
+// progress bar on w, and a function that clears it when inference ends.
+func inferBar(w io.Writer) (progress func(infer.Progress), finish func()) {
+	var bar *progressbar.ProgressBar
+	progress = func(p infer.Progress) {
+		if bar == nil {
+			bar = progressbar.NewOptions64(int64(p.Total),
+				progressbar.OptionSetWriter(w),
+				progressbar.OptionSetDescription("infer"),
+				progressbar.OptionSetItsString("records"),
+				progressbar.OptionShowIts(),
+				progressbar.OptionShowCount(),
+				progressbar.OptionThrottle(200*time.Millisecond),
+				progressbar.OptionClearOnFinish(),
+			)
+		}
+		bar.Set64(int64(p.Done))
+	}
+	finish = func() {
+		if bar != nil {
+			bar.Finish()
+		}
+	}
+	return progress, finish
+}
+
+// openSession opens a model for runInfer; tests replace it to count the
+// sessions a command opens.
+var openSession = infer.OpenSession
+
 // runInfer opens the model and the dataset and runs the one over the other.
 // With more, the datasets of specs are read one after the other in place
 // of spec, which then only names them in errors.
@@ -146,7 +180,7 @@ func runInfer(ctx context.Context, model, spec string, opt infer.Options, specs 
 	if opt.Threads <= 0 {
 		return nil, fmt.Errorf("--threads %d: want a positive number of threads", opt.Threads)
 	}
-	s, err := infer.OpenSession(model, opt)
+	s, err := openSession(model, opt)
 	if err != nil {
 		return nil, err
 	}

@@ -6,8 +6,6 @@ import (
 	"os"
 	"testing"
 
-	ort "github.com/yalue/onnxruntime_go"
-
 	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/infer"
 	"github.com/fedcalib/fedcalib/onnx"
@@ -53,29 +51,15 @@ func BenchmarkBatch1Latency(b *testing.B) {
 		x[i] = float32(rng.Float64())
 	}
 	bench := func(b *testing.B, model []byte, outputs []string) {
-		in, err := ort.NewTensor(ort.NewShape(1, 1, 28, 28), x)
+		g, err := infer.OpenGraph(model, infer.GraphOptions{Threads: 1, Inputs: []string{input}, Outputs: outputs})
 		if err != nil {
 			b.Fatal(err)
 		}
-		defer in.Destroy()
-		opts, _ := ort.NewSessionOptions()
-		defer opts.Destroy()
-		opts.SetIntraOpNumThreads(1)
-		sess, err := ort.NewDynamicAdvancedSessionWithONNXData(model, []string{input}, outputs, opts)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer sess.Destroy()
-		outs := make([]ort.Value, len(outputs))
-		for i := range outs {
-			if outs[i], err = ort.NewEmptyTensor[float32](ort.NewShape(1, int64(classes))); err != nil {
-				b.Fatal(err)
-			}
-			defer outs[i].Destroy()
-		}
+		defer g.Close()
+		in := &infer.Batch{Shape: []int64{1, 1, 28, 28}, Float: x}
 		b.ResetTimer()
 		for range b.N {
-			if err := sess.Run([]ort.Value{in}, outs); err != nil {
+			if _, err := g.Run(in); err != nil {
 				b.Fatal(err)
 			}
 		}

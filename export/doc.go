@@ -17,6 +17,7 @@
 // adding a probabilities output, and records the calibrator in the model's
 // metadata_props. Verify runs the result with ONNX Runtime against the Go
 // calibrator on a probe set covering every bin and extreme logits (and on
-// the model's own outputs), and Export does all three and writes the file
-// atomically only when verification passes.
+// the model's own outputs), through package infer's Graph (infer owns
+// ONNX Runtime), and Export does all three and writes the file atomically
+// only when verification passes.
 package export

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 
-	ort "github.com/yalue/onnxruntime_go"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fedcalib/fedcalib/calib"
@@ -284,7 +283,7 @@ func Verify(c calib.Calibrator, probe []float32, opt Options) error {
 		return err
 	}
 	k := c.Classes()
-	got, err := run(m.Bytes(), "logits", []string{DefaultOutput}, ort.NewShape(int64(len(probe)/k), int64(k)), probe, opt.Runtime)
+	got, err := run(m.Bytes(), "logits", []string{DefaultOutput}, []int64{int64(len(probe) / k), int64(k)}, probe, opt.Runtime)
 	if err != nil {
 		return fmt.Errorf("verify: ONNX Runtime cannot run the calibrator: %w", err)
 	}
@@ -316,59 +315,19 @@ func compare(c calib.Calibrator, logits, got []float32) error {
 
 // run runs model bytes on one float32 input and returns the named float32
 // outputs.
-func run(model []byte, input string, outputs []string, shape ort.Shape, data []float32, runtime string) ([][]float32, error) {
-	if _, err := infer.InitRuntime(runtime); err != nil {
-		return nil, err
-	}
-	in, err := ort.NewTensor(shape, data)
+func run(model []byte, input string, outputs []string, shape []int64, data []float32, runtime string) ([][]float32, error) {
+	g, err := infer.OpenGraph(model, graphOptions(runtime, []string{input}, outputs))
 	if err != nil {
 		return nil, err
 	}
-	defer in.Destroy()
-	return runValues(model, []string{input}, []ort.Value{in}, outputs)
+	defer g.Close()
+	return g.Run(&infer.Batch{Shape: shape, Float: data})
 }
 
-func runValues(model []byte, inputs []string, in []ort.Value, outputs []string) ([][]float32, error) {
-	return runSession(func(o *ort.SessionOptions) (*ort.DynamicAdvancedSession, error) {
-		return ort.NewDynamicAdvancedSessionWithONNXData(model, inputs, outputs, o)
-	}, in, outputs)
-}
-
-// runFile is runValues for a model file.
-func runFile(path string, inputs []string, in []ort.Value, outputs []string) ([][]float32, error) {
-	return runSession(func(o *ort.SessionOptions) (*ort.DynamicAdvancedSession, error) {
-		return ort.NewDynamicAdvancedSession(path, inputs, outputs, o)
-	}, in, outputs)
-}
-
-func runSession(open func(*ort.SessionOptions) (*ort.DynamicAdvancedSession, error), in []ort.Value, outputs []string) ([][]float32, error) {
-	opts, err := ort.NewSessionOptions()
-	if err != nil {
-		return nil, err
-	}
-	defer opts.Destroy()
-	if err := opts.SetIntraOpNumThreads(1); err != nil {
-		return nil, err
-	}
-	sess, err := open(opts)
-	if err != nil {
-		return nil, err
-	}
-	defer sess.Destroy()
-	outs := make([]ort.Value, len(outputs))
-	if err := sess.Run(in, outs); err != nil {
-		return nil, err
-	}
-	res := make([][]float32, len(outs))
-	for i, o := range outs {
-		defer o.Destroy()
-		t, ok := o.(*ort.Tensor[float32])
-		if !ok {
-			return nil, fmt.Errorf("output %q is not float32", outputs[i])
-		}
-		res[i] = slices.Clone(t.GetData())
-	}
-	return res, nil
+// graphOptions configures the ONNX Runtime sessions of verification: one
+// intra-op thread, the named inputs and outputs.
+func graphOptions(runtime string, inputs, outputs []string) infer.GraphOptions {
+	return infer.GraphOptions{Runtime: runtime, Threads: 1, Inputs: inputs, Outputs: outputs}
 }
 
 // Export reads the model at modelPath, appends calibrator c, verifies the
@@ -437,10 +396,10 @@ func verifyModel(m *onnx.Model, dir, logitsName, outName string, c calib.Calibra
 	rng := rand.New(rand.NewPCG(opt.Seed, 0x696e707574)) // "input"
 	const batch = 4
 	names := make([]string, len(ins))
-	vals := make([]ort.Value, len(ins))
+	vals := make([]*infer.Batch, len(ins))
 	for i, in := range ins {
 		names[i] = in.Name
-		shape := make(ort.Shape, len(in.Shape))
+		shape := make([]int64, len(in.Shape))
 		n := int64(1)
 		for d, dim := range in.Shape {
 			switch {
@@ -453,27 +412,22 @@ func verifyModel(m *onnx.Model, dir, logitsName, outName string, c calib.Calibra
 			}
 			n *= shape[d]
 		}
-		var v ort.Value
-		var err error
+		v := &infer.Batch{Shape: shape}
 		switch in.Elem {
 		case onnx.Float:
-			x := make([]float32, n)
-			for j := range x {
-				x[j] = float32(rng.Float64())
+			v.Float = make([]float32, n)
+			for j := range v.Float {
+				v.Float[j] = float32(rng.Float64())
 			}
-			v, err = ort.NewTensor(shape, x)
 		case onnx.Int64:
-			v, err = ort.NewTensor(shape, make([]int64, n))
+			v.Int = make([]int64, n)
 		default:
 			return fmt.Errorf("verify: input %q has element type %s, which fedcalib cannot generate", in.Name, in.Type)
 		}
-		if err != nil {
-			return err
-		}
-		defer v.Destroy()
 		vals[i] = v
 	}
-	var outs [][]float32
+	gopt := graphOptions(opt.Runtime, names, []string{logitsName, outName})
+	var g *infer.Graph
 	var err error
 	if dir != "" {
 		// External data resolve against the model file's directory, so
@@ -489,9 +443,14 @@ func verifyModel(m *onnx.Model, dir, logitsName, outName string, c calib.Calibra
 		if terr != nil {
 			return terr
 		}
-		outs, err = runFile(tmp.Name(), names, vals, []string{logitsName, outName})
+		g, err = infer.OpenGraphFile(tmp.Name(), gopt)
 	} else {
-		outs, err = runValues(m.Bytes(), names, vals, []string{logitsName, outName})
+		g, err = infer.OpenGraph(m.Bytes(), gopt)
+	}
+	var outs [][]float32
+	if err == nil {
+		defer g.Close()
+		outs, err = g.Run(vals...)
 	}
 	if err != nil {
 		return fmt.Errorf("verify: ONNX Runtime cannot run the calibrated model: %w", err)

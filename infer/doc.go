@@ -12,7 +12,9 @@
 // ONNX Runtime keeps one environment per process, and onnxruntime_go holds it
 // in package-level state. InitRuntime creates it the first time it is needed
 // and keeps it for the life of the process; it is the one piece of global
-// state in fedcalib, shared by every Session.
+// state in fedcalib, shared by every Session and Graph. This package is the
+// only one in fedcalib that imports onnxruntime_go: other packages (export's
+// verification among them) run models through Session or Graph.
 //
 // # Sessions and inference
 //
@@ -24,8 +26,17 @@
 // labels, and client ids when the reader provides client names. Outputs
 // holding NaN or ±Inf are an error; outputs that look like probabilities
 // (rows of non-negative numbers summing to 1) get a warning, because the
-// calibrators want logits. Session.Run runs one batch that is already a
-// tensor.
+// calibrators want logits. Options.Extra names further outputs to collect
+// in the same runs (the logits and the probabilities of a calibrated model
+// in one pass), returned in Result.Extra. Session.Run runs one batch that
+// is already a tensor.
+//
+// The package prints nothing: Infer reports how far it is through
+// Options.Progress, and warnings go to Options.Logger.
+//
+// Graph is the bare path: a model loaded with the inputs and float32
+// outputs the caller names, run on tensors the caller makes, with no
+// preprocessing and no checks on what the outputs hold.
 //
 // # Preprocessing metadata
 //

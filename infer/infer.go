@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"time"
-
-	"github.com/schollz/progressbar/v3"
 
 	"github.com/fedcalib/fedcalib/infer/data"
 	"github.com/fedcalib/fedcalib/infer/logits"
@@ -31,6 +28,28 @@ type Result struct {
 	// ClassNames holds the model's class names (fedcalib.classes) or, when
 	// it has none, the reader's; nil when neither has any.
 	ClassNames []string
+	// Extra holds the outputs Options.Extra named, in that order; nil
+	// without Options.Extra.
+	Extra []Output
+}
+
+// Output is one further model output over a whole dataset (Options.Extra).
+type Output struct {
+	// Name is the output's name in the graph.
+	Name string
+	// Columns is the number of values per record.
+	Columns int
+	// Values holds Result.Len() rows of Columns values, row-major.
+	Values []float32
+}
+
+// Progress says how far Session.Infer is.
+type Progress struct {
+	// Done counts the records run through the model so far.
+	Done int
+	// Total is the number of records in the dataset, or -1 when the
+	// reader cannot tell (it is not a data.Sized).
+	Total int
 }
 
 // Len returns the number of records.
@@ -50,22 +69,12 @@ func (r *Result) File() *logits.File {
 // goroutine: ONNX Runtime's thread pool is busy on every core during a
 // run, and work running beside it slows the run down more than it saves.
 func (s *Session) Infer(ctx context.Context, rd data.Reader) (*Result, error) {
-	var bar *progressbar.ProgressBar
+	progress := Progress{Total: -1}
+	if sz, ok := rd.(data.Sized); ok {
+		progress.Total = sz.Len()
+	}
 	if s.opt.Progress != nil {
-		total := int64(-1)
-		if sz, ok := rd.(data.Sized); ok {
-			total = int64(sz.Len())
-		}
-		bar = progressbar.NewOptions64(total,
-			progressbar.OptionSetWriter(s.opt.Progress),
-			progressbar.OptionSetDescription("infer"),
-			progressbar.OptionSetItsString("records"),
-			progressbar.OptionShowIts(),
-			progressbar.OptionShowCount(),
-			progressbar.OptionThrottle(200*time.Millisecond),
-			progressbar.OptionClearOnFinish(),
-		)
-		defer bar.Finish()
+		s.opt.Progress(progress)
 	}
 
 	b := &batcher{
@@ -76,6 +85,7 @@ func (s *Session) Infer(ctx context.Context, rd data.Reader) (*Result, error) {
 		clients: make(map[string]int32),
 	}
 	res := &Result{}
+	var extra [][]float32
 	for eof := false; !eof; {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -89,7 +99,7 @@ func (s *Session) Infer(ctx context.Context, rd data.Reader) (*Result, error) {
 			break
 		}
 		base := len(res.Logits)
-		if res.Logits, err = s.Run(res.Logits, b.buf.head(b.rows, b.enc.size)); err != nil {
+		if res.Logits, extra, err = s.RunExtra(res.Logits, extra, b.buf.head(b.rows, b.enc.size)); err != nil {
 			return nil, fmt.Errorf("records %d to %d: %w", first, b.n-1, err)
 		}
 		if base == 0 && looksLikeProbabilities(res.Logits, s.classes) {
@@ -103,8 +113,9 @@ func (s *Session) Infer(ctx context.Context, rd data.Reader) (*Result, error) {
 		}
 		res.Labels = append(res.Labels, b.labels...)
 		res.Client = append(res.Client, b.client...)
-		if bar != nil {
-			bar.Add(b.rows)
+		if s.opt.Progress != nil {
+			progress.Done = b.n
+			s.opt.Progress(progress)
 		}
 	}
 	if b.n == 0 {
@@ -116,6 +127,9 @@ func (s *Session) Infer(ctx context.Context, rd data.Reader) (*Result, error) {
 		res.Client = nil
 	}
 	res.Classes = s.classes
+	for k, o := range s.extra {
+		res.Extra = append(res.Extra, Output{Name: o.Name, Columns: s.cols[k], Values: extra[k]})
+	}
 	res.ClassNames = s.ClassNames()
 	if res.ClassNames == nil {
 		if names := rd.Classes(); len(names) == s.classes {

@@ -3,12 +3,11 @@ package infer
 import (
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"math"
 	"os"
-	"runtime"
+	"slices"
 	"strings"
 
 	ort "github.com/yalue/onnxruntime_go"
@@ -33,13 +32,21 @@ type Options struct {
 	// Output names the model output to collect. Empty means the first
 	// output of type float32.
 	Output string
+	// Extra names further float32 outputs of shape [batch, columns] to
+	// collect in the same model runs as Output, into Result.Extra (e.g.
+	// the logits and the probabilities of a calibrated model in one
+	// pass). Nil collects none.
+	Extra []string
 	// Preprocess overrides the model's metadata_props, key by key (the Key*
 	// constants). Nil overrides nothing.
 	Preprocess map[string]string
 	// Batch is the number of records per run. Zero means DefaultBatch.
 	Batch int
-	// Progress, when not nil, receives a progress bar during Infer.
-	Progress io.Writer
+	// Progress, when not nil, is called by Infer once before the first
+	// batch and after each batch, from the goroutine that called Infer,
+	// to report how many records have run. Nil reports nothing. The
+	// package prints nothing itself: the command line draws the bar.
+	Progress func(Progress)
 	// Logger receives warnings (e.g. outputs that look like probabilities).
 	// Nil means slog.Default().
 	Logger *slog.Logger
@@ -59,10 +66,12 @@ type Session struct {
 	opt     Options
 	sess    *ort.DynamicAdvancedSession
 	in, out ort.InputOutputInfo
+	extra   []ort.InputOutputInfo // Options.Extra, in order
 	dtype   DType
 	props   map[string]string // metadata_props merged with Options.Preprocess
 	pre     Preprocessing
-	classes int // output columns; 0 until known
+	classes int   // output columns; 0 until known
+	cols    []int // columns of each extra output; 0 until known
 }
 
 // OpenSession loads the ONNX model at path, loading ONNX Runtime first if
@@ -75,9 +84,6 @@ func OpenSession(path string, opt Options) (*Session, error) {
 	}
 	if opt.Batch < 0 {
 		return nil, fmt.Errorf("batch = %d: want a positive batch size", opt.Batch)
-	}
-	if opt.Threads == 0 {
-		opt.Threads = runtime.NumCPU()
 	}
 	if opt.Batch == 0 {
 		opt.Batch = DefaultBatch
@@ -96,20 +102,12 @@ func OpenSession(path string, opt Options) (*Session, error) {
 	if err := s.discover(model); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	so, err := ort.NewSessionOptions()
+	outs := append([]string{s.out.Name}, infoNames(s.extra)...)
+	s.sess, err = newORTSession(func(in, out []string, so *ort.SessionOptions) (*ort.DynamicAdvancedSession, error) {
+		return ort.NewDynamicAdvancedSessionWithONNXData(model, in, out, so)
+	}, []string{s.in.Name}, outs, opt.Threads)
 	if err != nil {
-		return nil, fmt.Errorf("ONNX Runtime session options: %w", err)
-	}
-	defer so.Destroy()
-	if err := so.SetIntraOpNumThreads(opt.Threads); err != nil {
-		return nil, fmt.Errorf("setting %d threads: %w", opt.Threads, err)
-	}
-	if err := so.SetInterOpNumThreads(1); err != nil {
-		return nil, fmt.Errorf("setting inter-op threads: %w", err)
-	}
-	s.sess, err = ort.NewDynamicAdvancedSessionWithONNXData(model, []string{s.in.Name}, []string{s.out.Name}, so)
-	if err != nil {
-		return nil, fmt.Errorf("%s: ONNX Runtime cannot load the model: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	if err := s.readMetadata(); err != nil {
 		s.sess.Destroy()
@@ -173,6 +171,24 @@ func (s *Session) discover(model []byte) error {
 	}
 	if c := s.out.Dimensions[1]; c > 0 {
 		s.classes = int(c)
+	}
+	s.cols = make([]int, len(s.opt.Extra))
+	for k, name := range s.opt.Extra {
+		i := indexInfo(outs, name)
+		switch {
+		case i < 0:
+			return fmt.Errorf("model has no output %q (outputs: %s)", name, names(outs))
+		case name == s.out.Name || slices.Contains(s.opt.Extra[:k], name):
+			return fmt.Errorf("output %q is asked for twice", name)
+		case !isFloat32(outs[i]):
+			return fmt.Errorf("model output %q is %s, not a float32 tensor", name, describe(outs[i]))
+		case len(outs[i].Dimensions) != 2:
+			return fmt.Errorf("model output %q has shape %s: want [batch columns]", name, fmtShape(outs[i].Dimensions))
+		}
+		s.extra = append(s.extra, outs[i])
+		if c := outs[i].Dimensions[1]; c > 0 {
+			s.cols[k] = int(c)
+		}
 	}
 	return nil
 }
@@ -269,13 +285,23 @@ type Batch struct {
 
 // Run runs one batch and appends its logits, Shape[0] rows of Classes()
 // values, to dst, returning the extended slice. It fails on outputs that
-// are not [rows classes] or that hold NaN or ±Inf.
+// are not [rows classes] or that hold NaN or ±Inf. Outputs named by
+// Options.Extra are computed and dropped; RunExtra keeps them.
 func (s *Session) Run(dst []float32, b *Batch) ([]float32, error) {
+	dst, _, err := s.RunExtra(dst, nil, b)
+	return dst, err
+}
+
+// RunExtra is Run that also appends the batch's rows of each output named
+// by Options.Extra to extra[i], returning the extended slices; extra may
+// be nil or short, and missing slices start empty. On error dst and every
+// extra[i] keep their lengths.
+func (s *Session) RunExtra(dst []float32, extra [][]float32, b *Batch) ([]float32, [][]float32, error) {
 	if s.sess == nil {
-		return dst, errors.New("infer: Run on a closed Session")
+		return dst, extra, errors.New("infer: Run on a closed Session")
 	}
 	if len(b.Shape) == 0 || b.Shape[0] <= 0 {
-		return dst, fmt.Errorf("batch shape %v: want at least one row", b.Shape)
+		return dst, extra, fmt.Errorf("batch shape %v: want at least one row", b.Shape)
 	}
 	rows := int(b.Shape[0])
 	var in ort.Value
@@ -287,45 +313,73 @@ func (s *Session) Run(dst []float32, b *Batch) ([]float32, error) {
 		in, err = ort.NewTensor(ort.Shape(b.Shape), b.Int)
 	}
 	if err != nil {
-		return dst, fmt.Errorf("batch of shape %s: %w", fmtShape(b.Shape), err)
+		return dst, extra, fmt.Errorf("batch of shape %s: %w", fmtShape(b.Shape), err)
 	}
 	defer in.Destroy()
 
 	base := len(dst)
-	outputs := []ort.Value{nil}
+	outputs := make([]ort.Value, 1+len(s.extra))
+	defer destroyAll(outputs)
 	if s.classes > 0 {
 		// Let ONNX Runtime write straight into dst.
 		dst = grow(dst, rows*s.classes)
 		t, err := ort.NewTensor(ort.NewShape(int64(rows), int64(s.classes)), dst[base:])
 		if err != nil {
-			return dst[:base], err
+			return dst[:base], extra, err
 		}
 		outputs[0] = t
 	}
-	defer func() {
-		if outputs[0] != nil {
-			outputs[0].Destroy()
-		}
-	}()
 	if err := s.sess.Run([]ort.Value{in}, outputs); err != nil {
-		return dst[:base], fmt.Errorf("running the model on a batch of shape %s: %w", fmtShape(b.Shape), err)
+		return dst[:base], extra, fmt.Errorf("running the model on a batch of shape %s: %w", fmtShape(b.Shape), err)
 	}
 	if s.classes == 0 {
 		t, ok := outputs[0].(*ort.Tensor[float32])
 		if !ok {
-			return dst, fmt.Errorf("model output %q is not a float32 tensor", s.out.Name)
+			return dst, extra, fmt.Errorf("model output %q is not a float32 tensor", s.out.Name)
 		}
 		shape := t.GetShape()
 		if len(shape) != 2 || shape[0] != int64(rows) || shape[1] < 1 {
-			return dst, fmt.Errorf("model output %q has shape %v for %d rows: want logits of shape [%d classes]", s.out.Name, shape, rows, rows)
+			return dst, extra, fmt.Errorf("model output %q has shape %v for %d rows: want logits of shape [%d classes]", s.out.Name, shape, rows, rows)
 		}
 		s.classes = int(shape[1])
 		dst = append(dst, t.GetData()...)
 	}
 	if err := checkFinite(dst[base:], s.classes); err != nil {
-		return dst[:base], fmt.Errorf("model output %q: %w", s.out.Name, err)
+		return dst[:base], extra, fmt.Errorf("model output %q: %w", s.out.Name, err)
 	}
-	return dst, nil
+	more := make([][]float32, len(s.extra))
+	for k, o := range s.extra {
+		t, err := rowsOf(outputs[1+k], o.Name, rows, s.cols[k])
+		if err != nil {
+			return dst[:base], extra, err
+		}
+		if err := checkFinite(t.GetData(), int(t.GetShape()[1])); err != nil {
+			return dst[:base], extra, fmt.Errorf("model output %q: %w", o.Name, err)
+		}
+		s.cols[k] = int(t.GetShape()[1])
+		more[k] = t.GetData()
+	}
+	for len(extra) < len(more) {
+		extra = append(extra, nil)
+	}
+	for k, v := range more {
+		extra[k] = append(extra[k], v...)
+	}
+	return dst, extra, nil
+}
+
+// rowsOf returns v, the value of the named extra output, as a float32
+// tensor of shape [rows cols], or [rows k] for any k ≥ 1 when cols is 0.
+func rowsOf(v ort.Value, name string, rows, cols int) (*ort.Tensor[float32], error) {
+	t, ok := v.(*ort.Tensor[float32])
+	if !ok {
+		return nil, fmt.Errorf("model output %q is not a float32 tensor", name)
+	}
+	shape := t.GetShape()
+	if len(shape) != 2 || shape[0] != int64(rows) || shape[1] < 1 || (cols > 0 && shape[1] != int64(cols)) {
+		return nil, fmt.Errorf("model output %q has shape %v for %d rows: want [%d columns]", name, shape, rows, rows)
+	}
+	return t, nil
 }
 
 // grow extends dst by n elements, reusing capacity.

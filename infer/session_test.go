@@ -317,12 +317,36 @@ func TestRunMatchesInfer(t *testing.T) {
 }
 
 func TestInferProgress(t *testing.T) {
-	var buf bytes.Buffer
-	s := openTest(t, "testdata/tiny.onnx", Options{Progress: &buf, Batch: 2})
+	for _, tc := range []struct {
+		batch int
+		want  []Progress
+	}{
+		{2, []Progress{{0, 5}, {2, 5}, {4, 5}, {5, 5}}},
+		{5, []Progress{{0, 5}, {5, 5}}},
+		{256, []Progress{{0, 5}, {5, 5}}},
+	} {
+		var got []Progress
+		s := openTest(t, "testdata/tiny.onnx", Options{Progress: func(p Progress) { got = append(got, p) }, Batch: tc.batch})
+		rd := &sizedReader{sliceReader{recs: imageRecords(images(5, 16, 9), 4, 4, 1)}}
+		if _, err := s.Infer(context.Background(), rd); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("batch %d: progress %v, want %v", tc.batch, got, tc.want)
+		}
+	}
+	// A reader that cannot tell its length reports a total of -1.
+	var got []Progress
+	s := openTest(t, "testdata/tiny.onnx", Options{Progress: func(p Progress) { got = append(got, p) }, Batch: 3})
 	if _, err := s.Infer(context.Background(), &sliceReader{recs: imageRecords(images(5, 16, 9), 4, 4, 1)}); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(buf.String(), "infer") {
-		t.Errorf("no progress bar drawn: %q", buf.String())
+	if want := []Progress{{0, -1}, {3, -1}, {5, -1}}; !slices.Equal(got, want) {
+		t.Errorf("unsized reader: progress %v, want %v", got, want)
 	}
 }
+
+// sizedReader is a sliceReader that tells its length (data.Sized).
+type sizedReader struct{ sliceReader }
+
+func (r *sizedReader) Len() int { return len(r.recs) }
