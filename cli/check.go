@@ -17,7 +17,8 @@ import (
 	"github.com/fedcalib/fedcalib/onnx"
 )
 
-// checkReport is what `fedcalib check --json` prints.
+// checkReport is what `fedcalib check --json` prints: the calib.Verdict
+// with the method, field by field in this order.
 type checkReport struct {
 	Pass                bool          `json:"pass"`
 	Failures            []string      `json:"failures"`
@@ -63,7 +64,8 @@ worse). What is checked:
   fedcalib check --logits mnist.npz --calibrator temp.json --min-cwece-improvement 0.005`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !(maxDrop >= 0) || !(minGain >= -1) {
+			gate := calib.Gate{MaxAccuracyDrop: maxDrop, MinCWECEImprovement: minGain}
+			if gate.Validate() != nil {
 				return fmt.Errorf("--max-accuracy-drop must be >= 0 and --min-cwece-improvement >= -1")
 			}
 			if bins < 1 {
@@ -104,18 +106,10 @@ worse). What is checked:
 			if err != nil {
 				return fmt.Errorf("calibrated probabilities: %w", err)
 			}
-			rep := checkReport{Method: method, Before: before, After: after,
-				AccuracyDrop: before.Accuracy - after.Accuracy, CWECEImprovement: before.CWECE - after.CWECE,
-				MaxAccuracyDrop: maxDrop, MinCWECEImprovement: minGain, Failures: []string{}}
-			if rep.AccuracyDrop > maxDrop {
-				rep.Failures = append(rep.Failures, fmt.Sprintf("accuracy dropped by %.2f points (%.2f%% → %.2f%%), more than the allowed %.2f",
-					100*rep.AccuracyDrop, 100*before.Accuracy, 100*after.Accuracy, 100*maxDrop))
-			}
-			if rep.CWECEImprovement < minGain {
-				rep.Failures = append(rep.Failures, fmt.Sprintf("cwECE improved by %.3f points (%.3f%% → %.3f%%), less than the required %.3f",
-					100*rep.CWECEImprovement, 100*before.CWECE, 100*after.CWECE, 100*minGain))
-			}
-			rep.Pass = len(rep.Failures) == 0
+			v := gate.Judge(before, after)
+			rep := checkReport{Pass: v.Pass, Failures: v.Failures, Method: method, Before: v.Before, After: v.After,
+				AccuracyDrop: v.AccuracyDrop, CWECEImprovement: v.CWECEImprovement,
+				MaxAccuracyDrop: v.MaxAccuracyDrop, MinCWECEImprovement: v.MinCWECEImprovement}
 			out := cmd.OutOrStdout()
 			if asJSON {
 				enc := json.NewEncoder(out)
@@ -143,7 +137,7 @@ worse). What is checked:
 	f.StringVar(&spec, "data", "", "labelled data for --model, FORMAT:PATH[:OPTION] as for `fedcalib infer`")
 	f.StringVar(&logitsPath, "logits", "", "check precomputed logits (.npz) instead of running a model")
 	f.StringVar(&split, "split", "", "with --logits: rows to check, test, calibration or all (default test when there is a split column)")
-	f.Float64Var(&maxDrop, "max-accuracy-drop", 0.01, "largest allowed accuracy drop, as a fraction (0.01 = 1 point)")
+	f.Float64Var(&maxDrop, "max-accuracy-drop", calib.AccuracyDropMark, "largest allowed accuracy drop, as a fraction (0.01 = 1 point)")
 	f.Float64Var(&minGain, "min-cwece-improvement", 0, "smallest required cwECE improvement, as a fraction (0 = must not get worse)")
 	f.IntVar(&bins, "bins", calib.DefaultMetricBins, "equal-width bins of cwECE and ECE")
 	f.IntVar(&batch, "batch", infer.DefaultBatch, "records per model run")
@@ -175,9 +169,9 @@ func checkLogits(logitsPath, calibPath, split string) (*calib.Set, []float64, st
 	return s, probs, c.Method(), err
 }
 
-// checkModel runs a model over the data: a calibrated model gives both
-// its logits and its probabilities output; a plain one gives logits that
-// the calibrator file calibrates.
+// checkModel runs a model over the data, once: a calibrated model gives
+// both its logits and its probabilities output from the same runs; a
+// plain one gives logits that the calibrator file calibrates.
 func checkModel(cmd *cobra.Command, modelPath, calibPath, spec string, opt infer.Options) (*calib.Set, []float64, string, error) {
 	m, err := onnx.ReadFile(modelPath)
 	if err != nil {
@@ -192,6 +186,8 @@ func checkModel(cmd *cobra.Command, modelPath, calibPath, spec string, opt infer
 	}
 	if calibrated {
 		opt.Output, _ = m.MetadataValue(export.KeyLogits)
+		probsName, _ := m.MetadataValue(export.KeyOutput)
+		opt.Extra = []string{probsName}
 	}
 	res, err := runInfer(cmd.Context(), modelPath, spec, opt)
 	if err != nil {
@@ -210,16 +206,12 @@ func checkModel(cmd *cobra.Command, modelPath, calibPath, spec string, opt infer
 		probs, err := calib.Probabilities(s, c)
 		return s, probs, c.Method(), err
 	}
-	opt.Output, _ = m.MetadataValue(export.KeyOutput)
-	pres, err := runInfer(cmd.Context(), modelPath, spec, opt)
-	if err != nil {
-		return nil, nil, "", err
+	p := res.Extra[0]
+	if p.Columns != res.Classes {
+		return nil, nil, "", fmt.Errorf("%s: the probabilities output has %d×%d values, the logits %d×%d", modelPath, res.Len(), p.Columns, res.Len(), res.Classes)
 	}
-	if pres.Len() != res.Len() || pres.Classes != res.Classes {
-		return nil, nil, "", fmt.Errorf("%s: the probabilities output has %d×%d values, the logits %d×%d", modelPath, pres.Len(), pres.Classes, res.Len(), res.Classes)
-	}
-	probs := make([]float64, len(pres.Logits))
-	for i, v := range pres.Logits {
+	probs := make([]float64, len(p.Values))
+	for i, v := range p.Values {
 		probs[i] = float64(v)
 	}
 	return s, probs, method, nil

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/infer"
 	"github.com/fedcalib/fedcalib/infer/logits"
 )
 
@@ -147,4 +148,46 @@ func abs(x float64) float64 {
 		return -x
 	}
 	return x
+}
+
+// TestCheckRunsModelOnce counts the sessions `check --model` opens and the
+// batches it runs: one session and one pass over the data, for a
+// calibrated model (logits and probabilities from the same runs) and for
+// a plain one with a calibrator file.
+func TestCheckRunsModelOnce(t *testing.T) {
+	requireORT(t)
+	const records, batch = 200, 64
+	images, _ := writeIDX(t, records, 4, 4)
+	tc := calib.NewTemperature(3)
+	tc.T = 1.7
+	cf := writeCalibrator(t, tc)
+	out := filepath.Join(t.TempDir(), "tiny.calibrated.onnx")
+	if code, _, stderr := fedcalib("export", "--model", "../infer/testdata/tiny.onnx", "--calibrator", cf, "--out", out); code != 0 {
+		t.Fatalf("export: exit %d: %s", code, stderr)
+	}
+	var sessions, runs, done int
+	defer func(f func(string, infer.Options) (*infer.Session, error)) { openSession = f }(openSession)
+	openSession = func(model string, opt infer.Options) (*infer.Session, error) {
+		sessions++
+		opt.Progress = func(p infer.Progress) {
+			if p.Done > 0 {
+				runs++
+			}
+			done = p.Done
+		}
+		return infer.OpenSession(model, opt)
+	}
+	for _, args := range [][]string{
+		{"--model", out},
+		{"--model", "../infer/testdata/tiny.onnx", "--calibrator", cf},
+	} {
+		sessions, runs, done = 0, 0, 0
+		args = append([]string{"check", "--data", "idx:" + images, "--threads", "1", "--batch", "64", "--min-cwece-improvement", "-1"}, args...)
+		if code, _, stderr := fedcalib(args...); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, stderr)
+		}
+		if wantRuns := (records + batch - 1) / batch; sessions != 1 || runs != wantRuns || done != records {
+			t.Errorf("%v: %d sessions, %d runs over %d records; want 1 session, %d runs over %d", args, sessions, runs, done, wantRuns, records)
+		}
+	}
 }
