@@ -258,7 +258,8 @@ def predict(torch, model, x, batch=1000):
 def fedavg(torch, model, x, y, client_rows, *, rounds, sample_rate, local_epochs,
            batch_size, client_lr, server_lr, seed, momentum=0.0, weight_decay=0.0,
            eval_fn=None, eval_every=10, log=print, batch_transform=None,
-           max_client_rows=None, loss_fn=None):
+           max_client_rows=None, loss_fn=None, start_round=0, history=None,
+           after_round=None, seconds_offset=0.0):
     """FedAvg (McMahan et al. 2017) with a server learning rate.
 
     Each round every client joins independently with probability sample_rate
@@ -281,7 +282,17 @@ def fedavg(torch, model, x, y, client_rows, *, rounds, sample_rate, local_epochs
     cannot afford full local epochs). Client weights stay the full
     train-row counts. loss_fn(model, xb, yb) replaces the default
     cross_entropy(model(xb), yb), e.g. for a sequence model trained on
-    every position of its input window."""
+    every position of its input window.
+
+    For resumable recipes (all off by default): start_round skips the first
+    start_round rounds (their client draws are replayed, so round t samples
+    the same clients as in an uninterrupted run; the model must already hold
+    the weights after round start_round), history is the list of earlier
+    rounds' records to extend, seconds_offset is added to each record's
+    "seconds", and after_round(round, history, sample_rng) is called after
+    each round (e.g. to checkpoint); if it returns True training stops.
+    Tensors of the state dict that are not floating point (BatchNorm's
+    num_batches_tracked) are not averaged: they keep the global value."""
     import torch.nn.functional as F
 
     k = len(client_rows)
@@ -289,13 +300,16 @@ def fedavg(torch, model, x, y, client_rows, *, rounds, sample_rate, local_epochs
     sample_rng = np.random.default_rng([seed, 1])
     xt = torch.from_numpy(x)
     yt = torch.from_numpy(y)
-    history = []
+    history = [] if history is None else history
+    for _ in range(start_round):
+        sample_rng.random(k)  # replay the skipped rounds' client draws
     t0 = time.time()
-    for t in range(rounds):
+    for t in range(start_round, rounds):
         mask = sample_rng.random(k) < sample_rate
         part = [c for c in np.flatnonzero(mask) if sizes[c] > 0]
         global_state = {n: p.detach().clone() for n, p in model.state_dict().items()}
-        delta_sum = {n: torch.zeros_like(p) for n, p in global_state.items()}
+        delta_sum = {n: torch.zeros_like(p) for n, p in global_state.items()
+                     if p.is_floating_point()}
         weight = 0.0
         for c in part:
             model.load_state_dict(global_state)
@@ -321,18 +335,22 @@ def fedavg(torch, model, x, y, client_rows, *, rounds, sample_rate, local_epochs
             w = sizes[c]
             with torch.no_grad():
                 for n, p in model.state_dict().items():
-                    delta_sum[n] += w * (p - global_state[n])
+                    if n in delta_sum:
+                        delta_sum[n] += w * (p - global_state[n])
             weight += w
         with torch.no_grad():
             if weight > 0:
-                for n in global_state:
+                for n in delta_sum:
                     global_state[n] += server_lr * delta_sum[n] / weight
         model.load_state_dict(global_state)
-        rec = {"round": t + 1, "participants": len(part), "seconds": round(time.time() - t0, 1)}
+        rec = {"round": t + 1, "participants": len(part),
+               "seconds": round(seconds_offset + time.time() - t0, 1)}
         if eval_fn is not None and ((t + 1) % eval_every == 0 or t + 1 == rounds):
             rec.update(eval_fn())
             log(json.dumps(rec))
         history.append(rec)
+        if after_round is not None and after_round(t + 1, history, sample_rng):
+            break
     return history
 
 
