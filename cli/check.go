@@ -43,16 +43,17 @@ func newCheckCmd() *cobra.Command {
 		Short: "CI gate: fail when calibration costs accuracy or does not improve cwECE",
 		Long: `check measures a calibrated model against its own uncalibrated logits and
 exits 0 when both bars are met, 1 when one is not (printing which and by
-how much), and 2 on bad input:
+how much), 2 on bad input and 3 when ONNX Runtime cannot be loaded:
 
   accuracy drop     accuracy(before) − accuracy(after) <= --max-accuracy-drop
   cwECE improvement cwECE(before) − cwECE(after)       >= --min-cwece-improvement
 
 (fractions, not %; the default improvement bar 0 means cwECE must not get
-worse). What is checked:
+worse; accuracies are compared on counts of correct predictions, so a
+drop of exactly --max-accuracy-drop passes). What is checked:
 
   --model M.calibrated.onnx --data SPEC   a model written by "fedcalib export":
-      ONNX Runtime runs it, its logits output gives "before" and its
+      ONNX Runtime runs it once, its logits output gives "before" and its
       probabilities output "after" — the very graph you will serve;
   --model M.onnx --calibrator C.json --data SPEC
       the model's logits, calibrated by the calibrator file in Go;

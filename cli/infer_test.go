@@ -4,13 +4,18 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/infer"
 	"github.com/fedcalib/fedcalib/infer/logits"
 )
@@ -160,8 +165,12 @@ func TestInferCommandErrors(t *testing.T) {
 			}
 			args := []string{"infer", "--quiet", "--model", "../infer/testdata/tiny.onnx", "--data", "idx:" + images, "--out", out}
 			code, stdout, stderr := fedcalib(append(args, tc.args...)...)
-			if code != ExitUsage {
-				t.Errorf("exit %d, want %d", code, ExitUsage)
+			want := ExitUsage
+			if tc.name == "missing runtime" {
+				want = ExitEnvironment // an environment failure, not bad input
+			}
+			if code != want {
+				t.Errorf("exit %d, want %d", code, want)
 			}
 			if !strings.Contains(stderr, tc.want) || strings.Count(stderr, "\n") != 1 || !strings.HasPrefix(stderr, "fedcalib: ") {
 				t.Errorf("stderr %q, want one line containing %q", stderr, tc.want)
@@ -239,6 +248,115 @@ func TestInferSeveralDatasets(t *testing.T) {
 			if got := float64(f.Logits[i*3+c]); math.Abs(got-want) > 1e-5*math.Max(1, math.Abs(want)) {
 				t.Fatalf("row %d class %d: %v, want %v", i, c, got, want)
 			}
+		}
+	}
+}
+
+// TestInferBar checks that the CLI, not package infer, draws the progress
+// bar, and clears it when inference ends.
+func TestInferBar(t *testing.T) {
+	var buf bytes.Buffer
+	progress, finish := inferBar(&buf)
+	finish() // before any progress: nothing to clear
+	for _, done := range []int{0, 2, 5} {
+		progress(infer.Progress{Done: done, Total: 5})
+	}
+	finish()
+	if s := buf.String(); !strings.Contains(s, "infer") || !strings.Contains(s, "/5, ") {
+		t.Errorf("bar drew %q, want the description and a total of 5", s)
+	}
+}
+
+// fedcalibFresh runs the command line in a new process, for runs that
+// must not find ONNX Runtime already loaded, and returns its exit status
+// and stderr.
+func fedcalibFresh(t *testing.T, env []string, args ...string) (int, string) {
+	t.Helper()
+	b, err := json.Marshal(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestFreshProcessHelper$")
+	cmd.Env = append(append(os.Environ(), "FEDCALIB_TEST_ARGS="+string(b)), env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatal(err)
+	}
+	return cmd.ProcessState.ExitCode(), stderr.String()
+}
+
+// TestFreshProcessHelper is the process fedcalibFresh starts.
+func TestFreshProcessHelper(t *testing.T) {
+	b := os.Getenv("FEDCALIB_TEST_ARGS")
+	if b == "" {
+		t.Skip("run by fedcalibFresh")
+	}
+	var args []string
+	if err := json.Unmarshal([]byte(b), &args); err != nil {
+		panic(err)
+	}
+	os.Exit(Main(args, io.Discard, os.Stderr))
+}
+
+// TestExitEnvironment checks exit status 3 for a missing or unloadable
+// ONNX Runtime and for npm failing during setup, and that bad input
+// beside them still exits 2.
+func TestExitEnvironment(t *testing.T) {
+	images, _ := writeIDX(t, 5, 4, 4)
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing", infer.RuntimeLibrary)
+	notALib := filepath.Join(dir, infer.RuntimeLibrary)
+	if err := os.WriteFile(notALib, []byte("not an ELF file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cf := writeCalibrator(t, calib.NewTemperature(3))
+	failingNPM := filepath.Join(dir, "npm")
+	if err := os.WriteFile(failingNPM, []byte("#!/bin/sh\necho 'ENOTFOUND registry.npmjs.org' >&2\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	infer := []string{"infer", "--quiet", "--model", "../infer/testdata/tiny.onnx", "--data", "idx:" + images, "--out", filepath.Join(dir, "out.npz")}
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+		code int
+		want string
+	}{
+		{"infer, --ort-lib missing", nil, append(infer, "--ort-lib", missing), ExitEnvironment, "ONNX Runtime not found (" + missing + ": no such file)"},
+		{"infer, $" + "ONNXRUNTIME_SHARED_LIBRARY_PATH missing", []string{"ONNXRUNTIME_SHARED_LIBRARY_PATH=" + missing}, infer, ExitEnvironment, "ONNX Runtime not found"},
+		{"infer, not a library", nil, append(infer, "--ort-lib", notALib), ExitEnvironment, "cannot load it"},
+		{"infer, no cache", []string{"XDG_CACHE_HOME=" + dir, "HOME=" + dir, "ONNXRUNTIME_SHARED_LIBRARY_PATH="}, infer, ExitEnvironment, "run `make setup`"},
+		{"check", nil, []string{"check", "--model", "../infer/testdata/tiny.onnx", "--calibrator", cf, "--data", "idx:" + images, "--ort-lib", missing}, ExitEnvironment, "ONNX Runtime not found"},
+		{"export", nil, []string{"export", "--model", "../infer/testdata/tiny.onnx", "--calibrator", cf, "--out", filepath.Join(dir, "c.onnx"), "--ort-lib", missing}, ExitEnvironment, "ONNX Runtime not found"},
+		{"setup, npm fails", []string{"XDG_CACHE_HOME=" + dir}, []string{"setup", "--npm", failingNPM}, ExitEnvironment, "ENOTFOUND"},
+		{"setup, no npm", []string{"XDG_CACHE_HOME=" + dir}, []string{"setup", "--npm", filepath.Join(dir, "no-npm")}, ExitEnvironment, "is npm installed"},
+		{"bad input first", nil, append(infer[:len(infer)-2:len(infer)-2], "--out", filepath.Join(dir, "out.csv"), "--ort-lib", missing), ExitUsage, "must end in .npz"},
+	} {
+		code, stderr := fedcalibFresh(t, tc.env, tc.args...)
+		_, msg, _ := strings.Cut(stderr, "fedcalib: ") // setup logs its steps first
+		if code != tc.code || !strings.Contains(msg, tc.want) || strings.Count(msg, "\n") != 1 {
+			t.Errorf("%s: exit %d, stderr %q; want %d and an error line with %q", tc.name, code, stderr, tc.code, tc.want)
+		}
+	}
+}
+
+func TestExitStatus(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want int
+	}{
+		{nil, ExitOK},
+		{fmt.Errorf("%w: accuracy dropped", ErrCheckFailed), ExitFailed},
+		{errors.New("--bins is 0"), ExitUsage},
+		{&infer.RuntimeError{}, ExitEnvironment},
+		{fmt.Errorf("verify: %w", &infer.RuntimeError{Path: "x.so", Reason: "cannot load it"}), ExitEnvironment},
+		{fmt.Errorf("setup: %w", infer.ErrFetch), ExitEnvironment},
+	} {
+		if got := exitStatus(tc.err); got != tc.want {
+			t.Errorf("exitStatus(%v) = %d, want %d", tc.err, got, tc.want)
 		}
 	}
 }

@@ -7,14 +7,17 @@ import (
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
+
+	"github.com/fedcalib/fedcalib/infer"
 )
 
-// Exit statuses returned by Main.
+// Exit statuses returned by Main (README.md, "Exit status").
 const (
-	ExitOK      = 0 // success
-	ExitFailed  = 1 // a check ran and failed its bar
-	ExitUsage   = 2 // bad usage or bad input
-	exitUnknown = 2
+	ExitOK          = 0 // success
+	ExitFailed      = 1 // a check ran and failed its bar
+	ExitUsage       = 2 // bad usage or bad input
+	ExitEnvironment = 3 // the environment failed: ONNX Runtime missing or unloadable, npm unreachable in setup
+	exitUnknown     = 2
 )
 
 // ErrCheckFailed is wrapped by errors that mean "the command ran correctly
@@ -22,7 +25,10 @@ const (
 var ErrCheckFailed = errors.New("check failed")
 
 // Main runs the fedcalib command line with args (without the program name),
-// writing to stdout and stderr, and returns the process exit status.
+// writing to stdout and stderr, and returns the process exit status:
+// ExitFailed for errors wrapping ErrCheckFailed, ExitEnvironment for
+// those wrapping infer.ErrRuntimeNotFound or infer.ErrFetch, ExitUsage for
+// any other.
 func Main(args []string, stdout, stderr io.Writer) int {
 	root := newRootCmd(stdout, stderr)
 	root.SetArgs(args)
@@ -31,8 +37,18 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return ExitOK
 	}
 	fmt.Fprintf(stderr, "fedcalib: %v\n", err)
-	if errors.Is(err, ErrCheckFailed) {
+	return exitStatus(err)
+}
+
+// exitStatus maps an error of a command to the exit status it means.
+func exitStatus(err error) int {
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.Is(err, ErrCheckFailed):
 		return ExitFailed
+	case errors.Is(err, infer.ErrRuntimeNotFound), errors.Is(err, infer.ErrFetch):
+		return ExitEnvironment
 	}
 	return exitUnknown
 }
@@ -43,7 +59,14 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		Short: "Federated, private post-hoc calibration of ONNX classifiers",
 		Long: `fedcalib runs an ONNX classifier on CPU to get logits, fits post-hoc
 calibrators federatedly (optionally under user-level differential privacy),
-measures calibration, and exports calibrated models.`,
+measures calibration, and exports calibrated models.
+
+Exit status:
+  0  success
+  1  a check ran and failed its bar (fedcalib check)
+  2  bad usage or bad input (a flag, a file, a value); nothing was written
+  3  the environment failed: ONNX Runtime is missing or cannot be loaded
+     (run "fedcalib setup"), or npm could not fetch it during setup`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

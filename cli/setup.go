@@ -22,7 +22,8 @@ its SHA-256 against the pinned
   %s
 and moves it into place. When the cache already holds the verified library
 it does nothing. "make setup" runs this command; it is the only step of
-fedcalib that downloads anything.
+fedcalib that downloads anything. When npm is missing or cannot reach the
+package registry, setup exits 3 (an environment failure).
 
 To use another ONNX Runtime (>= 1.24) instead, set
 $%s or pass --ort-lib to the commands that run models.`,

@@ -18,7 +18,7 @@ func TestSetupCommandNPMFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, stdout, stderr := fedcalib("setup", "--npm", npm)
-	if code != ExitUsage || stdout != "" || !strings.Contains(stderr, "npm pack onnxruntime-node@"+infer.RuntimeVersion+" failed") {
+	if code != ExitEnvironment || stdout != "" || !strings.Contains(stderr, "npm pack onnxruntime-node@"+infer.RuntimeVersion+" failed") {
 		t.Errorf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 	cached, _ := infer.CachedRuntimePath()
@@ -64,8 +64,8 @@ func TestSetupCommandIdempotent(t *testing.T) {
 	code, stdout, stderr := fedcalib("setup", "--npm", "/nonexistent/npm")
 	if infer.RuntimeSHA256 != sha256File(t, cached) {
 		// Not the pinned build: setup must try to replace it and fail on npm.
-		if code != ExitUsage {
-			t.Errorf("exit %d over an unpinned library with no npm, want %d", code, ExitUsage)
+		if code != ExitEnvironment {
+			t.Errorf("exit %d over an unpinned library with no npm, want %d", code, ExitEnvironment)
 		}
 		return
 	}

@@ -42,6 +42,19 @@ const (
 // shared library is missing, corrupt or cannot be loaded.
 var ErrRuntimeNotFound = errors.New("ONNX Runtime not found")
 
+// ErrFetch is wrapped by the errors of Setup that mean npm could not
+// fetch the ONNX Runtime package: npm is missing or failed, or the package
+// registry is unreachable or refuses. Like ErrRuntimeNotFound it is a fault
+// of the environment, not of the user's input.
+var ErrFetch = errors.New("cannot fetch ONNX Runtime")
+
+// fetchError marks an error of npm as matching ErrFetch, keeping its
+// message.
+type fetchError struct{ error }
+
+func (e fetchError) Is(target error) bool { return target == ErrFetch }
+func (e fetchError) Unwrap() error        { return e.error }
+
 // RuntimeError reports an ONNX Runtime library that is missing, has the
 // wrong hash or cannot be loaded. It matches ErrRuntimeNotFound with
 // errors.Is, and its message tells the user how to fix it.
@@ -192,6 +205,7 @@ type SetupResult struct {
 // place, so an interrupted or failed Setup leaves no partial library.
 // When the destination already holds the verified library Setup does
 // nothing. Setup is the only code in fedcalib that downloads anything.
+// Errors of npm wrap ErrFetch.
 func Setup(ctx context.Context, opt SetupOptions) (SetupResult, error) {
 	logw := opt.Log
 	if logw == nil {
@@ -253,11 +267,11 @@ func npmPack(ctx context.Context, npm, dir string) (string, error) {
 		if len(msg) > 500 {
 			msg = msg[len(msg)-500:]
 		}
-		return "", fmt.Errorf("setup: npm pack %s failed (is npm installed and the package registry reachable?): %w: %s", spec, err, msg)
+		return "", fetchError{fmt.Errorf("setup: npm pack %s failed (is npm installed and the package registry reachable?): %w: %s", spec, err, msg)}
 	}
 	matches, err := filepath.Glob(filepath.Join(dir, "*.tgz"))
 	if err != nil || len(matches) != 1 {
-		return "", fmt.Errorf("setup: npm pack %s wrote %d tarballs in %s, want 1", spec, len(matches), dir)
+		return "", fetchError{fmt.Errorf("setup: npm pack %s wrote %d tarballs in %s, want 1", spec, len(matches), dir)}
 	}
 	return matches[0], nil
 }

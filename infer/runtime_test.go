@@ -165,7 +165,7 @@ func TestSetupRejectsWrongLibrary(t *testing.T) {
 	npm, argsFile := fakeNPM(t, "an impostor library")
 	dest := filepath.Join(t.TempDir(), "cache", RuntimeLibrary)
 	_, err := Setup(context.Background(), SetupOptions{NPM: npm, Dest: dest})
-	if err == nil || !strings.Contains(err.Error(), "want the pinned "+RuntimeSHA256) {
+	if err == nil || !strings.Contains(err.Error(), "want the pinned "+RuntimeSHA256) || errors.Is(err, ErrFetch) {
 		t.Errorf("Setup with a wrong library = %v, want a hash mismatch", err)
 	}
 	if _, err := os.Stat(dest); !errors.Is(err, os.ErrNotExist) {
@@ -188,6 +188,13 @@ func TestSetupNPMFails(t *testing.T) {
 	_, err := Setup(context.Background(), SetupOptions{NPM: npm, Dest: filepath.Join(t.TempDir(), RuntimeLibrary)})
 	if err == nil || !strings.Contains(err.Error(), "npm pack onnxruntime-node@"+RuntimeVersion+" failed") || !strings.Contains(err.Error(), "network unreachable") {
 		t.Errorf("Setup with failing npm = %v", err)
+	}
+	if !errors.Is(err, ErrFetch) || errors.Is(err, ErrRuntimeNotFound) {
+		t.Errorf("Setup with failing npm = %v, want an error matching ErrFetch only", err)
+	}
+	_, err = Setup(context.Background(), SetupOptions{NPM: filepath.Join(t.TempDir(), "no-npm"), Dest: filepath.Join(t.TempDir(), RuntimeLibrary)})
+	if !errors.Is(err, ErrFetch) || !strings.Contains(err.Error(), "is npm installed") {
+		t.Errorf("Setup without npm = %v, want an error matching ErrFetch", err)
 	}
 }
 
