@@ -34,7 +34,7 @@ type GraphOptions struct {
 // hold. Session is the inference path for datasets; Graph serves callers
 // that make their own tensors, such as package export's verification.
 // A Graph must not be used by several goroutines at once. Close releases
-// it.
+// it. The zero Graph is closed: its Run fails.
 type Graph struct {
 	sess      *ort.DynamicAdvancedSession
 	ins, outs []ort.InputOutputInfo

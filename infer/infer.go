@@ -34,6 +34,7 @@ type Result struct {
 }
 
 // Output is one further model output over a whole dataset (Options.Extra).
+// The zero value is an unnamed output of no values.
 type Output struct {
 	// Name is the output's name in the graph.
 	Name string
@@ -43,7 +44,8 @@ type Output struct {
 	Values []float32
 }
 
-// Progress says how far Session.Infer is.
+// Progress says how far Session.Infer is. The zero value is the start of
+// a dataset of no records.
 type Progress struct {
 	// Done counts the records run through the model so far.
 	Done int
