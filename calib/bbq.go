@@ -18,7 +18,7 @@ const (
 const bbqPrior = 2
 
 // BBQ is one-vs-all Bayesian binning into quantiles (Naeini et al. 2015)
-// in the federated form of the paper (App. B.4; SPEC §5), method "bbq".
+// in the federated form of the paper (App. B.4; SPEC §5), method MethodBBQ.
 //
 // For each class, the 2^Mexp equal-width bins of the class probability are
 // merged into schemes of 2, 4, …, 2^Mexp bins. A scheme with B bins scores
@@ -116,8 +116,8 @@ func (b *BBQ) Predict(dst, logits []float64) {
 	predictTable(dst, logits, b.Table, 1<<b.Mexp, &b.Weights)
 }
 
-// Method returns "bbq".
-func (b *BBQ) Method() string { return "bbq" }
+// Method returns MethodBBQ.
+func (b *BBQ) Method() string { return MethodBBQ }
 
 // Classes returns the number of classes of the fitted calibrator, 0 before
 // fitting.

@@ -28,7 +28,7 @@ const (
 
 // FedCalMLP is the post-hoc scaler of FedCal (Peng et al. 2024, "FedCal:
 // Achieving Local and Global Calibration in Federated Learning via
-// Aggregated Parameterized Scaler"), method "fedcal", the paper's FedCal
+// Aggregated Parameterized Scaler"), method MethodFedCal, the paper's FedCal
 // baseline (SPEC §5): the order-preserving map of OPVector whose positive
 // rank weights come from a multilayer perceptron, C → 64 → 64 → C, on the
 // logits in class order,
@@ -129,8 +129,8 @@ func mlpNumParams(c int) int {
 	return h*c + h + h*h + h + c*h + c
 }
 
-// Method returns "fedcal".
-func (f *FedCalMLP) Method() string { return "fedcal" }
+// Method returns MethodFedCal.
+func (f *FedCalMLP) Method() string { return MethodFedCal }
 
 // Classes returns the number of classes, len(B3).
 func (f *FedCalMLP) Classes() int { return len(f.B3) }

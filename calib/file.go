@@ -129,28 +129,3 @@ func ReadFile(path string) (Calibrator, *File, error) {
 	}
 	return c, f, nil
 }
-
-// newByMethod returns a zero calibrator of the named method, ready to
-// receive its parameters from JSON.
-func newByMethod(method string) (Calibrator, error) {
-	switch method {
-	// Each calibrator adds its case here, e.g.:
-	//	case "temp":
-	//		return new(Temperature), nil
-	case "bin":
-		return new(Histogram), nil
-	case "bbq":
-		return new(BBQ), nil
-	case "temp":
-		return new(Temperature), nil
-	case "vector":
-		return new(Vector), nil
-	case "matrix":
-		return new(Matrix), nil
-	case "opvector":
-		return new(OPVector), nil
-	case "fedcal":
-		return new(FedCalMLP), nil
-	}
-	return nil, fmt.Errorf("unknown calibrator method %q", method)
-}

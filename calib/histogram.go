@@ -14,7 +14,7 @@ const DefaultBins = 1 << DefaultMexp
 const EmptyBin = -1
 
 // Histogram is one-vs-all histogram binning (Zadrozny and Elkan 2002; paper
-// App. B.3; SPEC §5), method "bin". For class j and equal-width bin m of
+// App. B.3; SPEC §5), method MethodBin. For class j and equal-width bin m of
 // the class-j softmax probability it predicts
 // g_j = P_j(m)/(P_j(m) + N_j(m)), or the probability unchanged when the bin
 // is empty, optionally weighted (Weights), then normalises the C values to
@@ -86,8 +86,8 @@ func (b *Histogram) Predict(dst, logits []float64) {
 	predictTable(dst, logits, b.Table, b.Bins, &b.Weights)
 }
 
-// Method returns "bin".
-func (b *Histogram) Method() string { return "bin" }
+// Method returns MethodBin.
+func (b *Histogram) Method() string { return MethodBin }
 
 // Classes returns the number of classes of the fitted calibrator, 0 before
 // fitting.

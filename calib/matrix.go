@@ -5,7 +5,7 @@ import (
 	"math"
 )
 
-// Matrix is matrix scaling (Guo et al. 2017), method "matrix":
+// Matrix is matrix scaling (Guo et al. 2017), method MethodMatrix:
 // g(z) = softmax(Az + b) with a C×C matrix A and bias b. It has C² + C
 // parameters and can change the most probable class.
 //
@@ -40,8 +40,8 @@ func NewMatrix(classes int) *Matrix {
 	return m
 }
 
-// Method returns "matrix".
-func (m *Matrix) Method() string { return "matrix" }
+// Method returns MethodMatrix.
+func (m *Matrix) Method() string { return MethodMatrix }
 
 // Classes returns the number of classes, len(B).
 func (m *Matrix) Classes() int { return len(m.B) }

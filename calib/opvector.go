@@ -7,7 +7,7 @@ import (
 	"slices"
 )
 
-// OPVector is order-preserving vector scaling, method "opvector": the
+// OPVector is order-preserving vector scaling, method MethodOPVector: the
 // intra order-preserving map of Rahimi et al. 2020 ("Intra
 // Order-preserving Functions for Calibration of Multi-Class Neural
 // Networks", NeurIPS 2020, Theorem 1 and the authors' OrderPreservingModel)
@@ -71,8 +71,8 @@ func NewOPVector(classes int) *OPVector {
 	return o
 }
 
-// Method returns "opvector".
-func (o *OPVector) Method() string { return "opvector" }
+// Method returns MethodOPVector.
+func (o *OPVector) Method() string { return MethodOPVector }
 
 // Classes returns the number of classes, len(A).
 func (o *OPVector) Classes() int { return len(o.A) }

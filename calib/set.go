@@ -19,8 +19,7 @@ type Calibrator interface {
 	Predict(dst, logits []float64)
 
 	// Method returns the method name used in sidecar files and on the
-	// command line: "bin", "bbq", "temp", "vector", "matrix", "opvector" or
-	// "fedcal".
+	// command line: one of MethodNames().
 	Method() string
 
 	// Classes returns the number of classes c the calibrator was built for.

@@ -11,7 +11,7 @@ const (
 	MaxTemperature = 100
 )
 
-// Temperature is temperature scaling (Guo et al. 2017), method "temp":
+// Temperature is temperature scaling (Guo et al. 2017), method MethodTemp:
 // g(z) = softmax(z/T) with T > 0. It never changes the most probable class.
 //
 // Fit minimises the mean negative log-likelihood (NLL) over
@@ -46,8 +46,8 @@ func NewTemperature(classes int) *Temperature {
 	return &Temperature{T: 1, C: classes}
 }
 
-// Method returns "temp".
-func (t *Temperature) Method() string { return "temp" }
+// Method returns MethodTemp.
+func (t *Temperature) Method() string { return MethodTemp }
 
 // Classes returns the number of classes.
 func (t *Temperature) Classes() int { return t.C }

@@ -5,7 +5,7 @@ import (
 	"math"
 )
 
-// Vector is vector scaling (Guo et al. 2017), method "vector":
+// Vector is vector scaling (Guo et al. 2017), method MethodVector:
 // g(z) = softmax(a ⊙ z + b), with a per-class scale a and bias b. Unlike
 // temperature scaling it can change the most probable class.
 //
@@ -39,8 +39,8 @@ func NewVector(classes int) *Vector {
 	return v
 }
 
-// Method returns "vector".
-func (v *Vector) Method() string { return "vector" }
+// Method returns MethodVector.
+func (v *Vector) Method() string { return MethodVector }
 
 // Classes returns the number of classes, len(A).
 func (v *Vector) Classes() int { return len(v.A) }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -13,9 +12,6 @@ import (
 	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/infer/logits"
 )
-
-// calibrateMethods lists the --method values of calibrate, in help order.
-var calibrateMethods = []string{"bin", "bbq", "temp", "vector", "matrix", "opvector", "fedcal"}
 
 // calibrateFlags holds the flags of the calibrate command, grouped by what
 // they control.
@@ -44,15 +40,8 @@ calibrator sidecar file (versioned JSON, numbers only), which "fedcalib eval
 With --central it fits one calibrator on every calibration row of the
 logits file (split 1), or on every row when the file has no split column.
 
-Methods:
-  bin       one-vs-all histogram binning with 2^--bins-exp bins
-  bbq       Bayesian binning into quantiles over 2, 4, …, 2^--bins-exp bins
-  temp      temperature scaling, softmax(z/T)
-  vector    vector scaling, softmax(a⊙z + b)
-  matrix    matrix scaling, softmax(Az + b)
-  opvector  order-preserving vector scaling (never changes the top class)
-  fedcal    the FedCal order-preserving MLP scaler (never changes the top class)
-
+Methods (M is --bins-exp):
+` + methodHelp() + `
 The scaling fits minimise the mean negative log-likelihood: temp to
 convergence by a bounded search on log T in [0.01, 100]; vector, matrix
 and opvector by L-BFGS for at most 50 iterations; fedcal by 3 epochs of
@@ -71,7 +60,7 @@ the output atomically and never over an input.`,
 	f.StringVar(&fl.logits, "logits", "", "logits file (.npz with logits [N, C], labels [N], optional split [N]) (required)")
 	f.StringVar(&fl.out, "out", "", "calibrator sidecar file (JSON) to write (required)")
 	f.BoolVar(&fl.central, "central", false, "fit one calibrator on all calibration rows, without federation (required)")
-	f.StringVar(&fl.method, "method", "", "calibrator: "+strings.Join(calibrateMethods, ", ")+" (required)")
+	f.StringVar(&fl.method, "method", "", "calibrator: "+strings.Join(calib.MethodNames(), ", ")+" (required)")
 	f.IntVar(&fl.binsExp, "bins-exp", calib.DefaultMexp, fmt.Sprintf("bin and bbq only: use 2^M bins per class, M in [1, %d]", calib.MaxMexp))
 	f.Int64Var(&fl.seed, "seed", 0, "random seed (fedcal's initial weights and example order); recorded in the output")
 	fl.fed.register(cmd)
@@ -98,9 +87,9 @@ func runCalibrate(cmd *cobra.Command, fl *calibrateFlags) error {
 		return fmt.Errorf("%s has no calibration rows (split %d) to fit on: mark some rows as calibration data", fl.logits, logits.SplitCalibration)
 	}
 	s := f.Set(rows)
-	c, err := newCalibrator(fl.method, fl.binsExp, fl.seed)
+	c, err := calib.New(fl.method, calib.Settings{Mexp: fl.binsExp, Seed: fl.seed})
 	if err != nil {
-		return err
+		return fmt.Errorf("--method: %w", err)
 	}
 	before, err := calib.EvaluateSet(s, nil, 0)
 	if err != nil {
@@ -137,15 +126,17 @@ func checkCalibrateFlags(cmd *cobra.Command, fl *calibrateFlags) error {
 	case !fl.central:
 		return errors.New("calibrate needs --central: fit one calibrator on all calibration rows of --logits")
 	case fl.method == "":
-		return fmt.Errorf("calibrate needs --method: one of %s", strings.Join(calibrateMethods, ", "))
-	case !slices.Contains(calibrateMethods, fl.method):
-		return fmt.Errorf("--method %q: want one of %s", fl.method, strings.Join(calibrateMethods, ", "))
+		return fmt.Errorf("calibrate needs --method: one of %s", strings.Join(calib.MethodNames(), ", "))
 	case fl.logits == "":
 		return errors.New("calibrate needs --logits F.npz, the logits file to fit on")
 	case strings.TrimSpace(fl.out) == "":
 		return errors.New("calibrate needs --out C.json, the calibrator file to write")
 	}
-	binning := fl.method == "bin" || fl.method == "bbq"
+	m, err := calib.LookupMethod(fl.method)
+	if err != nil {
+		return fmt.Errorf("--method %q: want one of %s", fl.method, strings.Join(calib.MethodNames(), ", "))
+	}
+	binning := m.Family == calib.Binning
 	if cmd.Flags().Changed("bins-exp") && !binning {
 		return fmt.Errorf("--bins-exp sets the bins of bin and bbq, not of %s: drop it", fl.method)
 	}
@@ -160,24 +151,11 @@ func checkCalibrateFlags(cmd *cobra.Command, fl *calibrateFlags) error {
 	return nil
 }
 
-// newCalibrator returns an unfitted calibrator of the named method: bin
-// and bbq with 2^binsExp bins, fedcal initialised from seed.
-func newCalibrator(method string, binsExp int, seed int64) (calib.Calibrator, error) {
-	switch method {
-	case "bin":
-		return &calib.Histogram{Bins: 1 << binsExp}, nil
-	case "bbq":
-		return &calib.BBQ{Mexp: binsExp}, nil
-	case "temp":
-		return new(calib.Temperature), nil
-	case "vector":
-		return new(calib.Vector), nil
-	case "matrix":
-		return new(calib.Matrix), nil
-	case "opvector":
-		return new(calib.OPVector), nil
-	case "fedcal":
-		return &calib.FedCalMLP{Seed: seed}, nil
+// methodHelp lists the registry's methods, one a line, for help texts.
+func methodHelp() string {
+	var b strings.Builder
+	for _, m := range calib.Methods() {
+		fmt.Fprintf(&b, "  %-9s %s\n", m.Name, m.Summary)
 	}
-	return nil, fmt.Errorf("--method %q: want one of %s", method, strings.Join(calibrateMethods, ", "))
+	return b.String()
 }

@@ -93,7 +93,7 @@ func (ff *fedFlags) register(cmd *cobra.Command) {
 	f.StringVar(&ff.weighting, "weighting", string(calib.WeightNone), "bin and bbq: none, all or changed")
 	f.Float64Var(&ff.serverLR, "server-lr", 1, "scaling methods: server learning rate η_S > 0")
 	f.Float64Var(&ff.epsilon, "epsilon", 0, "make the fit (ε, δ)-differentially private with this total ε > 0")
-	f.Float64Var(&ff.delta, "delta", 1e-5, "δ ∈ (0, 1) of a private fit")
+	f.Float64Var(&ff.delta, "delta", dp.DefaultDelta, "δ ∈ (0, 1) of a private fit")
 	f.Float64Var(&ff.clip, "clip", dp.DefaultClip, "scaling methods: L2 clip norm C of each client update (with --epsilon, or alone: clipping without noise)")
 	f.Float64Var(&ff.clipPos, "clip-pos", dp.DefaultClipPos, "bin and bbq with --epsilon: L2 clip norm C₊ of each class-positive histogram")
 	f.Float64Var(&ff.clipNeg, "clip-neg", dp.DefaultClipNeg, "bin and bbq with --epsilon: L2 clip norm C₋ of each class-negative histogram")
@@ -123,7 +123,7 @@ func (ff *fedFlags) check(cmd *cobra.Command, fl *calibrateFlags) error {
 	changed := cmd.Flags().Changed
 	switch {
 	case fl.method == "":
-		return fmt.Errorf("calibrate needs --method: one of %s", strings.Join(calibrateMethods, ", "))
+		return fmt.Errorf("calibrate needs --method: one of %s", strings.Join(calib.MethodNames(), ", "))
 	case fl.logits == "":
 		return errors.New("calibrate needs --logits F.npz, the logits file to fit on")
 	case ff.partition != "" && (changed("clients") || changed("beta")):
@@ -143,8 +143,10 @@ func (ff *fedFlags) check(cmd *cobra.Command, fl *calibrateFlags) error {
 	case ff.workers < 0:
 		return fmt.Errorf("--workers is %d: want ≥ 0", ff.workers)
 	}
-	binning := fl.method == "bin" || fl.method == "bbq"
-	if binning {
+	if _, err := calib.LookupMethod(fl.method); err != nil {
+		return fmt.Errorf("--method %q: want one of %s", fl.method, strings.Join(calib.MethodNames(), ", "))
+	}
+	if binningMethod(fl.method) {
 		if fl.binsExp < 1 || fl.binsExp > calib.MaxMexp {
 			return fmt.Errorf("--bins-exp %d: want M in [1, %d] (2^M bins)", fl.binsExp, calib.MaxMexp)
 		}
@@ -200,30 +202,15 @@ func (ff *fedFlags) run(cmd *cobra.Command, fl *calibrateFlags) error {
 			return fmt.Errorf("--clients-per-round: %w", err)
 		}
 	}
-	opt := federation.Options{Weighting: calib.Weighting(ff.weighting)}
-	switch fl.method {
-	case "bin":
-		opt.Bins = 1 << fl.binsExp
-	case "bbq":
-		opt.Mexp = fl.binsExp
-	default:
-		opt.ServerLR = ff.serverLR
-		if changed("clip") && !changed("epsilon") {
-			opt.Clip = ff.clip
-		}
+	spec := federation.Spec{Method: fl.method, Mexp: fl.binsExp, Weighting: calib.Weighting(ff.weighting), ServerLR: ff.serverLR}
+	if changed("clip") || changed("epsilon") {
+		spec.Clip = ff.clip
 	}
 	if changed("epsilon") {
-		acc, err := dp.ParseAccountant(ff.accountant)
-		if err != nil {
-			return fmt.Errorf("--accountant: %w", err)
-		}
-		opt.Privacy = &federation.Privacy{
-			Epsilon: ff.epsilon, Delta: ff.delta,
-			Clip: ff.clip, ClipPos: ff.clipPos, ClipNeg: ff.clipNeg,
-			Accountant: acc, AlphaZ: ff.alphaZ,
-		}
+		spec.Epsilon, spec.Delta, spec.Accountant = ff.epsilon, ff.delta, ff.accountant
+		spec.ClipPos, spec.ClipNeg, spec.AlphaZ = ff.clipPos, ff.clipNeg, ff.alphaZ
 	}
-	fitter, err := federation.New(fl.method, opt)
+	fitter, err := spec.Fitter()
 	if err != nil {
 		return err
 	}
@@ -242,7 +229,7 @@ func (ff *fedFlags) run(cmd *cobra.Command, fl *calibrateFlags) error {
 		Seed:     fl.seed,
 		Tool:     Version(),
 	}
-	if fl.method == "bin" || fl.method == "bbq" {
+	if binningMethod(fl.method) {
 		prov.Weighting = ff.weighting
 	}
 	if err := calib.WriteFile(fl.out, res.Calibrator, res.Privacy, prov); err != nil {
@@ -322,4 +309,11 @@ func plural(n int, noun string) string {
 		return "1 " + noun
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// binningMethod reports whether method is of the registry's binning
+// family.
+func binningMethod(method string) bool {
+	m, err := calib.LookupMethod(method)
+	return err == nil && m.Family == calib.Binning
 }

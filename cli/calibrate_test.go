@@ -76,7 +76,7 @@ func runCalibrateCmd(args ...string) (code int, stdout, stderr string) {
 
 func TestCalibrateEveryMethod(t *testing.T) {
 	path, f := calibrateFile(t, true)
-	for _, method := range calibrateMethods {
+	for _, method := range calib.MethodNames() {
 		out := filepath.Join(t.TempDir(), method+".json")
 		code, stdout, stderr := runCalibrateCmd("--central", "--method", method, "--logits", path, "--out", out, "--seed", "5")
 		if code != 0 {
@@ -100,7 +100,7 @@ func TestCalibrateEveryMethod(t *testing.T) {
 			t.Errorf("%s: a central fit records privacy %+v", method, file.Privacy)
 		}
 		// The calibrator is the one fitted directly on the calibration rows.
-		want, err := newCalibrator(method, calib.DefaultMexp, 5)
+		want, err := calib.New(method, calib.Settings{Seed: 5})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,20 +6,15 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
+	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/dp"
-)
-
-// privacyScaling and privacyBinning list the --method values of privacy.
-var (
-	privacyScaling = []string{"temp", "vector", "matrix", "opvector", "fedcal"}
-	privacyBinning = []string{"bin", "bbq"}
+	"github.com/fedcalib/fedcalib/federation"
 )
 
 // privacyFlags holds the flags of the privacy command.
@@ -69,8 +64,8 @@ the flags it is given:
   --accountant zcdp|rdp]
       the noise multiplier of a private federated fit: the standard deviation
       of the noise per unit of clip norm, and σ at the clip norms given.
-      Scaling methods (` + strings.Join(privacyScaling, ", ") + `) noise one clipped update
-      per round: σ = C·√(T/(2ρ)). Binning methods (` + strings.Join(privacyBinning, ", ") + `) noise 2c
+      Scaling methods (` + strings.Join(calib.MethodsOf(calib.Scaling), ", ") + `) noise one clipped update
+      per round: σ = C·√(T/(2ρ)). Binning methods (` + strings.Join(calib.MethodsOf(calib.Binning), ", ") + `) noise 2c
       histograms per round: σ = C₊ or C₋ times √(2cT/(2ρ)).
   --noise-multiplier Z --steps T --delta D [--sample-rate q --accountant]
       the ε spent by T steps of the Gaussian mechanism with noise multiplier
@@ -95,8 +90,8 @@ with the keys epsilon, delta, rho (zcdp), noise_multiplier and the inputs.`,
 	}
 	f := cmd.Flags()
 	f.Float64Var(&fl.epsilon, "epsilon", 0, "privacy budget ε > 0 (required, except with --noise-multiplier)")
-	f.Float64Var(&fl.delta, "delta", 1e-5, "δ ∈ (0, 1)")
-	f.StringVar(&fl.method, "method", "", "calibrator whose noise to calibrate: "+strings.Join(append(slices.Clone(privacyScaling), privacyBinning...), ", "))
+	f.Float64Var(&fl.delta, "delta", dp.DefaultDelta, "δ ∈ (0, 1)")
+	f.StringVar(&fl.method, "method", "", "calibrator whose noise to calibrate: "+strings.Join(calib.MethodNames(), ", "))
 	f.IntVar(&fl.classes, "classes", 0, "with --method bin or bbq: number of classes c ≥ 2 (required there)")
 	f.IntVar(&fl.rounds, "rounds", 1, "with --method: number of rounds T ≥ 1")
 	f.Float64Var(&fl.sampleRate, "sample-rate", 1, "probability q ∈ (0, 1] that a client takes part in a round (credited by rdp only)")
@@ -152,11 +147,11 @@ func checkPrivacyFlags(cmd *cobra.Command, fl *privacyFlags) error {
 		}
 		return nil
 	}
-	binning := slices.Contains(privacyBinning, fl.method)
+	binning := binningMethod(fl.method)
 	for _, err := range []error{
 		onlyWith("with --noise-multiplier", nm, "steps"),
 		onlyWith("with --method", method, "rounds", "classes"),
-		onlyWith("with a scaling --method ("+strings.Join(privacyScaling, ", ")+")", method && !binning, "clip"),
+		onlyWith("with a scaling --method ("+strings.Join(calib.MethodsOf(calib.Scaling), ", ")+")", method && !binning, "clip"),
 		onlyWith("with --method bin or bbq", method && binning, "clip-pos", "clip-neg"),
 		onlyWith("with --method or --noise-multiplier (ρ needs no sampling rate)", method || nm, "sample-rate"),
 	} {
@@ -189,8 +184,8 @@ func checkPrivacyFlags(cmd *cobra.Command, fl *privacyFlags) error {
 	if !method {
 		return nil
 	}
-	if !binning && !slices.Contains(privacyScaling, fl.method) {
-		return fmt.Errorf("--method %q: want one of %s", fl.method, strings.Join(append(slices.Clone(privacyScaling), privacyBinning...), ", "))
+	if _, err := calib.LookupMethod(fl.method); err != nil {
+		return fmt.Errorf("--method %q: want one of %s", fl.method, strings.Join(calib.MethodNames(), ", "))
 	}
 	switch {
 	case fl.rounds < 1:
@@ -221,27 +216,26 @@ func privacyRho(fl *privacyFlags) (*privacyReport, error) {
 	return &privacyReport{Accountant: dp.ZCDP.String(), Epsilon: fl.epsilon, Delta: fl.delta, Rho: &rho}, nil
 }
 
-// privacyNoise calibrates the noise of a fit with --method.
+// privacyNoise calibrates the noise of a fit with --method: the noise
+// plan a fit with these settings adds (federation.PlanNoise).
 func privacyNoise(fl *privacyFlags, acc dp.Accountant) (*privacyReport, error) {
-	binning := slices.Contains(privacyBinning, fl.method)
-	plan := dp.Plan{Epsilon: fl.epsilon, Delta: fl.delta, Rounds: fl.rounds, PerRound: 1, SampleRate: fl.sampleRate, Accountant: acc}
-	if binning {
-		plan.PerRound = 2 * fl.classes
-	}
-	z, err := plan.NoiseMultiplier()
+	plan, err := federation.PlanNoise(fl.method, fl.classes, &federation.Privacy{
+		Epsilon: fl.epsilon, Delta: fl.delta, Clip: fl.clip, ClipPos: fl.clipPos, ClipNeg: fl.clipNeg, Accountant: acc,
+	}, fl.rounds, fl.sampleRate)
 	if err != nil {
 		return nil, err
 	}
+	z := plan.Multiplier
 	rep := &privacyReport{
 		Method: fl.method, Accountant: acc.String(), Epsilon: fl.epsilon, Delta: fl.delta,
-		NoiseMultiplier: &z, Rounds: fl.rounds, PerRound: plan.PerRound, SampleRate: fl.sampleRate,
+		NoiseMultiplier: &z, Rounds: fl.rounds, PerRound: plan.PerRound(), SampleRate: fl.sampleRate,
 	}
-	if binning {
+	if plan.Family == calib.Binning {
 		rep.Classes = fl.classes
-		sp, sn := fl.clipPos*z, fl.clipNeg*z
+		sp, sn := plan.Mechanisms[0].Sigma, plan.Mechanisms[1].Sigma
 		rep.SigmaPos, rep.SigmaNeg = &sp, &sn
 	} else {
-		s := fl.clip * z
+		s := plan.Sigma()
 		rep.Sigma = &s
 	}
 	if acc == dp.ZCDP {

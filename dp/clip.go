@@ -5,8 +5,10 @@ import (
 	"math"
 )
 
-// Default clip norms of the paper's experiments (SPEC §7).
+// Defaults of the paper's experiments (SPEC §7).
 const (
+	// DefaultDelta is the δ of a private fit when none is given.
+	DefaultDelta = 1e-5
 	// DefaultClip is the L2 clip norm C of a scaling update Δ_k.
 	DefaultClip = 0.5
 	// DefaultClipPos is the L2 clip norm C₊ of a class-positive histogram.

@@ -96,8 +96,8 @@ type PartitionSpec struct {
 // and Seed have none. Parameters a cell does not use are blanked (see
 // Cell).
 type Grid struct {
-	// Method: "bin", "bbq", "temp", "vector", "matrix", "opvector" or
-	// "fedcal" (federation.Methods).
+	// Method: names of the calibrator registry, calib.MethodNames(),
+	// e.g. "bbq" or "temp".
 	Method []string
 	// Weighting of the binning methods: "none" (default), "all" or
 	// "changed".
@@ -357,11 +357,11 @@ func (p *PartitionSpec) fractions() federation.Fractions {
 
 func (g *Grid) validate() error {
 	if len(g.Method) == 0 {
-		return errors.New("method: missing; list methods among " + strings.Join(federation.Methods(), ", "))
+		return errors.New("method: missing; list methods among " + strings.Join(calib.MethodNames(), ", "))
 	}
 	for i, m := range g.Method {
-		if !slices.Contains(federation.Methods(), m) {
-			return fmt.Errorf("method[%d]: unknown method %q: want one of %s", i, m, strings.Join(federation.Methods(), ", "))
+		if _, err := calib.LookupMethod(m); err != nil {
+			return fmt.Errorf("method[%d]: unknown method %q: want one of %s", i, m, strings.Join(calib.MethodNames(), ", "))
 		}
 	}
 	for i, w := range g.Weighting {
@@ -494,7 +494,12 @@ func (p *Plot) validate() error {
 	return nil
 }
 
-func isScaling(method string) bool { return method != "bin" && method != "bbq" }
+// isScaling reports whether method is of the scaling family; an unknown
+// method (refused by validate) is not.
+func isScaling(method string) bool {
+	m, err := calib.LookupMethod(method)
+	return err == nil && m.Family == calib.Scaling
+}
 
 // The YAML form of a configuration.
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/dp"
+	"github.com/fedcalib/fedcalib/federation"
 )
 
 // Cell is the parameters of one run. Parameters a run does not use are
@@ -56,7 +57,23 @@ type Cell struct {
 }
 
 // binning reports whether the cell's method is FedBin or FedBBQ.
-func (c *Cell) binning() bool { return !isScaling(c.Method) }
+func (c *Cell) binning() bool {
+	m, err := calib.LookupMethod(c.Method)
+	return err == nil && m.Family == calib.Binning
+}
+
+// spec returns the federated fit of the cell. A blank (zero) parameter
+// means its default, as in federation.Spec.
+func (c *Cell) spec() federation.Spec {
+	s := federation.Spec{
+		Method: c.Method, Mexp: c.Mexp, Weighting: c.Weighting, ServerLR: c.ServerLR, Clip: c.Clip,
+	}
+	if c.Epsilon > 0 {
+		s.Epsilon, s.Delta, s.Accountant = c.Epsilon, c.Delta, c.Accountant
+		s.ClipPos, s.ClipNeg, s.AlphaZ = c.ClipPos, c.ClipNeg, c.AlphaZ
+	}
+	return s
+}
 
 // weighted reports whether the cell is a binning run with weighting.
 func (c *Cell) weighted() bool {
@@ -66,13 +83,9 @@ func (c *Cell) weighted() bool {
 // Label returns the method's name as the paper's tables write it:
 // "FedBBQ", "FedBBQ all weight", "FedTemp"...
 func (c *Cell) Label() string {
-	names := map[string]string{
-		"bin": "FedBin", "bbq": "FedBBQ", "temp": "FedTemp", "vector": "FedVector",
-		"matrix": "FedMatrix", "opvector": "FedOPVector", "fedcal": "FedCal",
-	}
-	name, ok := names[c.Method]
-	if !ok {
-		name = c.Method
+	name := c.Method
+	if m, err := calib.LookupMethod(c.Method); err == nil {
+		name = m.Protocol
 	}
 	if c.Weighting != "" && c.Weighting != calib.WeightNone {
 		name += " " + string(c.Weighting) + " weight"

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/fedcalib/fedcalib/calib"
-	"github.com/fedcalib/fedcalib/dp"
 	"github.com/fedcalib/fedcalib/federation"
 	"github.com/fedcalib/fedcalib/infer/logits"
 	"github.com/fedcalib/fedcalib/internal/fileio"
@@ -320,30 +319,9 @@ func (r *runner) runCell(ctx context.Context, j job) (Row, Timing, error) {
 			return Row{}, Timing{}, fmt.Errorf("clients_per_round: %w", err)
 		}
 	}
-	private := c.Epsilon > 0
-	var o federation.Options
-	if c.binning() {
-		o.Weighting = c.Weighting
-		if c.Method == "bin" {
-			o.Bins = 1 << c.Mexp
-		} else {
-			o.Mexp = c.Mexp
-		}
-	} else {
-		o.ServerLR = c.ServerLR
-		if !private {
-			o.Clip = c.Clip
-		}
-	}
-	if private {
-		acc, err := dp.ParseAccountant(c.Accountant)
-		if err != nil {
-			return Row{}, Timing{}, err
-		}
-		o.Privacy = &federation.Privacy{
-			Epsilon: c.Epsilon, Delta: c.Delta, Clip: c.Clip, ClipPos: c.ClipPos, ClipNeg: c.ClipNeg, Accountant: acc,
-			AlphaZ: c.AlphaZ,
-		}
+	o, err := c.spec().Options()
+	if err != nil {
+		return Row{}, Timing{}, err
 	}
 	fitter, err := r.newFitter(c.Method, o)
 	if err != nil {

@@ -64,43 +64,63 @@ type FedBBQ struct {
 
 // Fit runs FedBin over pop for r's rounds.
 func (f *FedBin) Fit(ctx context.Context, pop Population, r Rounds) (*Result, error) {
-	bins := f.Bins
-	if bins == 0 {
-		bins = calib.DefaultBins
-	}
-	if bins < 1 || bins > calib.MaxBins {
-		return nil, fmt.Errorf("FedBin: %d bins: want 1 to %d", bins, calib.MaxBins)
-	}
-	build := func(h *calib.Histograms) (binner, error) { return calib.NewHistogramBinning(h) }
-	return fitBinning(ctx, pop, r, binSpec{name: "FedBin", bins: bins, build: build, weighting: f.Weighting, privacy: f.Privacy, snapshot: f.Snapshot})
+	return fitBinning(ctx, pop, r, binSpecOf(calib.MethodBin, binSpec{bins: f.Bins, weighting: f.Weighting, privacy: f.Privacy, snapshot: f.Snapshot}))
 }
 
 // Fit runs FedBBQ over pop for r's rounds.
 func (f *FedBBQ) Fit(ctx context.Context, pop Population, r Rounds) (*Result, error) {
-	mexp := f.Mexp
-	if mexp == 0 {
-		mexp = calib.DefaultMexp
-	}
-	if mexp < 1 || mexp > calib.MaxMexp {
-		return nil, fmt.Errorf("FedBBQ: bin exponent Mexp = %d: want 1 to %d", mexp, calib.MaxMexp)
-	}
-	build := func(h *calib.Histograms) (binner, error) { return calib.NewBBQ(h) }
-	return fitBinning(ctx, pop, r, binSpec{name: "FedBBQ", bins: 1 << mexp, build: build, weighting: f.Weighting, privacy: f.Privacy, snapshot: f.Snapshot})
+	return fitBinning(ctx, pop, r, binSpecOf(calib.MethodBBQ, binSpec{mexp: f.Mexp, weighting: f.Weighting, privacy: f.Privacy, snapshot: f.Snapshot}))
 }
 
-// binner is a binning calibrator that can be weighted.
-type binner interface {
-	calib.Calibrator
-	SetWeighting(mode calib.Weighting, alpha []float64) error
+// fedBinning is the protocol New makes of a binning method.
+type fedBinning struct{ spec binSpec }
+
+// Fit runs the protocol over pop for r's rounds.
+func (f *fedBinning) Fit(ctx context.Context, pop Population, r Rounds) (*Result, error) {
+	return fitBinning(ctx, pop, r, f.spec)
 }
 
+// binSpecOf completes s with the name and histogram builder of the
+// registry's binning method.
+func binSpecOf(method string, s binSpec) binSpec {
+	m, err := calib.LookupMethod(method)
+	if err != nil {
+		panic(err) // the names are the registry's own constants
+	}
+	s.name, s.build = m.Protocol, m.FromHistograms
+	return s
+}
+
+// binSpec is a binning protocol: its name, the size of its histograms
+// (bins, or 2^mexp for a method of bin exponents; zero means the default)
+// and how the server forms the calibrator from them.
 type binSpec struct {
 	name      string
-	bins      int
-	build     func(*calib.Histograms) (binner, error)
+	bins      int // number of bins; 0: see mexp
+	mexp      int // bin exponent of BBQ-like methods; used when bins is 0
+	build     func(*calib.Histograms) (calib.Binner, error)
 	weighting calib.Weighting
 	privacy   *Privacy
 	snapshot  func(int, calib.Calibrator)
+}
+
+// resolveBins fills in s.bins from its defaults, or reports bins out of
+// range.
+func (s *binSpec) resolveBins() error {
+	if s.bins != 0 {
+		if s.bins < 1 || s.bins > calib.MaxBins {
+			return fmt.Errorf("%d bins: want 1 to %d", s.bins, calib.MaxBins)
+		}
+		return nil
+	}
+	if s.mexp == 0 {
+		s.mexp = calib.DefaultMexp
+	}
+	if s.mexp < 1 || s.mexp > calib.MaxMexp {
+		return fmt.Errorf("bin exponent Mexp = %d: want 1 to %d", s.mexp, calib.MaxMexp)
+	}
+	s.bins = 1 << s.mexp
+	return nil
 }
 
 // binServer is the server (and client code) of FedBin and FedBBQ.
@@ -110,6 +130,7 @@ type binServer struct {
 	classes int
 	rounds  Rounds
 	priv    *resolved // nil without privacy
+	plan    *NoisePlan
 	ledger  *dp.Ledger
 	sigPos  float64 // σ₊ per round
 	sigNeg  float64 // σ₋ per round
@@ -121,6 +142,9 @@ type binServer struct {
 }
 
 func fitBinning(ctx context.Context, pop Population, r Rounds, spec binSpec) (*Result, error) {
+	if err := spec.resolveBins(); err != nil {
+		return nil, fmt.Errorf("%s: %w", spec.name, err)
+	}
 	switch spec.weighting {
 	case "", calib.WeightNone, calib.WeightAll, calib.WeightChanged:
 	default:
@@ -146,13 +170,10 @@ func fitBinning(ctx context.Context, pop Population, r Rounds, spec binSpec) (*R
 		if s.priv, err = spec.privacy.resolve(true); err != nil {
 			return nil, fmt.Errorf("%s: %w", spec.name, err)
 		}
-		z, err := s.priv.multiplier(r.T, 2*c, r.SampleRate)
-		if err != nil {
+		if s.plan, err = s.priv.plan(calib.Binning, c, r.T, r.SampleRate); err != nil {
 			return nil, fmt.Errorf("%s: %w", spec.name, err)
 		}
-		if z > 0 { // z = 0 (ε = ∞) with an infinite clip norm would give NaN
-			s.sigPos, s.sigNeg = z*s.priv.ClipPos, z*s.priv.ClipNeg
-		}
+		s.sigPos, s.sigNeg = s.plan.Mechanisms[0].Sigma, s.plan.Mechanisms[1].Sigma
 		if s.ledger, err = s.priv.ledger(); err != nil {
 			return nil, fmt.Errorf("%s: %w", spec.name, err)
 		}
@@ -216,10 +237,9 @@ func (s *binServer) Aggregate(t, k int, h *calib.Histograms) error {
 // EndRound adds the round's (noisy) sums to the running sums.
 func (s *binServer) EndRound(t, participants int) error {
 	if s.ledger != nil {
-		c := s.classes
 		if err := s.ledger.Spend(dp.Release{
 			Mechanism:  fmt.Sprintf("%s round %d", s.spec.name, t),
-			Noise:      []dp.Gaussian{{Sigma: s.sigPos, Sensitivity: s.priv.ClipPos, Count: c}, {Sigma: s.sigNeg, Sensitivity: s.priv.ClipNeg, Count: c}},
+			Noise:      s.plan.Mechanisms,
 			SampleRate: s.rounds.SampleRate,
 			Rounds:     1,
 		}); err != nil {

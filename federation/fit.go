@@ -50,54 +50,43 @@ type Options struct {
 	Privacy *Privacy
 }
 
-// Methods lists the calibrator methods New accepts, in the order of the
-// paper's tables: binning first.
-func Methods() []string {
-	return []string{"bin", "bbq", "temp", "vector", "matrix", "opvector", "fedcal"}
-}
-
-// New returns the federated protocol of a calibrator method: "bin"
-// (FedBin), "bbq" (FedBBQ), "temp" (FedTemp), "vector" (FedVector),
-// "matrix" (FedMatrix), "opvector" (FedOPVector) or "fedcal" (FedCal). It
-// returns an error for an unknown method, or for options that the method
-// does not take (binning options for scaling and vice versa).
+// New returns the federated protocol of a calibrator method of the
+// registry (calib.Methods): binning methods run Algorithm 1 (FedBin,
+// FedBBQ), scaling methods FedAvg over their scaler (FedTemp, FedVector,
+// FedMatrix, FedOPVector, FedCal). It returns an error for an unknown
+// method, or for options that the method does not take (binning options
+// for scaling and vice versa).
 func New(method string, o Options) (Fitter, error) {
+	m, err := calib.LookupMethod(method)
+	if err != nil {
+		return nil, err
+	}
 	binOpts := o.Bins != 0 || o.Mexp != 0 || (o.Weighting != "" && o.Weighting != calib.WeightNone)
 	scaleOpts := o.ServerLR != 0 || o.Clip != 0
-	switch method {
-	case "bin", "bbq":
+	switch m.Family {
+	case calib.Binning:
 		if scaleOpts {
 			return nil, fmt.Errorf("method %q is binning: server learning rate and update clipping apply to scaling methods", method)
 		}
-		if method == "bin" {
-			if o.Mexp != 0 {
-				return nil, fmt.Errorf("method \"bin\" takes a number of bins, not the BBQ bin exponent")
+		spec := binSpec{name: m.Protocol, build: m.FromHistograms, weighting: o.Weighting, privacy: o.Privacy}
+		if m.BinExponent() {
+			if o.Bins != 0 {
+				return nil, fmt.Errorf("method %q takes the bin exponent Mexp (2^Mexp bins), not a number of bins", method)
 			}
-			return &FedBin{Bins: o.Bins, Weighting: o.Weighting, Privacy: o.Privacy}, nil
+			spec.mexp = o.Mexp
+		} else {
+			if o.Mexp != 0 {
+				return nil, fmt.Errorf("method %q takes a number of bins, not a bin exponent", method)
+			}
+			spec.bins = o.Bins
 		}
-		if o.Bins != 0 {
-			return nil, fmt.Errorf("method \"bbq\" takes the bin exponent Mexp (2^Mexp bins), not a number of bins")
-		}
-		return &FedBBQ{Mexp: o.Mexp, Weighting: o.Weighting, Privacy: o.Privacy}, nil
-	}
-	var f *FedAvg
-	switch method {
-	case "temp":
-		f = FedTemp()
-	case "vector":
-		f = FedVector()
-	case "matrix":
-		f = FedMatrix()
-	case "opvector":
-		f = FedOPVector()
-	case "fedcal":
-		f = FedCal()
+		return &fedBinning{spec: spec}, nil
 	default:
-		return nil, fmt.Errorf("unknown method %q: want one of %v", method, Methods())
+		if binOpts {
+			return nil, fmt.Errorf("method %q is scaling: bins, bin exponent and weighting apply to binning methods", method)
+		}
+		f := newFedAvg(m)
+		f.ServerLR, f.Clip, f.Privacy = o.ServerLR, o.Clip, o.Privacy
+		return f, nil
 	}
-	if binOpts {
-		return nil, fmt.Errorf("method %q is scaling: bins, bin exponent and weighting apply to binning methods", method)
-	}
-	f.ServerLR, f.Clip, f.Privacy = o.ServerLR, o.Clip, o.Privacy
-	return f, nil
 }

@@ -92,25 +92,87 @@ func (p *Privacy) resolve(binning bool) (*resolved, error) {
 	return r, nil
 }
 
-// multiplier returns the noise multiplier z of a fit of rounds rounds with
-// perRound Gaussian mechanisms per round and sample rate q: 0 for an
-// infinite ε.
-func (r *resolved) multiplier(rounds, perRound int, q float64) (float64, error) {
+// NoisePlan is the Gaussian noise of every round of a private federated
+// fit (SPEC §7): the mechanisms one round releases, with their
+// sensitivities (clip norms) and standard deviations. The protocols add
+// exactly this noise and charge exactly these releases to their ledger,
+// and "fedcalib privacy" prints the same plan, so the two cannot
+// disagree.
+type NoisePlan struct {
+	// Family is the family of the method the plan is for.
+	Family calib.Family
+	// Multiplier is the noise multiplier z: each mechanism's σ is z
+	// times its sensitivity. Zero for an infinite ε (no noise).
+	Multiplier float64
+	// Mechanisms lists the Gaussian mechanisms of one round as the
+	// ledger records them: for a scaling method one clipped update of
+	// sensitivity C; for a binning method, the c class-positive
+	// histograms (sensitivity C₊) then the c class-negative ones (C₋).
+	Mechanisms []dp.Gaussian
+}
+
+// PerRound returns the number of Gaussian mechanisms of one round: 1 for
+// scaling, 2c for binning.
+func (p *NoisePlan) PerRound() int {
+	n := 0
+	for _, g := range p.Mechanisms {
+		n += max(g.Count, 1)
+	}
+	return n
+}
+
+// Sigma returns the σ that a calibrator file records: that of the update
+// for scaling, of the class-positive histograms for binning.
+func (p *NoisePlan) Sigma() float64 { return p.Mechanisms[0].Sigma }
+
+// PlanNoise returns the noise plan of a private fit of the registry's
+// method (calib.Methods) over classes classes, rounds rounds and Poisson
+// sample rate sampleRate, with p's budget, clip norms and accountant
+// (zero fields take their defaults, as in a fit). It returns an error
+// for an unknown method or invalid privacy settings.
+func PlanNoise(method string, classes int, p *Privacy, rounds int, sampleRate float64) (*NoisePlan, error) {
+	m, err := calib.LookupMethod(method)
+	if err != nil {
+		return nil, err
+	}
+	binning := m.Family == calib.Binning
+	if binning && classes < 2 {
+		return nil, fmt.Errorf("%d classes: a binning method needs at least 2", classes)
+	}
+	r, err := p.resolve(binning)
+	if err != nil {
+		return nil, err
+	}
+	return r.plan(m.Family, classes, rounds, sampleRate)
+}
+
+// plan returns the noise plan of a fit of family fam.
+func (r *resolved) plan(fam calib.Family, classes, rounds int, q float64) (*NoisePlan, error) {
+	p := &NoisePlan{Family: fam}
+	if fam == calib.Binning {
+		p.Mechanisms = []dp.Gaussian{{Sensitivity: r.ClipPos, Count: classes}, {Sensitivity: r.ClipNeg, Count: classes}}
+	} else {
+		p.Mechanisms = []dp.Gaussian{{Sensitivity: r.Clip}}
+	}
 	if r.infinite {
-		return 0, nil
+		return p, nil
 	}
 	z, err := dp.Plan{
 		Epsilon:    r.Epsilon,
 		Delta:      r.Delta,
 		Rounds:     rounds,
-		PerRound:   perRound,
+		PerRound:   p.PerRound(),
 		SampleRate: q,
 		Accountant: r.Accountant,
 	}.NoiseMultiplier()
 	if err != nil {
-		return 0, fmt.Errorf("privacy: %w", err)
+		return nil, fmt.Errorf("privacy: %w", err)
 	}
-	return z, nil
+	p.Multiplier = z
+	for i := range p.Mechanisms {
+		p.Mechanisms[i].Sigma = z * p.Mechanisms[i].Sensitivity
+	}
+	return p, nil
 }
 
 // ledger returns the ledger that records the fit's releases, nil for an

@@ -326,7 +326,7 @@ func (failing) Client(k int) (*calib.Set, error) {
 }
 
 func TestNew(t *testing.T) {
-	for _, m := range Methods() {
+	for _, m := range calib.MethodNames() {
 		if _, err := New(m, Options{}); err != nil {
 			t.Errorf("New(%q): %v", m, err)
 		}
@@ -336,7 +336,7 @@ func TestNew(t *testing.T) {
 		o      Options
 		want   string
 	}{
-		{"platt", Options{}, "unknown method"},
+		{"platt", Options{}, "unknown calibrator method"},
 		{"temp", Options{Weighting: calib.WeightAll}, "is scaling"},
 		{"bbq", Options{ServerLR: 0.5}, "is binning"},
 		{"bbq", Options{Bins: 10}, "bin exponent"},

@@ -53,34 +53,36 @@ type FedAvg struct {
 
 // FedTemp returns FedAvg over temperature scaling: the parameter is T
 // itself, starting from 1.
-func FedTemp() *FedAvg {
-	return &FedAvg{Name: "FedTemp", Scaler: func(c int, _ *rand.Rand) calib.Scaler { return calib.NewTemperature(c) }}
-}
+func FedTemp() *FedAvg { return fedAvgOf(calib.MethodTemp) }
 
 // FedVector returns FedAvg over vector scaling, from a = 1, b = 0.
-func FedVector() *FedAvg {
-	return &FedAvg{Name: "FedVector", Scaler: func(c int, _ *rand.Rand) calib.Scaler { return calib.NewVector(c) }}
-}
+func FedVector() *FedAvg { return fedAvgOf(calib.MethodVector) }
 
 // FedMatrix returns FedAvg over matrix scaling, from A = I, b = 0.
-func FedMatrix() *FedAvg {
-	return &FedAvg{Name: "FedMatrix", Scaler: func(c int, _ *rand.Rand) calib.Scaler { return calib.NewMatrix(c) }}
-}
+func FedMatrix() *FedAvg { return fedAvgOf(calib.MethodMatrix) }
 
 // FedOPVector returns FedAvg over order-preserving vector scaling, which
 // never changes the most probable class.
-func FedOPVector() *FedAvg {
-	return &FedAvg{Name: "FedOPVector", Scaler: func(c int, _ *rand.Rand) calib.Scaler { return calib.NewOPVector(c) }}
-}
+func FedOPVector() *FedAvg { return fedAvgOf(calib.MethodOPVector) }
 
 // FedCal returns the FedCal baseline (Peng et al. 2024, post-hoc): FedAvg
 // over calib.FedCalMLP, trained locally by SGD whose example order comes
 // from the client's stream. The server's initial network is drawn from
 // the run's seed.
-func FedCal() *FedAvg {
-	return &FedAvg{Name: "FedCal", Scaler: func(c int, rng *rand.Rand) calib.Scaler {
-		return calib.NewFedCalMLP(c, int64(rng.Uint64()))
-	}}
+func FedCal() *FedAvg { return fedAvgOf(calib.MethodFedCal) }
+
+// fedAvgOf returns FedAvg over the registry's scaling method name.
+func fedAvgOf(name string) *FedAvg {
+	m, err := calib.LookupMethod(name)
+	if err != nil {
+		panic(err) // the names are the registry's own constants
+	}
+	return newFedAvg(m)
+}
+
+// newFedAvg returns FedAvg over the scaler of method m.
+func newFedAvg(m calib.Method) *FedAvg {
+	return &FedAvg{Name: m.Protocol, Scaler: m.NewScaler}
 }
 
 // scaleServer is the server (and client code) of FedAvg.
@@ -92,6 +94,7 @@ type scaleServer struct {
 	lr      float64
 	clip    float64 // 0: none
 	priv    *resolved
+	plan    *NoisePlan
 	ledger  *dp.Ledger
 	sigma   float64
 	isTemp  bool      // the scaler is a temperature, clamped after each round
@@ -136,13 +139,10 @@ func (f *FedAvg) Fit(ctx context.Context, pop Population, r Rounds) (*Result, er
 		if s.priv, err = f.Privacy.resolve(false); err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		z, err := s.priv.multiplier(r.T, 1, r.SampleRate)
-		if err != nil {
+		if s.plan, err = s.priv.plan(calib.Scaling, c, r.T, r.SampleRate); err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		if z > 0 { // z = 0 (ε = ∞) with an infinite clip norm would give NaN
-			s.sigma = z * s.priv.Clip
-		}
+		s.sigma = s.plan.Sigma()
 		if s.ledger, err = s.priv.ledger(); err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
@@ -211,7 +211,7 @@ func (s *scaleServer) EndRound(t, participants int) error {
 	if s.ledger != nil {
 		if err := s.ledger.Spend(dp.Release{
 			Mechanism:  fmt.Sprintf("%s round %d", s.f.Name, t),
-			Noise:      []dp.Gaussian{{Sigma: s.sigma, Sensitivity: s.priv.Clip}},
+			Noise:      s.plan.Mechanisms,
 			SampleRate: s.rounds.SampleRate,
 			Rounds:     1,
 		}); err != nil {

@@ -1,0 +1,243 @@
+package calib
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+)
+
+// The method names of the calibrators, as the command line, calibrator
+// files and experiment configurations write them. This file is the one
+// place that lists them: every other package asks the registry (Methods,
+// LookupMethod, New).
+const (
+	MethodBin      = "bin"      // one-vs-all histogram binning (Histogram)
+	MethodBBQ      = "bbq"      // Bayesian binning into quantiles (BBQ)
+	MethodTemp     = "temp"     // temperature scaling (Temperature)
+	MethodVector   = "vector"   // vector scaling (Vector)
+	MethodMatrix   = "matrix"   // matrix scaling (Matrix)
+	MethodOPVector = "opvector" // order-preserving vector scaling (OPVector)
+	MethodFedCal   = "fedcal"   // the FedCal order-preserving MLP (FedCalMLP)
+)
+
+// Family says how a method is fitted, and so how it is federated.
+type Family int
+
+const (
+	// Binning methods are formed from one-vs-all histograms of softmax
+	// probabilities, which a federation sums (the paper's Algorithm 1).
+	Binning Family = iota + 1
+	// Scaling methods minimise the NLL over the parameters of a map on
+	// the logits, which a federation averages (Algorithm 2, FedAvg).
+	Scaling
+)
+
+// String returns "binning" or "scaling".
+func (f Family) String() string {
+	switch f {
+	case Binning:
+		return "binning"
+	case Scaling:
+		return "scaling"
+	}
+	return fmt.Sprintf("Family(%d)", int(f))
+}
+
+// ErrUnknownMethod is returned (wrapped, with the known names) for a method
+// name that is not in the registry.
+var ErrUnknownMethod = errors.New("unknown calibrator method")
+
+// Settings are the settings a calibrator takes at construction. The zero
+// value means each method's defaults.
+type Settings struct {
+	// Mexp sets the bins of the binning methods: 2^Mexp equal-width bins
+	// per class for bin, the finest of BBQ's schemes for bbq. Zero means
+	// DefaultMexp; scaling methods ignore it.
+	Mexp int
+	// Seed seeds the methods whose fit is random (fedcal's initial
+	// network and example order); the others ignore it.
+	Seed int64
+}
+
+// Method describes one calibration method of the registry. Values are
+// obtained from Methods or LookupMethod; the zero value is not a method.
+type Method struct {
+	// Name is the method's name (MethodBin, ...).
+	Name string
+	// Protocol is the name of its federated protocol, as the paper's
+	// tables write it: "FedBin", "FedBBQ", "FedTemp", ...
+	Protocol string
+	// Family says whether it is a binning or a scaling method.
+	Family Family
+	// Summary is a one-line description for help texts.
+	Summary string
+	// KeepsTopClass reports that the calibrated probabilities never
+	// change the most probable class (the order-preserving scalers and
+	// temperature scaling).
+	KeepsTopClass bool
+
+	zero     func() Calibrator
+	central  func(Settings) Calibrator
+	scaler   func(classes int, rng *rand.Rand) Scaler
+	binner   func(*Histograms) (Binner, error)
+	exponent bool // the binning method's bins must be a power of two
+}
+
+// Binner is a binning calibrator formed from aggregated one-vs-all
+// histograms, whose predictions a server can blend with the base model.
+type Binner interface {
+	Calibrator
+	// SetWeighting blends the calibrator with the base model (SPEC §5):
+	// class j by alpha[j].
+	SetWeighting(mode Weighting, alpha []float64) error
+}
+
+// methods is the registry, in the order of the paper's tables: binning
+// first.
+var methods = [...]Method{
+	{
+		Name: MethodBin, Protocol: "FedBin", Family: Binning,
+		Summary: "one-vs-all histogram binning with 2^M equal-width bins per class",
+		zero:    func() Calibrator { return new(Histogram) },
+		central: func(s Settings) Calibrator { return &Histogram{Bins: 1 << s.mexp()} },
+		binner:  func(h *Histograms) (Binner, error) { return NewHistogramBinning(h) },
+	},
+	{
+		Name: MethodBBQ, Protocol: "FedBBQ", Family: Binning,
+		Summary:  "Bayesian binning into quantiles over 2, 4, …, 2^M bins",
+		zero:     func() Calibrator { return new(BBQ) },
+		central:  func(s Settings) Calibrator { return &BBQ{Mexp: s.mexp()} },
+		binner:   func(h *Histograms) (Binner, error) { return NewBBQ(h) },
+		exponent: true,
+	},
+	{
+		Name: MethodTemp, Protocol: "FedTemp", Family: Scaling, KeepsTopClass: true,
+		Summary: "temperature scaling, softmax(z/T)",
+		zero:    func() Calibrator { return new(Temperature) },
+		central: func(Settings) Calibrator { return new(Temperature) },
+		scaler:  func(c int, _ *rand.Rand) Scaler { return NewTemperature(c) },
+	},
+	{
+		Name: MethodVector, Protocol: "FedVector", Family: Scaling,
+		Summary: "vector scaling, softmax(a⊙z + b)",
+		zero:    func() Calibrator { return new(Vector) },
+		central: func(Settings) Calibrator { return new(Vector) },
+		scaler:  func(c int, _ *rand.Rand) Scaler { return NewVector(c) },
+	},
+	{
+		Name: MethodMatrix, Protocol: "FedMatrix", Family: Scaling,
+		Summary: "matrix scaling, softmax(Az + b)",
+		zero:    func() Calibrator { return new(Matrix) },
+		central: func(Settings) Calibrator { return new(Matrix) },
+		scaler:  func(c int, _ *rand.Rand) Scaler { return NewMatrix(c) },
+	},
+	{
+		Name: MethodOPVector, Protocol: "FedOPVector", Family: Scaling, KeepsTopClass: true,
+		Summary: "order-preserving vector scaling (never changes the top class)",
+		zero:    func() Calibrator { return new(OPVector) },
+		central: func(Settings) Calibrator { return new(OPVector) },
+		scaler:  func(c int, _ *rand.Rand) Scaler { return NewOPVector(c) },
+	},
+	{
+		Name: MethodFedCal, Protocol: "FedCal", Family: Scaling, KeepsTopClass: true,
+		Summary: "the FedCal order-preserving MLP scaler (never changes the top class)",
+		zero:    func() Calibrator { return new(FedCalMLP) },
+		central: func(s Settings) Calibrator { return &FedCalMLP{Seed: s.Seed} },
+		// The server's initial network and each client's example order
+		// come from the stream of whoever builds the scaler.
+		scaler: func(c int, rng *rand.Rand) Scaler { return NewFedCalMLP(c, int64(rng.Uint64())) },
+	},
+}
+
+func (s Settings) mexp() int {
+	if s.Mexp == 0 {
+		return DefaultMexp
+	}
+	return s.Mexp
+}
+
+// Methods returns every method of the registry, in the order of the
+// paper's tables: binning first.
+func Methods() []Method { return methods[:] }
+
+// MethodNames returns the names of every method, in the order of Methods.
+func MethodNames() []string {
+	names := make([]string, len(methods))
+	for i, m := range methods {
+		names[i] = m.Name
+	}
+	return names
+}
+
+// MethodsOf returns the names of the methods of family f, in registry
+// order.
+func MethodsOf(f Family) []string {
+	var names []string
+	for _, m := range methods {
+		if m.Family == f {
+			names = append(names, m.Name)
+		}
+	}
+	return names
+}
+
+// LookupMethod returns the method called name. For an unknown name it
+// returns an error wrapping ErrUnknownMethod that lists the known ones.
+func LookupMethod(name string) (Method, error) {
+	for _, m := range methods {
+		if m.Name == name {
+			return m, nil
+		}
+	}
+	return Method{}, fmt.Errorf("%w %q: want one of %s", ErrUnknownMethod, name, strings.Join(MethodNames(), ", "))
+}
+
+// New returns an unfitted calibrator of the named method for a central
+// fit, with s's settings. It returns an error for an unknown method or a
+// bin exponent outside [1, MaxMexp] of a binning method.
+func New(name string, s Settings) (Calibrator, error) {
+	m, err := LookupMethod(name)
+	if err != nil {
+		return nil, err
+	}
+	if m.Family == Binning && (s.mexp() < 1 || s.mexp() > MaxMexp) {
+		return nil, fmt.Errorf("%s: bin exponent %d: want M in [1, %d] (2^M bins)", name, s.Mexp, MaxMexp)
+	}
+	return m.central(s), nil
+}
+
+// newByMethod returns a zero calibrator of the named method, ready to
+// receive its parameters from JSON.
+func newByMethod(name string) (Calibrator, error) {
+	m, err := LookupMethod(name)
+	if err != nil {
+		return nil, err
+	}
+	return m.zero(), nil
+}
+
+// NewScaler returns the scaler of a Scaling method for classes classes at
+// its initial (identity) parameters; rng is the stream of whoever will
+// fit it, for scalers whose construction or fit is random. It panics for
+// a Binning method.
+func (m Method) NewScaler(classes int, rng *rand.Rand) Scaler {
+	if m.scaler == nil {
+		panic(fmt.Sprintf("calib: %s is not a scaling method", m.Name))
+	}
+	return m.scaler(classes, rng)
+}
+
+// FromHistograms forms the calibrator of a Binning method from aggregated
+// histograms. It panics for a Scaling method.
+func (m Method) FromHistograms(h *Histograms) (Binner, error) {
+	if m.binner == nil {
+		panic(fmt.Sprintf("calib: %s is not a binning method", m.Name))
+	}
+	return m.binner(h)
+}
+
+// BinExponent reports whether the Binning method's number of bins must be
+// a power of two 2^M, set by its exponent M (BBQ); otherwise any number
+// of bins in [1, MaxBins] is allowed.
+func (m Method) BinExponent() bool { return m.exponent }
