@@ -254,7 +254,6 @@ func TestPartitionBadInput(t *testing.T) {
 		{"K 0 iid", func() error { _, err := IID(labels, 10, 0, PartitionOptions{}); return err }, "number of clients is 0"},
 		{"too many clients", func() error { _, err := IID(labels, 10, 101, PartitionOptions{}); return err }, "cannot give 101 clients"},
 		{"min size", func() error { _, err := Dirichlet(labels, 10, 10, 1, PartitionOptions{MinClientSize: 11}); return err }, "cannot give 10 clients 11"},
-		{"unreachable min size", func() error { _, err := Dirichlet(labels, 10, 50, 0.001, PartitionOptions{}); return err }, "Dirichlet draws"},
 		{"label", func() error { _, err := IID([]int{0, 1, 2}, 2, 1, PartitionOptions{}); return err }, "label of example 2 is 2"},
 		{"fractions", func() error {
 			_, err := IID(labels, 10, 1, PartitionOptions{Fractions: Fractions{Train: 0.5, Calibration: 0.1}})
