@@ -3,7 +3,6 @@ package cli
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -61,7 +60,7 @@ the output atomically and never over an input.`,
 	f.StringVar(&fl.out, "out", "", "calibrator sidecar file (JSON) to write (required)")
 	f.BoolVar(&fl.central, "central", false, "fit one calibrator on all calibration rows, without federation (required)")
 	f.StringVar(&fl.method, "method", "", "calibrator: "+strings.Join(calib.MethodNames(), ", ")+" (required)")
-	f.IntVar(&fl.binsExp, "bins-exp", calib.DefaultMexp, fmt.Sprintf("bin and bbq only: use 2^M bins per class, M in [1, %d]", calib.MaxMexp))
+	f.IntVar(&fl.binsExp, "bins-exp", calib.DefaultMexp, fmt.Sprintf("binning methods only: use 2^M bins per class, M in [1, %d]", calib.MaxMexp))
 	f.Int64Var(&fl.seed, "seed", 0, "random seed (fedcal's initial weights and example order); recorded in the output")
 	fl.fed.register(cmd)
 	return cmd
@@ -138,17 +137,12 @@ func checkCalibrateFlags(cmd *cobra.Command, fl *calibrateFlags) error {
 	}
 	binning := m.Family == calib.Binning
 	if cmd.Flags().Changed("bins-exp") && !binning {
-		return fmt.Errorf("--bins-exp sets the bins of bin and bbq, not of %s: drop it", fl.method)
+		return fmt.Errorf("--bins-exp sets the bins of binning methods, not of %s: drop it", fl.method)
 	}
 	if binning && (fl.binsExp < 1 || fl.binsExp > calib.MaxMexp) {
 		return fmt.Errorf("--bins-exp %d: want M in [1, %d] (2^M bins)", fl.binsExp, calib.MaxMexp)
 	}
-	if fo, err := os.Stat(fl.out); err == nil {
-		if fi, err := os.Stat(fl.logits); err == nil && os.SameFile(fi, fo) {
-			return fmt.Errorf("--out %s is the input logits file: choose another output file", fl.out)
-		}
-	}
-	return nil
+	return checkOut(fl.out, fl.logits)
 }
 
 // methodHelp lists the registry's methods, one a line, for help texts.

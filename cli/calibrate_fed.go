@@ -90,14 +90,14 @@ func (ff *fedFlags) register(cmd *cobra.Command) {
 	f.IntVar(&ff.rounds, "rounds", 1, "number of rounds T ≥ 1")
 	f.Float64Var(&ff.sampleRate, "sample-rate", 1, "probability p ∈ (0, 1] that a client takes part in a round")
 	f.IntVar(&ff.perRound, "clients-per-round", 0, "expected clients per round k (sets --sample-rate k/K)")
-	f.StringVar(&ff.weighting, "weighting", string(calib.WeightNone), "bin and bbq: none, all or changed")
+	f.StringVar(&ff.weighting, "weighting", string(calib.WeightNone), "binning methods: none, all or changed")
 	f.Float64Var(&ff.serverLR, "server-lr", 1, "scaling methods: server learning rate η_S > 0")
 	f.Float64Var(&ff.epsilon, "epsilon", 0, "make the fit (ε, δ)-differentially private with this total ε > 0")
 	f.Float64Var(&ff.delta, "delta", dp.DefaultDelta, "δ ∈ (0, 1) of a private fit")
 	f.Float64Var(&ff.clip, "clip", dp.DefaultClip, "scaling methods: L2 clip norm C of each client update (with --epsilon, or alone: clipping without noise)")
-	f.Float64Var(&ff.clipPos, "clip-pos", dp.DefaultClipPos, "bin and bbq with --epsilon: L2 clip norm C₊ of each class-positive histogram")
-	f.Float64Var(&ff.clipNeg, "clip-neg", dp.DefaultClipNeg, "bin and bbq with --epsilon: L2 clip norm C₋ of each class-negative histogram")
-	f.Float64Var(&ff.alphaZ, "dp-alpha-z", 0, "bin and bbq with --epsilon and --weighting: weight each class by a lower confidence bound (z standard deviations) of its noisy count, e.g. 2; 0 = the paper's α̃")
+	f.Float64Var(&ff.clipPos, "clip-pos", dp.DefaultClipPos, "binning methods with --epsilon: L2 clip norm C₊ of each class-positive histogram")
+	f.Float64Var(&ff.clipNeg, "clip-neg", dp.DefaultClipNeg, "binning methods with --epsilon: L2 clip norm C₋ of each class-negative histogram")
+	f.Float64Var(&ff.alphaZ, "dp-alpha-z", 0, "binning methods with --epsilon and --weighting: weight each class by a lower confidence bound (z standard deviations) of its noisy count, e.g. 2; 0 = the paper's α̃")
 	f.StringVar(&ff.accountant, "accountant", "zcdp", "privacy accounting: zcdp (the paper's) or rdp (credits client sampling)")
 	f.IntVar(&ff.workers, "workers", 0, "goroutines running clients (0: one per CPU); results do not depend on it")
 	f.BoolVarP(&ff.quiet, "quiet", "q", false, "print no per-round progress (federated runs; central fits have none)")
@@ -158,7 +158,7 @@ func (ff *fedFlags) check(cmd *cobra.Command, fl *calibrateFlags) error {
 	} else {
 		for _, name := range []string{"bins-exp", "weighting", "clip-pos", "clip-neg"} {
 			if changed(name) {
-				return fmt.Errorf("--%s applies to bin and bbq, not %s: drop it", name, fl.method)
+				return fmt.Errorf("--%s applies to binning methods, not %s: drop it", name, fl.method)
 			}
 		}
 	}

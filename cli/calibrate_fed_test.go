@@ -132,7 +132,7 @@ func TestCalibrateFederatedErrors(t *testing.T) {
 		{[]string{"--method", "bbq", "--clients", "4", "--beta", "1", "--epsilon", "1", "--delta", "1"}, "δ is 1"},
 		{[]string{"--method", "bbq", "--clients", "4", "--beta", "1", "--delta", "0.1"}, "needs --epsilon"},
 		{[]string{"--method", "bbq", "--clients", "4", "--beta", "1", "--weighting", "most"}, "unknown weighting"},
-		{[]string{"--method", "temp", "--clients", "4", "--beta", "1", "--weighting", "all"}, "--weighting applies to bin and bbq"},
+		{[]string{"--method", "temp", "--clients", "4", "--beta", "1", "--weighting", "all"}, "--weighting applies to binning methods"},
 		{[]string{"--method", "bbq", "--clients", "4", "--beta", "1", "--server-lr", "2"}, "--server-lr applies to scaling"},
 		{[]string{"--method", "temp", "--central", "--rounds", "3"}, "--rounds applies to federated runs"},
 		{[]string{"--method", "bbq", "--partition", "p.json", "--clients", "3"}, "drop --clients and --beta"},

@@ -222,17 +222,7 @@ func checkInferPaths(model, spec, out string) error {
 	}
 	// The model, the spec, and the paths inside a spec:
 	// FORMAT:PATH[:OPTION] and PATH,PATH lists.
-	inputs := append([]string{model, spec}, strings.FieldsFunc(spec, func(r rune) bool { return r == ':' || r == ',' })...)
-	fo, err := os.Stat(out)
-	if err != nil {
-		return nil // a new file
-	}
-	for _, in := range inputs {
-		if fi, err := os.Stat(in); err == nil && os.SameFile(fi, fo) {
-			return fmt.Errorf("--out %s is an input (%s): choose another output file", out, in)
-		}
-	}
-	return nil
+	return checkOut(out, model, spec)
 }
 
 // isTerminal reports whether w is a terminal.

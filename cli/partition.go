@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/fedcalib/fedcalib/federation"
 	"github.com/fedcalib/fedcalib/infer/data"
 	"github.com/fedcalib/fedcalib/infer/logits"
+	"github.com/fedcalib/fedcalib/internal/fileio"
 )
 
 // partitionFlags are the flags of `fedcalib partition`.
@@ -278,16 +278,8 @@ func checkOut(out string, inputs ...string) error {
 	if strings.TrimSpace(out) == "" {
 		return errors.New("--out is empty: name the file to write")
 	}
-	fo, err := os.Stat(out)
-	if err != nil {
-		return nil // a new file
-	}
-	for _, in := range inputs {
-		for _, part := range append([]string{in}, strings.FieldsFunc(in, func(r rune) bool { return r == ':' || r == ',' })...) {
-			if fi, err := os.Stat(part); err == nil && os.SameFile(fi, fo) {
-				return fmt.Errorf("--out %s is an input (%s): choose another output file", out, in)
-			}
-		}
+	if err := fileio.CheckOutput(out, inputs...); err != nil {
+		return fmt.Errorf("--out %w", err)
 	}
 	return nil
 }

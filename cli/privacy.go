@@ -92,15 +92,15 @@ with the keys epsilon, delta, rho (zcdp), noise_multiplier and the inputs.`,
 	f.Float64Var(&fl.epsilon, "epsilon", 0, "privacy budget ε > 0 (required, except with --noise-multiplier)")
 	f.Float64Var(&fl.delta, "delta", dp.DefaultDelta, "δ ∈ (0, 1)")
 	f.StringVar(&fl.method, "method", "", "calibrator whose noise to calibrate: "+strings.Join(calib.MethodNames(), ", "))
-	f.IntVar(&fl.classes, "classes", 0, "with --method bin or bbq: number of classes c ≥ 2 (required there)")
+	f.IntVar(&fl.classes, "classes", 0, "with a binning --method: number of classes c ≥ 2 (required there)")
 	f.IntVar(&fl.rounds, "rounds", 1, "with --method: number of rounds T ≥ 1")
 	f.Float64Var(&fl.sampleRate, "sample-rate", 1, "probability q ∈ (0, 1] that a client takes part in a round (credited by rdp only)")
 	f.StringVar(&fl.accountant, "accountant", "zcdp", "privacy accounting: zcdp (the paper's) or rdp (credits client sampling)")
 	f.Float64Var(&fl.noiseMultiplier, "noise-multiplier", 0, "compute ε for this noise multiplier z > 0 (noise standard deviation / L2 sensitivity)")
 	f.IntVar(&fl.steps, "steps", 1, "with --noise-multiplier: number of steps T ≥ 1")
 	f.Float64Var(&fl.clip, "clip", dp.DefaultClip, "with a scaling --method: L2 clip norm C > 0 of each client update, for σ")
-	f.Float64Var(&fl.clipPos, "clip-pos", dp.DefaultClipPos, "with --method bin or bbq: L2 clip norm C₊ > 0 of each class-positive histogram, for σ₊")
-	f.Float64Var(&fl.clipNeg, "clip-neg", dp.DefaultClipNeg, "with --method bin or bbq: L2 clip norm C₋ > 0 of each class-negative histogram, for σ₋")
+	f.Float64Var(&fl.clipPos, "clip-pos", dp.DefaultClipPos, "with a binning --method: L2 clip norm C₊ > 0 of each class-positive histogram, for σ₊")
+	f.Float64Var(&fl.clipNeg, "clip-neg", dp.DefaultClipNeg, "with a binning --method: L2 clip norm C₋ > 0 of each class-negative histogram, for σ₋")
 	f.BoolVar(&fl.json, "json", false, "print one JSON object instead of key-value lines")
 	return cmd
 }
@@ -152,7 +152,7 @@ func checkPrivacyFlags(cmd *cobra.Command, fl *privacyFlags) error {
 		onlyWith("with --noise-multiplier", nm, "steps"),
 		onlyWith("with --method", method, "rounds", "classes"),
 		onlyWith("with a scaling --method ("+strings.Join(calib.MethodsOf(calib.Scaling), ", ")+")", method && !binning, "clip"),
-		onlyWith("with --method bin or bbq", method && binning, "clip-pos", "clip-neg"),
+		onlyWith("with a binning --method", method && binning, "clip-pos", "clip-neg"),
 		onlyWith("with --method or --noise-multiplier (ρ needs no sampling rate)", method || nm, "sample-rate"),
 	} {
 		if err != nil {

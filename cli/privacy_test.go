@@ -3,10 +3,13 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/dp"
 )
 
@@ -172,6 +175,59 @@ func TestPrivacyHelp(t *testing.T) {
 	for _, s := range []string{"Examples:", "--noise-multiplier", "--accountant", "--sample-rate", "--clip-pos", "√(2cT/(2ρ))"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("help lacks %q", s)
+		}
+	}
+}
+
+// TestPrivacyAgreesWithFit: for every method of the registry, the σ that
+// "fedcalib privacy" prints equals the σ recorded in the calibrator file
+// of a private fit with the same settings, for both accountants. Both come
+// from federation.PlanNoise; this test fails if either path stops using
+// it.
+func TestPrivacyAgreesWithFit(t *testing.T) {
+	const classes, clients = 4, 5
+	in, _ := fedLogitsFile(t, 600, classes, clients)
+	dir := t.TempDir()
+	for _, m := range calib.Methods() {
+		for _, acc := range []string{"zcdp", "rdp"} {
+			t.Run(m.Name+"/"+acc, func(t *testing.T) {
+				out := filepath.Join(dir, m.Name+"-"+acc+".json")
+				common := []string{"--method", m.Name, "--rounds", "3", "--sample-rate", "0.4", "--epsilon", "2",
+					"--delta", "1e-6", "--accountant", acc}
+				clip := []string{"--clip", "0.7"}
+				if m.Family == calib.Binning {
+					clip = []string{"--clip-pos", "3", "--clip-neg", "20"}
+				}
+				args := append(append([]string{"calibrate", "--logits", in, "--quiet", "--out", out}, common...), clip...)
+				if _, stderr, code := runCLI(t, args...); code != 0 {
+					t.Fatalf("calibrate: exit %d: %s", code, stderr)
+				}
+				_, f, err := calib.ReadFile(out)
+				if err != nil {
+					t.Fatal(err)
+				}
+				pargs := append(append([]string{}, common...), clip...)
+				if m.Family == calib.Binning {
+					pargs = append(pargs, "--classes", fmt.Sprint(classes))
+				}
+				rep := privacyJSON(t, pargs...)
+				key := "sigma"
+				if m.Family == calib.Binning {
+					key = "sigma_pos"
+				}
+				sigma, ok := rep[key].(float64)
+				if !ok || f.Privacy == nil || sigma != f.Privacy.Sigma || sigma <= 0 {
+					t.Errorf("privacy prints %s = %v; the fit records %+v", key, rep[key], f.Privacy)
+				}
+				if m.Family == calib.Binning {
+					// σ₋/σ₊ = C₋/C₊ and 2c mechanisms a round.
+					if neg, _ := rep["sigma_neg"].(float64); math.Abs(neg/sigma-20.0/3) > 1e-12 || rep["mechanisms_per_round"] != float64(2*classes) {
+						t.Errorf("binning plan %v", rep)
+					}
+				} else if rep["mechanisms_per_round"] != 1.0 {
+					t.Errorf("scaling plan %v", rep)
+				}
+			})
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/infer"
+	"github.com/fedcalib/fedcalib/internal/fileio"
 	"github.com/fedcalib/fedcalib/onnx"
 	"github.com/fedcalib/fedcalib/onnx/onnxpb"
 )
@@ -336,8 +337,8 @@ func graphOptions(runtime string, inputs, outputs []string) infer.GraphOptions {
 // logits output), and writes it atomically to outPath. The input model is
 // never modified; on any failure nothing is written.
 func Export(modelPath, outPath string, c calib.Calibrator, file *calib.File, opt Options) error {
-	if same, _ := sameFile(modelPath, outPath); same {
-		return fmt.Errorf("--out %s is the input model: write the calibrated model to a new file", outPath)
+	if fileio.Same(modelPath, outPath) {
+		return fmt.Errorf("%s is the input model: write the calibrated model to a new file", outPath)
 	}
 	m, err := onnx.ReadFile(modelPath)
 	if err != nil {
@@ -353,7 +354,7 @@ func Export(modelPath, outPath string, c calib.Calibrator, file *calib.File, opt
 	dir := ""
 	if ext := externalData(m); len(ext) > 0 {
 		dir = filepath.Dir(modelPath)
-		if outDir := filepath.Dir(outPath); !sameDir(dir, outDir) {
+		if outDir := filepath.Dir(outPath); !fileio.Same(dir, outDir) {
 			return fmt.Errorf("%s keeps its weights in external files (%s), which the calibrated model refers to by relative path: write it into %s too", modelPath, strings.Join(ext, ", "), dir)
 		}
 	}
@@ -456,27 +457,6 @@ func verifyModel(m *onnx.Model, dir, logitsName, outName string, c calib.Calibra
 		return fmt.Errorf("verify: ONNX Runtime cannot run the calibrated model: %w", err)
 	}
 	return compare(c, outs[0], outs[1])
-}
-
-func sameDir(a, b string) bool {
-	fa, err1 := os.Stat(a)
-	fb, err2 := os.Stat(b)
-	if err1 != nil || err2 != nil {
-		return filepath.Clean(a) == filepath.Clean(b)
-	}
-	return os.SameFile(fa, fb)
-}
-
-func sameFile(a, b string) (bool, error) {
-	fa, err := os.Stat(a)
-	if err != nil {
-		return false, err
-	}
-	fb, err := os.Stat(b)
-	if err != nil {
-		return false, err
-	}
-	return os.SameFile(fa, fb), nil
 }
 
 // CheckSidecar checks that calibrator c fits the model at modelPath for

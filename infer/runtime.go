@@ -156,7 +156,7 @@ func InitRuntime(explicit string) (string, error) {
 		return "", err
 	}
 	if runtimeEnv.path != "" {
-		if !sameFile(p, runtimeEnv.path) {
+		if !fileio.Same(p, runtimeEnv.path) {
 			return "", fmt.Errorf("ONNX Runtime is already loaded from %s; a process cannot also load %s", runtimeEnv.path, p)
 		}
 		return runtimeEnv.path, nil
@@ -167,15 +167,6 @@ func InitRuntime(explicit string) (string, error) {
 	}
 	runtimeEnv.path = p
 	return p, nil
-}
-
-func sameFile(a, b string) bool {
-	fa, err1 := os.Stat(a)
-	fb, err2 := os.Stat(b)
-	if err1 != nil || err2 != nil {
-		return a == b
-	}
-	return os.SameFile(fa, fb)
 }
 
 // SetupOptions configures Setup. The zero value runs npm from PATH and
