@@ -1,18 +1,15 @@
 package cli
 
 import (
-	"archive/zip"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/fedcalib/fedcalib/federation"
-	"github.com/fedcalib/fedcalib/infer/data"
-	"github.com/fedcalib/fedcalib/infer/logits"
+	"github.com/fedcalib/fedcalib/infer"
 	"github.com/fedcalib/fedcalib/internal/fileio"
 )
 
@@ -124,7 +121,7 @@ func makePartition(fl *partitionFlags, betaSet bool) (*federation.Partition, err
 	if fl.scheme != federation.SchemeNatural && fl.rule != "" && fl.rule != string(federation.RuleFractions) {
 		return nil, fmt.Errorf("--rule %s needs the data's own split, so it only applies to --scheme natural", fl.rule)
 	}
-	in, err := readLabels(fl.input)
+	in, err := infer.ReadLabels(fl.input)
 	if err != nil {
 		return nil, err
 	}
@@ -132,19 +129,19 @@ func makePartition(fl *partitionFlags, betaSet bool) (*federation.Partition, err
 	var p *federation.Partition
 	switch fl.scheme {
 	case federation.SchemeDirichlet:
-		p, err = federation.Dirichlet(in.labels, in.classes, fl.clients, fl.beta, opt)
+		p, err = federation.Dirichlet(in.Labels, in.Classes, fl.clients, fl.beta, opt)
 	case federation.SchemeIID:
-		p, err = federation.IID(in.labels, in.classes, fl.clients, opt)
+		p, err = federation.IID(in.Labels, in.Classes, fl.clients, opt)
 	case federation.SchemeNatural:
-		if in.client == nil {
+		if in.Client == nil {
 			return nil, fmt.Errorf("%s has no client ids: use --scheme dirichlet or iid", fl.input)
 		}
-		p, err = federation.Natural(in.labels, in.classes, in.client, in.split, federation.NaturalOptions{
+		p, err = federation.Natural(in.Labels, in.Classes, in.Client, in.Split, federation.NaturalOptions{
 			Seed: fl.seed, Rule: federation.SplitRule(fl.rule), Fractions: frac, MinSamples: fl.minSamples,
 		})
-		if err == nil && in.names != nil {
+		if err == nil && in.Names != nil {
 			for k := range p.Clients {
-				p.Clients[k].Name = in.names[p.Clients[k].ID]
+				p.Clients[k].Name = in.Names[p.Clients[k].ID]
 			}
 		}
 	}
@@ -170,90 +167,6 @@ func partitionSummary(path string, p *federation.Partition) string {
 	}
 	return fmt.Sprintf("wrote %s: %s partition of %d examples%s into %d clients of %d to %d; %d calibration, %d test examples",
 		path, p.Scheme, p.Data.Examples, dropped, p.Len(), lo, hi, len(p.Rows(federation.Calibration)), len(p.Rows(federation.Test)))
-}
-
-// labelled is what partition reads from its input.
-type labelled struct {
-	labels  []int
-	classes int
-	client  []int32  // nil without client ids
-	split   []uint8  // nil without a split column
-	names   []string // client names by id; nil when ids are numbers
-}
-
-// readLabels reads the labels, client ids and split column of a logits
-// file, or the labels and client names of a dataset spec.
-func readLabels(path string) (*labelled, error) {
-	if isLogitsFile(path) {
-		f, err := logits.Read(path)
-		if err != nil {
-			return nil, err
-		}
-		in := &labelled{labels: make([]int, f.Len()), classes: f.Classes, client: f.Client, split: f.Split}
-		for i, y := range f.Labels {
-			in.labels[i] = int(y)
-		}
-		return in, nil
-	}
-	rd, err := data.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer rd.Close()
-	in := &labelled{}
-	ids := map[string]int32{}
-	var rec data.Record
-	for {
-		err := rd.Next(&rec)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
-		in.labels = append(in.labels, rec.Label)
-		if rec.Client != "" { // numbered in order of first appearance, as infer does
-			id, ok := ids[rec.Client]
-			if !ok {
-				id = int32(len(in.names))
-				ids[rec.Client] = id
-				in.names = append(in.names, rec.Client)
-			}
-			in.client = append(in.client, id)
-		}
-	}
-	if len(in.labels) == 0 {
-		return nil, fmt.Errorf("%s: no examples", path)
-	}
-	if in.client != nil && len(in.client) != len(in.labels) {
-		return nil, fmt.Errorf("%s: only %d of %d records name a client", path, len(in.client), len(in.labels))
-	}
-	in.classes = len(rd.Classes())
-	if in.classes == 0 {
-		for _, y := range in.labels {
-			in.classes = max(in.classes, y+1)
-		}
-	}
-	return in, nil
-}
-
-// isLogitsFile reports whether path is an .npz archive holding a "logits"
-// array.
-func isLogitsFile(path string) bool {
-	if !strings.HasSuffix(strings.ToLower(path), ".npz") {
-		return false
-	}
-	z, err := zip.OpenReader(path)
-	if err != nil {
-		return false
-	}
-	defer z.Close()
-	for _, f := range z.File {
-		if f.Name == "logits.npy" || f.Name == "logits" {
-			return true
-		}
-	}
-	return false
 }
 
 // parseFractions parses "train,calibration,test".
