@@ -252,28 +252,14 @@ func privacyNoise(fl *privacyFlags, acc dp.Accountant) (*privacyReport, error) {
 // --noise-multiplier.
 func privacyEpsilon(fl *privacyFlags, acc dp.Accountant) (*privacyReport, error) {
 	z := fl.noiseMultiplier
-	rep := &privacyReport{Accountant: acc.String(), Delta: fl.delta, NoiseMultiplier: &z, Steps: fl.steps, SampleRate: fl.sampleRate}
-	switch acc {
-	case dp.ZCDP:
-		rho := float64(fl.steps) * dp.GaussianRho(z)
-		eps, err := dp.ZCDPEpsilon(rho, fl.delta)
-		if err != nil {
-			return nil, err
-		}
-		rep.Epsilon, rep.Rho = eps, &rho
-	case dp.RDP:
-		var a dp.RDPAccountant
-		if err := a.ComposePoissonGaussian(fl.sampleRate, z, fl.steps); err != nil {
-			return nil, err
-		}
-		eps, order, err := a.Epsilon(fl.delta)
-		if err != nil {
-			return nil, err
-		}
-		rep.Epsilon, rep.Order = eps, order
+	spent, err := dp.SpentBy(acc, z, fl.steps, fl.sampleRate, fl.delta)
+	if err != nil {
+		return nil, fmt.Errorf("--noise-multiplier: %w", err)
 	}
-	if math.IsInf(rep.Epsilon, 1) {
-		return nil, fmt.Errorf("--noise-multiplier %v: ε is unbounded at every Rényi order; use a larger noise multiplier", z)
+	rep := &privacyReport{Accountant: acc.String(), Epsilon: spent.Epsilon, Delta: fl.delta, NoiseMultiplier: &z,
+		Steps: fl.steps, SampleRate: fl.sampleRate, Order: spent.Order}
+	if acc == dp.ZCDP {
+		rep.Rho = &spent.Rho
 	}
 	return rep, nil
 }

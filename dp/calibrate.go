@@ -129,3 +129,55 @@ func (p Plan) NoiseMultiplier() (float64, error) {
 	// One ulp up keeps the rounded result on the safe side of the budget.
 	return math.Nextafter(math.Sqrt(m*float64(p.Rounds)/(2*rho)), math.Inf(1)), nil
 }
+
+// Spending is the privacy spent by repeated releases of a Gaussian
+// mechanism, as SpentBy computes it.
+type Spending struct {
+	// Epsilon is the ε spent at the given δ.
+	Epsilon float64
+	// Rho is the zCDP ρ; zero under RDP accounting.
+	Rho float64
+	// Order is the Rényi order that gives Epsilon; zero under zCDP.
+	Order float64
+}
+
+// SpentBy returns the privacy spent by steps releases of the Gaussian
+// mechanism with noise multiplier z (noise standard deviation over L2
+// sensitivity), each on a Poisson sample of rate q ∈ (0, 1], at δ, under
+// accountant acc: ZCDP composes ρ = steps·z⁻²/2 and takes no credit for
+// sampling; RDP composes the subsampled Gaussian over DefaultOrders. An
+// ε that is unbounded at every order is an error.
+func SpentBy(acc Accountant, z float64, steps int, q, delta float64) (Spending, error) {
+	switch {
+	case !(z > 0) || math.IsInf(z, 1):
+		return Spending{}, fmt.Errorf("noise multiplier %v: want a finite z > 0", z)
+	case steps < 1:
+		return Spending{}, fmt.Errorf("%d steps: want at least 1", steps)
+	}
+	var s Spending
+	switch acc {
+	case ZCDP:
+		s.Rho = float64(steps) * GaussianRho(z)
+		eps, err := ZCDPEpsilon(s.Rho, delta)
+		if err != nil {
+			return Spending{}, err
+		}
+		s.Epsilon = eps
+	case RDP:
+		var a RDPAccountant
+		if err := a.ComposePoissonGaussian(q, z, steps); err != nil {
+			return Spending{}, err
+		}
+		eps, order, err := a.Epsilon(delta)
+		if err != nil {
+			return Spending{}, err
+		}
+		s.Epsilon, s.Order = eps, order
+	default:
+		return Spending{}, fmt.Errorf("unknown accountant %v", acc)
+	}
+	if math.IsInf(s.Epsilon, 1) {
+		return Spending{}, fmt.Errorf("noise multiplier %v: ε is unbounded at every Rényi order; use a larger noise multiplier", z)
+	}
+	return s, nil
+}

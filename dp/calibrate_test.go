@@ -129,3 +129,37 @@ func TestParseAccountant(t *testing.T) {
 		t.Errorf("String of an unknown accountant = %q", s)
 	}
 }
+
+func TestSpentBy(t *testing.T) {
+	// zCDP: ρ = T/(2z²) exactly; ε by the CKS conversion.
+	s, err := SpentBy(ZCDP, 2, 8, 0.5, 1e-5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantEps, _ := ZCDPEpsilon(1, 1e-5) // 8/(2·4) = 1
+	if s.Rho != 1 || s.Epsilon != wantEps || s.Order != 0 {
+		t.Errorf("zcdp: %+v, want ρ = 1, ε = %v", s, wantEps)
+	}
+	// RDP credits sampling: less ε than without it, and equal to the
+	// accountant composed directly.
+	r, err := SpentBy(RDP, 1.1, 1000, 0.01, 1e-5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a RDPAccountant
+	if err := a.ComposePoissonGaussian(0.01, 1.1, 1000); err != nil {
+		t.Fatal(err)
+	}
+	eps, order, _ := a.Epsilon(1e-5)
+	if r.Epsilon != eps || r.Order != order || r.Rho != 0 {
+		t.Errorf("rdp: %+v, want ε = %v at order %v", r, eps, order)
+	}
+	for _, tc := range []struct {
+		z     float64
+		steps int
+	}{{0, 1}, {-1, 1}, {math.Inf(1), 1}, {math.NaN(), 1}, {1, 0}} {
+		if _, err := SpentBy(ZCDP, tc.z, tc.steps, 1, 1e-5); err == nil {
+			t.Errorf("SpentBy(z = %v, steps = %d) has no error", tc.z, tc.steps)
+		}
+	}
+}
