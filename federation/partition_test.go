@@ -297,17 +297,17 @@ func TestNatural(t *testing.T) {
 			t.Errorf("user 2: %+v", u2)
 		}
 		// The helper makes the same choice.
-		col, err := LEAFSample(client, split, 1)
+		col, err := leafSample(client, split, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, i := range u5.Calibration {
 			if col[i] != uint8(Calibration) {
-				t.Errorf("LEAFSample: row %d is %d, Natural put it in calibration", i, col[i])
+				t.Errorf("leafSample: row %d is %d, Natural put it in calibration", i, col[i])
 			}
 		}
 		if col[14] != uint8(Calibration) {
-			t.Errorf("LEAFSample: user 9's only test row should become calibration")
+			t.Errorf("leafSample: user 9's only test row should become calibration")
 		}
 	})
 	t.Run("given without calibration", func(t *testing.T) {

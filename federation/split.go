@@ -120,12 +120,12 @@ func splitLEAFSample(id int64, idx []int, split []uint8, rng *rand.Rand) Client 
 	return c
 }
 
-// LEAFSample applies LEAF's "sample" rule to a whole data set: it returns a
+// leafSample applies LEAF's "sample" rule to a whole data set: it returns a
 // copy of split in which, for each user of the client column, half of its
 // test rows (Test; rounded up, chosen at random from a stream seeded by
 // (seed, user id)) become Calibration rows. Natural with RuleLEAFSample
 // makes the same choice.
-func LEAFSample(client []int32, split []uint8, seed uint64) ([]uint8, error) {
+func leafSample(client []int32, split []uint8, seed uint64) ([]uint8, error) {
 	if len(client) != len(split) {
 		return nil, fmt.Errorf("client column has %d rows, split column %d", len(client), len(split))
 	}

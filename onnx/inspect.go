@@ -227,10 +227,10 @@ func (m *Model) Outputs() []Value {
 	return vs
 }
 
-// UsesName reports whether name is already the name of a graph input,
+// usesName reports whether name is already the name of a graph input,
 // output, initializer, node input or output, or value_info entry; a name
 // for a new value must not be.
-func (m *Model) UsesName(name string) bool {
+func (m *Model) usesName(name string) bool {
 	g := m.pb.GetGraph()
 	for _, vs := range [][]*onnxpb.ValueInfoProto{g.GetInput(), g.GetOutput(), g.GetValueInfo()} {
 		for _, v := range vs {

@@ -79,8 +79,8 @@ func TestReadFileTiny(t *testing.T) {
 		t.Error("MetadataValue(nope) found an entry")
 	}
 	for name, want := range map[string]bool{"input": true, "W": true, "h": true, "logits": true, "B": true, "probs": false, "matmul": false} {
-		if got := m.UsesName(name); got != want {
-			t.Errorf("UsesName(%q) = %v, want %v", name, got, want)
+		if got := m.usesName(name); got != want {
+			t.Errorf("usesName(%q) = %v, want %v", name, got, want)
 		}
 	}
 	if !bytes.Equal(m.Bytes(), readTiny(t)) {
