@@ -64,12 +64,22 @@ type FedBBQ struct {
 
 // Fit runs FedBin over pop for r's rounds.
 func (f *FedBin) Fit(ctx context.Context, pop Population, r Rounds) (*Result, error) {
-	return fitBinning(ctx, pop, r, binSpecOf(calib.MethodBin, binSpec{bins: f.Bins, weighting: f.Weighting, privacy: f.Privacy, snapshot: f.Snapshot}))
+	return fitSteps(ctx, f, pop, r)
+}
+
+// Steps returns FedBin's client and server steps.
+func (f *FedBin) Steps(fed Federation, r Rounds) (ClientStep, ServerStep, error) {
+	return binSpecOf(calib.MethodBin, binSpec{bins: f.Bins, weighting: f.Weighting, privacy: f.Privacy, snapshot: f.Snapshot}).steps(fed, r)
 }
 
 // Fit runs FedBBQ over pop for r's rounds.
 func (f *FedBBQ) Fit(ctx context.Context, pop Population, r Rounds) (*Result, error) {
-	return fitBinning(ctx, pop, r, binSpecOf(calib.MethodBBQ, binSpec{mexp: f.Mexp, weighting: f.Weighting, privacy: f.Privacy, snapshot: f.Snapshot}))
+	return fitSteps(ctx, f, pop, r)
+}
+
+// Steps returns FedBBQ's client and server steps.
+func (f *FedBBQ) Steps(fed Federation, r Rounds) (ClientStep, ServerStep, error) {
+	return binSpecOf(calib.MethodBBQ, binSpec{mexp: f.Mexp, weighting: f.Weighting, privacy: f.Privacy, snapshot: f.Snapshot}).steps(fed, r)
 }
 
 // fedBinning is the protocol New makes of a binning method.
@@ -77,7 +87,24 @@ type fedBinning struct{ spec binSpec }
 
 // Fit runs the protocol over pop for r's rounds.
 func (f *fedBinning) Fit(ctx context.Context, pop Population, r Rounds) (*Result, error) {
-	return fitBinning(ctx, pop, r, f.spec)
+	return fitSteps(ctx, f, pop, r)
+}
+
+// Steps returns the protocol's client and server steps.
+func (f *fedBinning) Steps(fed Federation, r Rounds) (ClientStep, ServerStep, error) {
+	return f.spec.steps(fed, r)
+}
+
+// fitSteps runs the steps of p over pop in process.
+func fitSteps(ctx context.Context, p Stepper, pop Population, r Rounds) (*Result, error) {
+	if pop == nil {
+		return nil, fmt.Errorf("no population")
+	}
+	c, s, err := p.Steps(FederationOf(ctx, pop, r.workers()), r)
+	if err != nil {
+		return nil, err
+	}
+	return drive(ctx, pop, r, c, s)
 }
 
 // binSpecOf completes s with the name and histogram builder of the
@@ -123,10 +150,38 @@ func (s *binSpec) resolveBins() error {
 	return nil
 }
 
-// binServer is the server (and client code) of FedBin and FedBBQ.
+// binClient is the client step of FedBin and FedBBQ: the client's
+// class-positive and class-negative histograms, each class's clipped to
+// its L2 norm under privacy.
+type binClient struct {
+	classes, bins    int
+	clipPos, clipNeg float64 // 0: no clipping (no privacy)
+}
+
+// Update appends the client's histograms P then N to dst.
+func (c *binClient) Update(dst []float64, t int, local *calib.Set, _ []float64, _ *rand.Rand) ([]float64, error) {
+	if local.Classes != c.classes {
+		return nil, fmt.Errorf("has %d classes, the federation %d", local.Classes, c.classes)
+	}
+	n := c.classes * c.bins
+	dst = append(dst[:0], make([]float64, 2*n)...)
+	h := &calib.Histograms{Classes: c.classes, Bins: c.bins, Pos: dst[:n], Neg: dst[n:]}
+	if err := h.Accumulate(local); err != nil {
+		return nil, err
+	}
+	if c.clipPos > 0 {
+		b := c.bins
+		for j := range c.classes {
+			clip(h.Pos[j*b:(j+1)*b], c.clipPos)
+			clip(h.Neg[j*b:(j+1)*b], c.clipNeg)
+		}
+	}
+	return dst, nil
+}
+
+// binServer is the server step of FedBin and FedBBQ.
 type binServer struct {
 	spec    binSpec
-	pop     Population
 	classes int
 	rounds  Rounds
 	priv    *resolved // nil without privacy
@@ -138,101 +193,131 @@ type binServer struct {
 	round   *calib.Histograms // this round's sum
 	cum     *calib.Histograms // sums over rounds
 	noisy   int               // rounds that added noise
-	pool    sync.Pool
 }
 
-func fitBinning(ctx context.Context, pop Population, r Rounds, spec binSpec) (*Result, error) {
+// steps returns the client and server steps of the binning protocol.
+func (spec binSpec) steps(fed Federation, r Rounds) (ClientStep, ServerStep, error) {
 	if err := spec.resolveBins(); err != nil {
-		return nil, fmt.Errorf("%s: %w", spec.name, err)
+		return nil, nil, fmt.Errorf("%s: %w", spec.name, err)
 	}
 	switch spec.weighting {
 	case "", calib.WeightNone, calib.WeightAll, calib.WeightChanged:
 	default:
-		return nil, fmt.Errorf("%s: unknown weighting %q: want none, all or changed", spec.name, spec.weighting)
+		return nil, nil, fmt.Errorf("%s: unknown weighting %q: want none, all or changed", spec.name, spec.weighting)
 	}
 	if err := r.Validate(); err != nil {
-		return nil, fmt.Errorf("%s: %w", spec.name, err)
+		return nil, nil, fmt.Errorf("%s: %w", spec.name, err)
 	}
-	c, err := checkPopulation(pop)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", spec.name, err)
+	if err := fed.check(); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", spec.name, err)
 	}
+	c := fed.Classes
 	s := &binServer{
 		spec:    spec,
-		pop:     pop,
 		classes: c,
 		rounds:  r,
 		round:   calib.NewHistograms(c, spec.bins),
 		cum:     calib.NewHistograms(c, spec.bins),
 	}
-	s.pool.New = func() any { return calib.NewHistograms(c, spec.bins) }
+	cl := &binClient{classes: c, bins: spec.bins}
+	var err error
 	if spec.privacy != nil {
 		if s.priv, err = spec.privacy.resolve(true); err != nil {
-			return nil, fmt.Errorf("%s: %w", spec.name, err)
+			return nil, nil, fmt.Errorf("%s: %w", spec.name, err)
 		}
 		if s.plan, err = s.priv.plan(calib.Binning, c, r.T, r.SampleRate); err != nil {
-			return nil, fmt.Errorf("%s: %w", spec.name, err)
+			return nil, nil, fmt.Errorf("%s: %w", spec.name, err)
 		}
 		s.sigPos, s.sigNeg = s.plan.Mechanisms[0].Sigma, s.plan.Mechanisms[1].Sigma
 		if s.ledger, err = s.priv.ledger(); err != nil {
-			return nil, fmt.Errorf("%s: %w", spec.name, err)
+			return nil, nil, fmt.Errorf("%s: %w", spec.name, err)
+		}
+		if !math.IsInf(s.priv.ClipPos, 1) || !math.IsInf(s.priv.ClipNeg, 1) {
+			cl.clipPos, cl.clipNeg = s.priv.ClipPos, s.priv.ClipNeg
 		}
 	} else if weighted(spec.weighting) {
-		if s.totals, err = classCounts(ctx, pop, r.workers()); err != nil {
-			return nil, fmt.Errorf("%s: counting classes: %w", spec.name, err)
+		if fed.ClassCounts == nil {
+			return nil, nil, fmt.Errorf("%s: the weighting needs the federation's class counts", spec.name)
+		}
+		if s.totals, err = fed.ClassCounts(); err != nil {
+			return nil, nil, fmt.Errorf("%s: counting classes: %w", spec.name, err)
+		}
+		if len(s.totals) != c {
+			return nil, nil, fmt.Errorf("%s: %d class counts for %d classes", spec.name, len(s.totals), c)
 		}
 	}
-	stats, err := Run[*calib.Histograms](ctx, r, pop.Len(), s)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", spec.name, err)
+	return cl, s, nil
+}
+
+// Protocol returns the protocol's name.
+func (s *binServer) Protocol() string { return s.spec.name }
+
+// Broadcast is empty: a binning client needs nothing from the server.
+func (s *binServer) Broadcast() []float64 { return nil }
+
+// UpdateLen returns 2·C·B.
+func (s *binServer) UpdateLen() int { return 2 * s.classes * s.spec.bins }
+
+// Check refuses updates of the wrong length, with non-finite or negative
+// counts, or, under privacy, a class histogram above its clip norm.
+func (s *binServer) Check(u []float64) error {
+	if err := checkFinite(u, s.UpdateLen()); err != nil {
+		return err
 	}
+	for i, v := range u {
+		if v < 0 {
+			return fmt.Errorf("%w: count %d is negative (%v)", ErrBadUpdate, i, v)
+		}
+	}
+	if s.priv == nil {
+		return nil
+	}
+	b, n := s.spec.bins, s.classes*s.spec.bins
+	for j := range s.classes {
+		for _, h := range []struct {
+			name string
+			x    []float64
+			c    float64
+		}{{"positive", u[j*b : (j+1)*b], s.priv.ClipPos}, {"negative", u[n+j*b : n+(j+1)*b], s.priv.ClipNeg}} {
+			if nrm := dp.Norm(h.x); nrm > h.c*(1+normSlack) {
+				return fmt.Errorf("%w: the %s histogram of class %d has norm %v, above the clip norm %v", ErrBadUpdate, h.name, j, nrm, h.c)
+			}
+		}
+	}
+	return nil
+}
+
+// Add adds an update to the round's sums.
+func (s *binServer) Add(u []float64) error {
+	if len(u) != s.UpdateLen() {
+		return fmt.Errorf("%w: %d values, want %d", ErrBadUpdate, len(u), s.UpdateLen())
+	}
+	n := s.classes * s.spec.bins
+	for i, v := range u[:n] {
+		s.round.Pos[i] += v
+	}
+	for i, v := range u[n:] {
+		s.round.Neg[i] += v
+	}
+	return nil
+}
+
+// Result returns the calibrator formed from the sums so far.
+func (s *binServer) Result() (*Result, error) {
 	cal, err := s.calibrator()
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", spec.name, err)
+		return nil, err
 	}
 	return &Result{
-		Protocol:   spec.name,
+		Protocol:   s.spec.name,
 		Calibrator: cal,
-		Rounds:     stats,
 		Histograms: s.cum.Clone(),
-		Privacy:    record(s.ledger, s.sigPos, s.priv, true, r),
+		Privacy:    record(s.ledger, s.sigPos, s.priv, true, s.rounds),
 		Ledger:     s.ledger,
 	}, nil
 }
 
 func weighted(w calib.Weighting) bool { return w == calib.WeightAll || w == calib.WeightChanged }
-
-// Local computes client k's histograms, clipped under privacy.
-func (s *binServer) Local(t, k int, _ *rand.Rand) (*calib.Histograms, error) {
-	set, err := s.pop.Client(k)
-	if err != nil {
-		return nil, err
-	}
-	if set.Classes != s.classes {
-		return nil, fmt.Errorf("has %d classes, the federation %d", set.Classes, s.classes)
-	}
-	h := s.pool.Get().(*calib.Histograms)
-	h.Reset()
-	if err := h.Accumulate(set); err != nil {
-		s.pool.Put(h)
-		return nil, err
-	}
-	if s.priv != nil {
-		b := s.spec.bins
-		for j := range s.classes {
-			clip(h.Pos[j*b:(j+1)*b], s.priv.ClipPos)
-			clip(h.Neg[j*b:(j+1)*b], s.priv.ClipNeg)
-		}
-	}
-	return h, nil
-}
-
-// Aggregate adds client k's histograms to the round's sums.
-func (s *binServer) Aggregate(t, k int, h *calib.Histograms) error {
-	err := s.round.Add(h)
-	s.pool.Put(h)
-	return err
-}
 
 // EndRound adds the round's (noisy) sums to the running sums.
 func (s *binServer) EndRound(t, participants int) error {
@@ -268,9 +353,6 @@ func (s *binServer) EndRound(t, participants int) error {
 	return nil
 }
 
-// Traffic: a participant sends 2·C·B counts and receives nothing.
-func (s *binServer) Traffic() (int, int) { return 8 * 2 * s.classes * s.spec.bins, 0 }
-
 // calibrator forms the (weighted) calibrator from the running sums.
 func (s *binServer) calibrator() (calib.Calibrator, error) {
 	b, err := s.spec.build(s.cum)
@@ -298,18 +380,6 @@ func (s *binServer) calibrator() (calib.Calibrator, error) {
 		return nil, err
 	}
 	return b, nil
-}
-
-// checkPopulation returns the number of classes of a usable population.
-func checkPopulation(pop Population) (int, error) {
-	if pop.Len() < 1 {
-		return 0, fmt.Errorf("the population has %d clients: need at least 1", pop.Len())
-	}
-	c := pop.Classes()
-	if c < 2 {
-		return 0, fmt.Errorf("the population has %d classes: need at least 2", c)
-	}
-	return c, nil
 }
 
 // classCounts returns the number of examples of each class over all

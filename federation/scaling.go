@@ -85,14 +85,49 @@ func newFedAvg(m calib.Method) *FedAvg {
 	return &FedAvg{Name: m.Protocol, Scaler: m.NewScaler}
 }
 
-// scaleServer is the server (and client code) of FedAvg.
+// scaleClient is the client step of FedAvg: fit the scaler locally from
+// w^t and return the clipped delta.
+type scaleClient struct {
+	f       *FedAvg
+	classes int
+	clip    float64 // 0: none; the DP clip norm under privacy
+}
+
+// Update appends the client's clipped delta Δ_k = w_k − w^t to dst; a
+// client without calibration data sends Δ_k = 0.
+func (c *scaleClient) Update(dst []float64, t int, local *calib.Set, w []float64, rng *rand.Rand) ([]float64, error) {
+	if local.Classes != c.classes {
+		return nil, fmt.Errorf("has %d classes, the federation %d", local.Classes, c.classes)
+	}
+	dst = append(dst[:0], make([]float64, len(w))...)
+	if local.Len() == 0 {
+		return dst, nil
+	}
+	sc := c.f.Scaler(c.classes, rng)
+	if err := sc.SetParams(w); err != nil {
+		return nil, err
+	}
+	if err := sc.Fit(local); err != nil {
+		return nil, err
+	}
+	for i, v := range sc.Params() {
+		dst[i] = v - w[i]
+	}
+	if c.clip > 0 {
+		dp.ClipL2(dst, c.clip)
+	}
+	return dst, nil
+}
+
+// scaleServer is the server step of FedAvg.
 type scaleServer struct {
 	f       *FedAvg
-	pop     Population
+	name    string
 	classes int
+	clients int
 	rounds  Rounds
 	lr      float64
-	clip    float64 // 0: none
+	clip    float64 // bound of Check; 0: none
 	priv    *resolved
 	plan    *NoisePlan
 	ledger  *dp.Ledger
@@ -100,110 +135,113 @@ type scaleServer struct {
 	isTemp  bool      // the scaler is a temperature, clamped after each round
 	w       []float64 // w^t; read by clients, written only in EndRound
 	sum     []float64
+	init    calib.Scaler
 }
 
 // Fit runs f over pop for r's rounds.
 func (f *FedAvg) Fit(ctx context.Context, pop Population, r Rounds) (*Result, error) {
+	return fitSteps(ctx, f, pop, r)
+}
+
+// Steps returns FedAvg's client and server steps.
+func (f *FedAvg) Steps(fed Federation, r Rounds) (ClientStep, ServerStep, error) {
 	name := f.Name
 	if name == "" {
 		name = "FedAvg"
 	}
 	if f.Scaler == nil {
-		return nil, fmt.Errorf("%s: no Scaler", name)
+		return nil, nil, fmt.Errorf("%s: no Scaler", name)
 	}
 	if err := r.Validate(); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
 	}
-	c, err := checkPopulation(pop)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+	if err := fed.check(); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
 	}
+	c := fed.Classes
 	lr := f.ServerLR
 	if lr == 0 {
 		lr = 1
 	}
 	if !(lr > 0) || math.IsInf(lr, 1) {
-		return nil, fmt.Errorf("%s: server learning rate η_S is %v: it must be positive and finite", name, lr)
+		return nil, nil, fmt.Errorf("%s: server learning rate η_S is %v: it must be positive and finite", name, lr)
 	}
 	if f.Clip < 0 || math.IsNaN(f.Clip) {
-		return nil, fmt.Errorf("%s: clip norm is %v: want ≥ 0 (0: no clipping)", name, f.Clip)
+		return nil, nil, fmt.Errorf("%s: clip norm is %v: want ≥ 0 (0: no clipping)", name, f.Clip)
 	}
 	init := f.Scaler(c, initRand(r.Seed))
-	s := &scaleServer{f: f, pop: pop, classes: c, rounds: r, lr: lr, w: init.Params()}
+	s := &scaleServer{f: f, name: name, classes: c, clients: fed.Clients, rounds: r, lr: lr, w: init.Params(), init: init}
 	s.sum = make([]float64, len(s.w))
 	_, s.isTemp = init.(*calib.Temperature)
 	if !math.IsInf(f.Clip, 1) {
 		s.clip = f.Clip
 	}
 	if f.Privacy != nil {
+		var err error
 		if s.priv, err = f.Privacy.resolve(false); err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
+			return nil, nil, fmt.Errorf("%s: %w", name, err)
 		}
 		if s.plan, err = s.priv.plan(calib.Scaling, c, r.T, r.SampleRate); err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
+			return nil, nil, fmt.Errorf("%s: %w", name, err)
 		}
 		s.sigma = s.plan.Sigma()
 		if s.ledger, err = s.priv.ledger(); err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
+			return nil, nil, fmt.Errorf("%s: %w", name, err)
+		}
+		s.clip = 0 // the privacy clip norm replaces Clip
+		if !math.IsInf(s.priv.Clip, 1) {
+			s.clip = s.priv.Clip
 		}
 	}
-	stats, err := Run[[]float64](ctx, r, pop.Len(), s)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	if err := init.SetParams(s.w); err != nil {
-		return nil, fmt.Errorf("%s: final parameters: %w", name, err)
-	}
-	return &Result{
-		Protocol:   name,
-		Calibrator: init,
-		Rounds:     stats,
-		Privacy:    record(s.ledger, s.sigma, s.priv, false, r),
-		Ledger:     s.ledger,
-	}, nil
+	return &scaleClient{f: f, classes: c, clip: s.clip}, s, nil
 }
 
 // initRand is the stream of the server's initial parameters.
 func initRand(seed uint64) *rand.Rand { return ClientRand(seed, 0, 0) }
 
-// Local fits client k's scaler from w^t and returns its clipped delta.
-func (s *scaleServer) Local(t, k int, rng *rand.Rand) ([]float64, error) {
-	delta := make([]float64, len(s.w))
-	set, err := s.pop.Client(k)
-	if err != nil {
-		return nil, err
+// Protocol returns the protocol's name.
+func (s *scaleServer) Protocol() string { return s.name }
+
+// Broadcast returns w^t.
+func (s *scaleServer) Broadcast() []float64 { return s.w }
+
+// UpdateLen returns the number of parameters.
+func (s *scaleServer) UpdateLen() int { return len(s.w) }
+
+// Check refuses updates of the wrong length, with a non-finite value, or
+// with a norm above the clip norm.
+func (s *scaleServer) Check(u []float64) error {
+	if err := checkFinite(u, len(s.w)); err != nil {
+		return err
 	}
-	if set.Classes != s.classes {
-		return nil, fmt.Errorf("has %d classes, the federation %d", set.Classes, s.classes)
+	if nrm := dp.Norm(u); s.clip > 0 && nrm > s.clip*(1+normSlack) {
+		return fmt.Errorf("%w: the update has norm %v, above the clip norm %v", ErrBadUpdate, nrm, s.clip)
 	}
-	if set.Len() == 0 {
-		return delta, nil
-	}
-	sc := s.f.Scaler(s.classes, rng)
-	if err := sc.SetParams(s.w); err != nil {
-		return nil, err
-	}
-	if err := sc.Fit(set); err != nil {
-		return nil, err
-	}
-	for i, v := range sc.Params() {
-		delta[i] = v - s.w[i]
-	}
-	switch {
-	case s.priv != nil:
-		clip(delta, s.priv.Clip)
-	case s.clip > 0:
-		dp.ClipL2(delta, s.clip)
-	}
-	return delta, nil
+	return nil
 }
 
-// Aggregate adds client k's delta to the round's sum.
-func (s *scaleServer) Aggregate(t, k int, delta []float64) error {
-	for i, v := range delta {
+// Add adds a participant's delta to the round's sum.
+func (s *scaleServer) Add(u []float64) error {
+	if len(u) != len(s.w) {
+		return fmt.Errorf("%w: %d values, want %d", ErrBadUpdate, len(u), len(s.w))
+	}
+	for i, v := range u {
 		s.sum[i] += v
 	}
 	return nil
+}
+
+// Result returns the scaler at the current parameters.
+func (s *scaleServer) Result() (*Result, error) {
+	if err := s.init.SetParams(s.w); err != nil {
+		return nil, fmt.Errorf("final parameters: %w", err)
+	}
+	return &Result{
+		Protocol:   s.name,
+		Calibrator: s.init,
+		Privacy:    record(s.ledger, s.sigma, s.priv, false, s.rounds),
+		Ledger:     s.ledger,
+	}, nil
 }
 
 // EndRound applies the round's (noisy) mean delta.
@@ -222,7 +260,7 @@ func (s *scaleServer) EndRound(t, participants int) error {
 		denom := float64(participants)
 		if s.priv != nil {
 			dp.AddGaussian(s.sum, s.sigma, s.priv.noise(s.rounds.Seed, t))
-			denom = s.rounds.SampleRate * float64(s.pop.Len())
+			denom = s.rounds.SampleRate * float64(s.clients)
 		}
 		for i, v := range s.sum {
 			s.w[i] += s.lr * (v / denom)
@@ -247,9 +285,6 @@ func (s *scaleServer) project() {
 		s.w[0] = min(max(s.w[0], calib.MinTemperature), calib.MaxTemperature)
 	}
 }
-
-// Traffic: a participant receives w^t and sends Δ_k.
-func (s *scaleServer) Traffic() (int, int) { return 8 * len(s.w), 8 * len(s.w) }
 
 // epsilonSpent returns the ε spent so far, 0 without privacy.
 func (s *scaleServer) epsilonSpent() float64 {
