@@ -193,6 +193,8 @@ type binServer struct {
 	round   *calib.Histograms // this round's sum
 	cum     *calib.Histograms // sums over rounds
 	noisy   int               // rounds that added noise
+	closed  int               // last round closed by EndRound
+	open    bool              // an Add since the last EndRound
 }
 
 // steps returns the client and server steps of the binning protocol.
@@ -212,6 +214,9 @@ func (spec binSpec) steps(fed Federation, r Rounds) (ClientStep, ServerStep, err
 		return nil, nil, fmt.Errorf("%s: %w", spec.name, err)
 	}
 	c := fed.Classes
+	if err := checkSize(spec.name, c, spec.bins); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", spec.name, err)
+	}
 	s := &binServer{
 		spec:    spec,
 		classes: c,
@@ -292,6 +297,7 @@ func (s *binServer) Add(u []float64) error {
 	if len(u) != s.UpdateLen() {
 		return fmt.Errorf("%w: %d values, want %d", ErrBadUpdate, len(u), s.UpdateLen())
 	}
+	s.open = true
 	n := s.classes * s.spec.bins
 	for i, v := range u[:n] {
 		s.round.Pos[i] += v
@@ -321,6 +327,17 @@ func weighted(w calib.Weighting) bool { return w == calib.WeightAll || w == cali
 
 // EndRound adds the round's (noisy) sums to the running sums.
 func (s *binServer) EndRound(t, participants int) error {
+	if t != s.closed+1 {
+		return fmt.Errorf("%s: round %d closed after round %d", s.spec.name, t, s.closed)
+	}
+	if err := s.endRound(t, participants); err != nil {
+		return err
+	}
+	s.closed, s.open = t, false
+	return nil
+}
+
+func (s *binServer) endRound(t, participants int) error {
 	if s.ledger != nil {
 		if err := s.ledger.Spend(dp.Release{
 			Mechanism:  fmt.Sprintf("%s round %d", s.spec.name, t),

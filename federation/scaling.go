@@ -136,6 +136,8 @@ type scaleServer struct {
 	w       []float64 // w^t; read by clients, written only in EndRound
 	sum     []float64
 	init    calib.Scaler
+	closed  int  // last round closed by EndRound
+	open    bool // an Add since the last EndRound
 }
 
 // Fit runs f over pop for r's rounds.
@@ -159,6 +161,9 @@ func (f *FedAvg) Steps(fed Federation, r Rounds) (ClientStep, ServerStep, error)
 		return nil, nil, fmt.Errorf("%s: %w", name, err)
 	}
 	c := fed.Classes
+	if err := checkSize(name, c, 0); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
+	}
 	lr := f.ServerLR
 	if lr == 0 {
 		lr = 1
@@ -225,6 +230,7 @@ func (s *scaleServer) Add(u []float64) error {
 	if len(u) != len(s.w) {
 		return fmt.Errorf("%w: %d values, want %d", ErrBadUpdate, len(u), len(s.w))
 	}
+	s.open = true
 	for i, v := range u {
 		s.sum[i] += v
 	}
@@ -246,6 +252,17 @@ func (s *scaleServer) Result() (*Result, error) {
 
 // EndRound applies the round's (noisy) mean delta.
 func (s *scaleServer) EndRound(t, participants int) error {
+	if t != s.closed+1 {
+		return fmt.Errorf("%s: round %d closed after round %d", s.name, t, s.closed)
+	}
+	if err := s.endRound(t, participants); err != nil {
+		return err
+	}
+	s.closed, s.open = t, false
+	return nil
+}
+
+func (s *scaleServer) endRound(t, participants int) error {
 	if s.ledger != nil {
 		if err := s.ledger.Spend(dp.Release{
 			Mechanism:  fmt.Sprintf("%s round %d", s.f.Name, t),

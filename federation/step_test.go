@@ -140,3 +140,90 @@ func with(u []float64, i int, v float64) []float64 {
 	out[i] = v
 	return out
 }
+
+// driveRounds runs rounds from..to of the steps c and s sequentially.
+func driveRounds(t *testing.T, c ClientStep, s ServerStep, pop Population, r Rounds, from, to int) {
+	t.Helper()
+	for round := from; round <= to; round++ {
+		parts := r.Participants(round, pop.Len())
+		for _, k := range parts {
+			set, err := pop.Client(k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			u, err := c.Update(nil, round, set, s.Broadcast(), ClientRand(r.Seed, round, k))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Add(u); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.EndRound(round, len(parts)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestServerStateResumes: a server whose state is saved after round 2
+// and restored into fresh steps (a restarted coordinator) finishes with
+// the calibrator and ledger of an uninterrupted fit, for every method.
+func TestServerStateResumes(t *testing.T) {
+	pop, _, _ := federationOf(t, synthSet(1200, 3, 5), 10, 0.5, 5)
+	r := Rounds{T: 4, SampleRate: 0.6, Seed: 4, Workers: 2}
+	for _, m := range calib.Methods() {
+		spec := Spec{Method: m.Name, Epsilon: 3}
+		f, err := spec.Fitter()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := f.Fit(context.Background(), pop, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fed := FederationOf(context.Background(), pop, 1)
+		c, s, err := f.(Stepper).Steps(fed, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		driveRounds(t, c, s, pop, r, 1, 2)
+		state, err := s.(StateSaver).State()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c2, s2, err := f.(Stepper).Steps(fed, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s2.(StateSaver).Restore(state); err != nil {
+			t.Fatal(err)
+		}
+		if got := s2.(StateSaver).Closed(); got != 2 {
+			t.Fatalf("%s: restored at round %d, want 2", m.Name, got)
+		}
+		if err := s2.EndRound(2, 0); err == nil {
+			t.Errorf("%s: round 2 closed twice", m.Name)
+		}
+		driveRounds(t, c2, s2, pop, r, 3, 4)
+		got, err := s2.Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		probe := synthSet(40, 3, 8)
+		a, b := make([]float64, len(probe.Logits)), make([]float64, len(probe.Logits))
+		want.Calibrator.Predict(a, probe.Logits)
+		got.Calibrator.Predict(b, probe.Logits)
+		if !reflect.DeepEqual(a, b) || !reflect.DeepEqual(want.Privacy, got.Privacy) || len(got.Ledger.Releases()) != 4 {
+			t.Errorf("%s: the resumed fit differs (privacy %+v vs %+v)", m.Name, got.Privacy, want.Privacy)
+		}
+		// A state of another protocol is refused.
+		other := "FedTemp"
+		if m.Protocol == other {
+			other = "FedBBQ"
+		}
+		bad := []byte(`{"protocol":"` + other + `","closed":1}`)
+		if err := s2.(StateSaver).Restore(bad); err == nil {
+			t.Errorf("%s: restored a state of %s", m.Name, other)
+		}
+	}
+}
