@@ -9,5 +9,9 @@
 //
 // so that NumPy users can read it with numpy.load and write one with
 // numpy.savez. Read also accepts float64 logits and any integer type for
-// labels, client and split, converting them.
+// labels, client and split, converting them; big-endian arrays; Fortran-
+// ordered (column-major) logits, which it transposes; and archives written
+// by numpy.savez_compressed. It reads each array in a few large blocks —
+// one system call per MiB of an uncompressed member — and decodes them in
+// tight loops; Write writes an uncompressed archive, as numpy.savez does.
 package logits

@@ -4,14 +4,11 @@ import (
 	"archive/zip"
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
+	"hash/crc32"
 	"math"
 	"os"
 	"strings"
-
-	"codeberg.org/sbinet/npyio/npy"
-	"codeberg.org/sbinet/npyio/npz"
 
 	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/internal/fileio"
@@ -62,7 +59,8 @@ func (f *File) Validate() error {
 		return fmt.Errorf("split: has %d rows, labels has %d", len(f.Split), n)
 	}
 	for i, v := range f.Logits {
-		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+		// All exponent bits set: ±Inf or NaN.
+		if math.Float32bits(v)&0x7f800000 == 0x7f800000 {
 			return fmt.Errorf("logits: row %d, class %d is %v: logits must be finite", i/f.Classes, i%f.Classes, v)
 		}
 	}
@@ -137,46 +135,52 @@ func read(path string) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := npz.NewReader(fh, st.Size())
+	zr, err := zip.NewReader(fh, st.Size())
 	if err != nil {
 		return nil, fmt.Errorf("not a NumPy .npz archive: %w", err)
 	}
-	has := map[string]bool{}
-	for _, k := range r.Keys() {
-		has[strings.TrimSuffix(k, ".npy")] = true
+	zr.RegisterDecompressor(zip.Deflate, newFlateReader)
+	// NumPy names the members KEY.npy; other writers may use KEY alone.
+	member := map[string]*zip.File{}
+	for _, zf := range zr.File {
+		k := strings.TrimSuffix(zf.Name, ".npy")
+		if member[k] == nil || strings.HasSuffix(zf.Name, ".npy") {
+			member[k] = zf
+		}
 	}
 	for _, k := range []string{"logits", "labels"} {
-		if !has[k] {
+		if member[k] == nil {
 			return nil, fmt.Errorf("no %q array: a logits file needs \"logits\" [N, C] and \"labels\" [N]", k)
 		}
 	}
 
 	var f File
-	hdr := r.Header("logits.npy")
-	if hdr == nil {
-		return nil, errors.New("logits: unreadable NumPy header")
-	}
-	if len(hdr.Descr.Shape) != 2 {
-		return nil, fmt.Errorf("logits: shape %v, want [N, C]", hdr.Descr.Shape)
-	}
-	if hdr.Descr.Fortran {
-		return nil, errors.New("logits: Fortran-ordered array; save it C-ordered (numpy.ascontiguousarray)")
-	}
-	f.Classes = hdr.Descr.Shape[1]
-	if f.Logits, err = readFloat32(r, "logits", hdr); err != nil {
+	a, err := openArray(member["logits"], "logits", st.Size())
+	if err != nil {
 		return nil, err
 	}
-	n := hdr.Descr.Shape[0]
-	if f.Labels, err = readInts[int64](r, "labels", n); err != nil {
+	defer a.rc.Close()
+	if len(a.shape) != 2 {
+		return nil, fmt.Errorf("logits: shape %v, want [N, C]", a.shape)
+	}
+	n, c := a.shape[0], a.shape[1]
+	f.Classes = c
+	if f.Logits, err = a.readFloat32(); err != nil {
 		return nil, err
 	}
-	if has["client"] {
-		if f.Client, err = readInts[int32](r, "client", n); err != nil {
+	if a.fortran && n > 1 && c > 1 {
+		f.Logits = transpose(f.Logits, n, c)
+	}
+	if f.Labels, err = readColumn[int64](member["labels"], "labels", n, st.Size()); err != nil {
+		return nil, err
+	}
+	if zf := member["client"]; zf != nil {
+		if f.Client, err = readColumn[int32](zf, "client", n, st.Size()); err != nil {
 			return nil, err
 		}
 	}
-	if has["split"] {
-		if f.Split, err = readInts[uint8](r, "split", n); err != nil {
+	if zf := member["split"]; zf != nil {
+		if f.Split, err = readColumn[uint8](zf, "split", n, st.Size()); err != nil {
 			return nil, err
 		}
 	}
@@ -186,86 +190,18 @@ func read(path string) (*File, error) {
 	return &f, nil
 }
 
-func readFloat32(r *npz.Reader, name string, hdr *npy.Header) ([]float32, error) {
-	switch t := strings.Trim(hdr.Descr.Type, "'"); t {
-	case "<f4":
-		var v []float32
-		if err := r.Read(name+".npy", &v); err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
-		}
-		return v, nil
-	case "<f8":
-		var v []float64
-		if err := r.Read(name+".npy", &v); err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
-		}
-		out := make([]float32, len(v))
-		for i, x := range v {
-			out[i] = float32(x)
-		}
-		return out, nil
-	default:
-		return nil, fmt.Errorf("%s: dtype %s, want float32 (<f4) or float64 (<f8)", name, t)
-	}
-}
-
-type integer interface{ ~int64 | ~int32 | ~uint8 }
-
-// readInts reads a 1-D integer array of length n of any little-endian
-// integer dtype, converting it to T and checking the range.
-func readInts[T integer](r *npz.Reader, name string, n int) ([]T, error) {
-	hdr := r.Header(name + ".npy")
-	if hdr == nil {
-		return nil, fmt.Errorf("%s: unreadable NumPy header", name)
-	}
-	if len(hdr.Descr.Shape) != 1 || hdr.Descr.Shape[0] != n {
-		return nil, fmt.Errorf("%s: shape %v, want [%d] (one per logits row)", name, hdr.Descr.Shape, n)
-	}
-	var wide []int64
-	var err error
-	switch t := strings.Trim(hdr.Descr.Type, "'"); t {
-	case "<i8":
-		err = r.Read(name+".npy", &wide)
-	case "<i4":
-		wide, err = readAs[int32](r, name)
-	case "<i2":
-		wide, err = readAs[int16](r, name)
-	case "|i1":
-		wide, err = readAs[int8](r, name)
-	case "<u8":
-		wide, err = readAs[uint64](r, name)
-	case "<u4":
-		wide, err = readAs[uint32](r, name)
-	case "<u2":
-		wide, err = readAs[uint16](r, name)
-	case "|u1":
-		wide, err = readAs[uint8](r, name)
-	default:
-		return nil, fmt.Errorf("%s: dtype %s, want an integer type", name, t)
-	}
+// readColumn reads a 1-D integer array of length n of any integer dtype,
+// converting it to T and checking the range.
+func readColumn[T integer](zf *zip.File, name string, n int, fileSize int64) ([]T, error) {
+	a, err := openArray(zf, name, fileSize)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	out := make([]T, len(wide))
-	for i, v := range wide {
-		out[i] = T(v)
-		if int64(out[i]) != v {
-			return nil, fmt.Errorf("%s: row %d is %d, out of range", name, i, v)
-		}
-	}
-	return out, nil
-}
-
-func readAs[S int8 | int16 | int32 | uint8 | uint16 | uint32 | uint64](r *npz.Reader, name string) ([]int64, error) {
-	var v []S
-	if err := r.Read(name+".npy", &v); err != nil {
 		return nil, err
 	}
-	out := make([]int64, len(v))
-	for i, x := range v {
-		out[i] = int64(x)
+	defer a.rc.Close()
+	if len(a.shape) != 1 || a.shape[0] != n {
+		return nil, fmt.Errorf("%s: shape %v, want [%d] (one per logits row)", name, a.shape, n)
 	}
-	return out, nil
+	return readIntegers[T](a)
 }
 
 // Write validates f and writes it to path as an .npz archive, atomically:
@@ -281,35 +217,69 @@ func Write(path string, f *File) error {
 	return fileio.Write(path, buf.Bytes())
 }
 
-// Encode writes f as an .npz archive (deflate-compressed, as
-// numpy.savez_compressed writes) to buf. It does not validate f.
+// Encode writes f as an .npz archive to buf, uncompressed, as
+// numpy.savez writes it: one stored member per array, each built in one
+// buffer and written at once. It does not validate f.
 func Encode(buf *bytes.Buffer, f *File) error {
-	zw := zip.NewWriter(buf)
 	n := f.Len()
 	arrays := []struct {
 		name  string
 		descr string
 		shape []int
-		data  any
+		size  int // bytes per element
+		skip  bool
 	}{
-		{"logits", "<f4", []int{n, f.Classes}, f.Logits},
-		{"labels", "<i8", []int{n}, f.Labels},
-		{"client", "<i4", []int{n}, f.Client},
-		{"split", "|u1", []int{n}, f.Split},
+		{"logits", "<f4", []int{n, f.Classes}, 4, false},
+		{"labels", "<i8", []int{n}, 8, false},
+		{"client", "<i4", []int{n}, 4, f.Client == nil},
+		{"split", "|u1", []int{n}, 1, f.Split == nil},
 	}
+	total := 0
 	for _, a := range arrays {
-		if a.name == "client" && f.Client == nil || a.name == "split" && f.Split == nil {
+		if !a.skip {
+			elems := 1
+			for _, d := range a.shape {
+				elems *= d
+			}
+			total += 256 + 2*len(a.name) + a.size*elems
+		}
+	}
+	buf.Grow(total)
+	zw := zip.NewWriter(buf)
+	var b []byte
+	for _, a := range arrays {
+		if a.skip {
 			continue
 		}
-		w, err := zw.CreateHeader(&zip.FileHeader{Name: a.name + ".npy", Method: zip.Deflate})
+		b = append(b[:0], npyHeader(a.descr, a.shape)...)
+		switch a.name {
+		case "logits":
+			for _, v := range f.Logits {
+				b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
+			}
+		case "labels":
+			for _, v := range f.Labels {
+				b = binary.LittleEndian.AppendUint64(b, uint64(v))
+			}
+		case "client":
+			for _, v := range f.Client {
+				b = binary.LittleEndian.AppendUint32(b, uint32(v))
+			}
+		case "split":
+			b = append(b, f.Split...)
+		}
+		w, err := zw.CreateRaw(&zip.FileHeader{
+			Name:               a.name + ".npy",
+			Method:             zip.Store,
+			CRC32:              crc32.ChecksumIEEE(b),
+			CompressedSize64:   uint64(len(b)),
+			UncompressedSize64: uint64(len(b)),
+		})
 		if err != nil {
-			return err
+			return fmt.Errorf("%s: %w", a.name, err)
 		}
-		if _, err := w.Write(npyHeader(a.descr, a.shape)); err != nil {
-			return err
-		}
-		if err := binary.Write(w, binary.LittleEndian, a.data); err != nil {
-			return err
+		if _, err := w.Write(b); err != nil {
+			return fmt.Errorf("%s: %w", a.name, err)
 		}
 	}
 	return zw.Close()

@@ -15,3 +15,34 @@ np.savez_compressed(
     logits=np.array([[0.5, 0.25], [-1.0, 2.0], [4.0, 8.0]], dtype=np.float64),
     labels=np.array([0, 1, 1], dtype=np.int32),
 )
+
+# The dtype matrix: float32/float64 logits × little/big-endian × C/Fortran
+# order × numpy.savez (stored) / numpy.savez_compressed (deflated), all
+# holding the same values. The integer columns cycle through every integer
+# dtype so that each appears in both byte orders.
+logits = np.array(
+    [[1.5, -2.0, 0.25, 4.0], [0.0, 3.0, -1.0, 0.5], [-8.0, 16.0, 0.125, 2.0]]
+)
+labels, client, split = [2, 1, 3], [7, 3, 0], [1, 2, 0]
+ints = ["i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8"]
+i = 0
+for ftype in ["f4", "f8"]:
+    for order in ["<", ">"]:
+        for layout in ["c", "f"]:
+            for save in [np.savez, np.savez_compressed]:
+                def dt(t):
+                    return ("|" if t[1] == "1" else order) + t
+
+                ltype = ints[(i + 4 * (i // 8)) % 8]
+                a = logits.astype(dt(ftype))
+                if layout == "f":
+                    a = np.asfortranarray(a)
+                arrays = {"logits": a, "labels": np.array(labels, dtype=dt(ltype))}
+                if i % 2 == 0:
+                    arrays["client"] = np.array(client, dtype=dt(ints[(i + 3) % 8]))
+                    arrays["split"] = np.array(split, dtype=dt(ints[(i + 5) % 8]))
+                kind = "savez" if save is np.savez else "compressed"
+                name = "matrix_%s_%s_%s_%s.npz" % (
+                    ftype, "le" if order == "<" else "be", layout, kind)
+                save(name, **arrays)
+                i += 1

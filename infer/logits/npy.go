@@ -1,0 +1,518 @@
+package logits
+
+import (
+	"archive/zip"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/klauspost/compress/flate"
+)
+
+// maxHeader bounds the length of a .npy header dictionary; NumPy writes a
+// few hundred bytes at most.
+const maxHeader = 1 << 16
+
+// maxDims bounds the number of dimensions of an array (NumPy's limit is
+// 64).
+const maxDims = 64
+
+// blockSize is the size of the blocks in which arrays are read: large
+// enough that a stored (uncompressed) entry takes one system call per
+// MiB, small enough that reading adds no more than that to the memory the
+// decoded arrays take.
+const blockSize = 1 << 20
+
+// maxDeflateRatio bounds the ratio of uncompressed to compressed size of
+// a deflated entry; DEFLATE cannot exceed about 1032:1, so a larger claim
+// in the archive's directory is corrupt and must not drive an allocation.
+const maxDeflateRatio = 1040
+
+// header is the parsed header of a .npy array.
+type header struct {
+	descr   string // the dtype, such as "<f4"
+	fortran bool   // column-major data
+	shape   []int
+}
+
+// dtype is a NumPy scalar type that a logits file may hold.
+type dtype struct {
+	kind      byte // 'f', 'i' or 'u'
+	size      int  // bytes per element
+	bigEndian bool
+}
+
+// parseDtype returns the scalar type of descr: '<' or '>' (or '|' for
+// single bytes) followed by f4, f8, i1, i2, i4, i8, u1, u2, u4 or u8. The
+// ok result is false for anything else.
+func parseDtype(descr string) (d dtype, ok bool) {
+	if len(descr) != 3 {
+		return d, false
+	}
+	d.kind, d.size = descr[1], int(descr[2]-'0')
+	switch d.kind {
+	case 'f':
+		ok = d.size == 4 || d.size == 8
+	case 'i', 'u':
+		ok = d.size == 1 || d.size == 2 || d.size == 4 || d.size == 8
+	}
+	switch descr[0] {
+	case '<':
+		ok = ok && d.size > 1
+	case '>':
+		ok = ok && d.size > 1
+		d.bigEndian = true
+	case '|':
+		ok = ok && d.size == 1
+	default:
+		ok = false
+	}
+	return d, ok
+}
+
+// parseHeader parses a .npy header dictionary such as
+//
+//	{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }
+//
+// followed by padding: the three keys in any order, single or double
+// quotes, Python 2 long integers (3L) and spaces anywhere between tokens.
+func parseHeader(dict string) (header, error) {
+	var h header
+	p := &dictParser{s: dict}
+	if !p.accept('{') {
+		return h, errors.New("header does not start with '{'")
+	}
+	seen := map[string]bool{}
+	for {
+		if p.accept('}') {
+			break
+		}
+		key, err := p.str()
+		if err != nil {
+			return h, fmt.Errorf("key: %w", err)
+		}
+		if seen[key] {
+			return h, fmt.Errorf("key %q repeated", key)
+		}
+		seen[key] = true
+		if !p.accept(':') {
+			return h, fmt.Errorf("no ':' after key %q", key)
+		}
+		switch key {
+		case "descr":
+			if p.peek() == '[' {
+				return h, errors.New("descr: structured dtypes are not supported")
+			}
+			if h.descr, err = p.str(); err != nil {
+				return h, fmt.Errorf("descr: %w", err)
+			}
+		case "fortran_order":
+			switch {
+			case p.word("True"):
+				h.fortran = true
+			case p.word("False"):
+			default:
+				return h, errors.New("fortran_order: want True or False")
+			}
+		case "shape":
+			if h.shape, err = p.tuple(); err != nil {
+				return h, fmt.Errorf("shape: %w", err)
+			}
+		default:
+			return h, fmt.Errorf("unknown key %q", key)
+		}
+		if !p.accept(',') {
+			if !p.accept('}') {
+				return h, fmt.Errorf("no ',' or '}' after %q", key)
+			}
+			break
+		}
+	}
+	if strings.TrimRight(p.s[p.i:], " \t\r\n\x00") != "" {
+		return h, errors.New("text after '}'")
+	}
+	for _, k := range []string{"descr", "fortran_order", "shape"} {
+		if !seen[k] {
+			return h, fmt.Errorf("no %q key", k)
+		}
+	}
+	return h, nil
+}
+
+// dictParser scans the Python literal of a .npy header.
+type dictParser struct {
+	s string
+	i int
+}
+
+func (p *dictParser) skip() {
+	for p.i < len(p.s) && (p.s[p.i] == ' ' || p.s[p.i] == '\t' || p.s[p.i] == '\n' || p.s[p.i] == '\r') {
+		p.i++
+	}
+}
+
+// peek returns the next non-space byte, or 0 at the end.
+func (p *dictParser) peek() byte {
+	p.skip()
+	if p.i == len(p.s) {
+		return 0
+	}
+	return p.s[p.i]
+}
+
+// accept consumes c if it is the next non-space byte.
+func (p *dictParser) accept(c byte) bool {
+	if p.peek() == c {
+		p.i++
+		return true
+	}
+	return false
+}
+
+// word consumes w if it comes next.
+func (p *dictParser) word(w string) bool {
+	p.skip()
+	if strings.HasPrefix(p.s[p.i:], w) {
+		p.i += len(w)
+		return true
+	}
+	return false
+}
+
+// str consumes a quoted string without escapes.
+func (p *dictParser) str() (string, error) {
+	q := p.peek()
+	if q != '\'' && q != '"' {
+		return "", errors.New("want a quoted string")
+	}
+	end := strings.IndexByte(p.s[p.i+1:], q)
+	if end < 0 {
+		return "", errors.New("unterminated string")
+	}
+	v := p.s[p.i+1 : p.i+1+end]
+	if strings.IndexByte(v, '\\') >= 0 {
+		return "", errors.New("escapes in strings are not supported")
+	}
+	p.i += end + 2
+	return v, nil
+}
+
+// tuple consumes a tuple of non-negative integers: (), (3,), (3, 2).
+func (p *dictParser) tuple() ([]int, error) {
+	if !p.accept('(') {
+		return nil, errors.New("want a tuple")
+	}
+	shape := []int{}
+	for !p.accept(')') {
+		p.skip()
+		j := p.i
+		for j < len(p.s) && p.s[j] >= '0' && p.s[j] <= '9' {
+			j++
+		}
+		if j == p.i {
+			return nil, errors.New("want a non-negative integer")
+		}
+		n, err := strconv.Atoi(p.s[p.i:j])
+		if err != nil {
+			return nil, err
+		}
+		if len(shape) == maxDims {
+			return nil, fmt.Errorf("more than %d dimensions", maxDims)
+		}
+		shape = append(shape, n)
+		p.i = j
+		if p.i < len(p.s) && p.s[p.i] == 'L' {
+			p.i++
+		}
+		if !p.accept(',') {
+			if !p.accept(')') {
+				return nil, errors.New("want ',' or ')'")
+			}
+			break
+		}
+	}
+	return shape, nil
+}
+
+// array is one array of an .npz archive, positioned at its data.
+type array struct {
+	name string
+	header
+	dtype
+	rc   io.ReadCloser
+	size int // number of elements
+}
+
+// openArray opens the archive entry zf, which must hold a .npy array,
+// and reads its header. fileSize is the size of the archive; the sizes
+// the archive claims for the entry are checked against it before they
+// drive an allocation. The caller closes the array's rc.
+func openArray(zf *zip.File, name string, fileSize int64) (*array, error) {
+	usize := zf.UncompressedSize64
+	switch zf.Method {
+	case zip.Store:
+		if usize != zf.CompressedSize64 || usize > uint64(fileSize) {
+			return nil, fmt.Errorf("%s: archive entry claims %d bytes in a file of %d: the archive is corrupt", name, usize, fileSize)
+		}
+	case zip.Deflate:
+		if zf.CompressedSize64 > uint64(fileSize) || usize/maxDeflateRatio > zf.CompressedSize64 {
+			return nil, fmt.Errorf("%s: archive entry claims %d bytes deflated into %d: the archive is corrupt", name, usize, zf.CompressedSize64)
+		}
+	}
+	rc, err := zf.Open()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	a := &array{name: name, rc: rc}
+	hlen, err := a.readHeader()
+	if err != nil {
+		rc.Close()
+		return nil, err
+	}
+	if a.dtype.size == 0 {
+		return a, nil // an unsupported dtype: the caller says which it wants
+	}
+	// The data is exactly the elements of the shape: NumPy writes
+	// nothing after them.
+	data := usize - uint64(min(hlen, int(usize)))
+	n := uint64(1)
+	for _, d := range a.shape {
+		if d != 0 && n > data/uint64(d) {
+			n = math.MaxUint64
+			break
+		}
+		n *= uint64(d)
+	}
+	if n == math.MaxUint64 || n*uint64(a.dtype.size) != data {
+		rc.Close()
+		return nil, fmt.Errorf("%s: shape %v of %s needs %d·%d bytes of data, the archive entry holds %d", name, a.shape, a.descr, n, a.dtype.size, data)
+	}
+	a.size = int(n)
+	return a, nil
+}
+
+// readHeader reads the magic, version and header of a .npy stream and
+// returns the length of the preamble and header together.
+func (a *array) readHeader() (int, error) {
+	var pre [12]byte
+	if _, err := io.ReadFull(a.rc, pre[:10]); err != nil {
+		return 0, fmt.Errorf("%s: unreadable NumPy header: %w", a.name, err)
+	}
+	if string(pre[:6]) != "\x93NUMPY" {
+		return 0, fmt.Errorf("%s: unreadable NumPy header: no \\x93NUMPY magic", a.name)
+	}
+	var hlen, n int
+	switch pre[6] {
+	case 1:
+		hlen, n = int(binary.LittleEndian.Uint16(pre[8:])), 10
+	case 2, 3:
+		if _, err := io.ReadFull(a.rc, pre[10:]); err != nil {
+			return 0, fmt.Errorf("%s: unreadable NumPy header: %w", a.name, err)
+		}
+		hlen, n = int(binary.LittleEndian.Uint32(pre[8:])), 12
+	default:
+		return 0, fmt.Errorf("%s: unreadable NumPy header: format version %d.%d is not supported", a.name, pre[6], pre[7])
+	}
+	if hlen > maxHeader {
+		return 0, fmt.Errorf("%s: unreadable NumPy header: %d bytes long", a.name, hlen)
+	}
+	dict := make([]byte, hlen)
+	if _, err := io.ReadFull(a.rc, dict); err != nil {
+		return 0, fmt.Errorf("%s: unreadable NumPy header: %w", a.name, err)
+	}
+	h, err := parseHeader(string(dict))
+	if err != nil {
+		return 0, fmt.Errorf("%s: unreadable NumPy header: %w", a.name, err)
+	}
+	a.header = h
+	if d, ok := parseDtype(h.descr); ok {
+		a.dtype = d
+	}
+	return n + hlen, nil
+}
+
+// each reads the array's data in blocks of whole elements, converts
+// big-endian elements to little-endian in place, and calls fn with each
+// block and the index of its first element. It then checks that the
+// entry ends there, which also verifies its CRC-32.
+func (a *array) each(fn func(b []byte, first int) error) error {
+	buf := make([]byte, min(blockSize/a.dtype.size*a.dtype.size, a.size*a.dtype.size))
+	for first := 0; first < a.size; {
+		m := min(len(buf)/a.dtype.size, a.size-first)
+		b := buf[:m*a.dtype.size]
+		if _, err := io.ReadFull(a.rc, b); err != nil {
+			return fmt.Errorf("%s: element %d of %d: %w", a.name, first, a.size, noEOF(err))
+		}
+		if a.bigEndian {
+			swap(b, a.dtype.size)
+		}
+		if err := fn(b, first); err != nil {
+			return err
+		}
+		first += m
+	}
+	var one [1]byte
+	if _, err := io.ReadFull(a.rc, one[:]); err != io.EOF {
+		if err == nil {
+			err = errors.New("data continues after the last element")
+		}
+		return fmt.Errorf("%s: %w", a.name, err)
+	}
+	return nil
+}
+
+// noEOF turns an early io.EOF into io.ErrUnexpectedEOF.
+func noEOF(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// swap reverses the bytes of each size-byte element of b.
+func swap(b []byte, size int) {
+	switch size {
+	case 2:
+		for i := 0; i+1 < len(b); i += 2 {
+			binary.LittleEndian.PutUint16(b[i:], binary.BigEndian.Uint16(b[i:]))
+		}
+	case 4:
+		for i := 0; i+3 < len(b); i += 4 {
+			binary.LittleEndian.PutUint32(b[i:], binary.BigEndian.Uint32(b[i:]))
+		}
+	case 8:
+		for i := 0; i+7 < len(b); i += 8 {
+			binary.LittleEndian.PutUint64(b[i:], binary.BigEndian.Uint64(b[i:]))
+		}
+	}
+}
+
+// readFloat32 reads a float32 or float64 array of any shape into a new
+// slice, in the order of its data.
+func (a *array) readFloat32() ([]float32, error) {
+	if a.kind != 'f' {
+		return nil, fmt.Errorf("%s: dtype %s, want float32 (<f4) or float64 (<f8)", a.name, a.descr)
+	}
+	out := make([]float32, a.size)
+	err := a.each(func(b []byte, first int) error {
+		dst := out[first : first+len(b)/a.dtype.size]
+		if a.dtype.size == 4 {
+			for i := range dst {
+				dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+			}
+		} else {
+			for i := range dst {
+				dst[i] = float32(math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:])))
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// integer is an element type of an integer column.
+type integer interface{ ~int64 | ~int32 | ~uint8 }
+
+// readIntegers reads an integer array into a new []T, checking that every
+// value fits T.
+func readIntegers[T integer](a *array) ([]T, error) {
+	if a.kind != 'i' && a.kind != 'u' {
+		return nil, fmt.Errorf("%s: dtype %s, want an integer type", a.name, a.descr)
+	}
+	out := make([]T, a.size)
+	err := a.each(func(b []byte, first int) error {
+		dst := out[first : first+len(b)/a.dtype.size]
+		if i, v, ok := decodeIntegers(dst, b, a.dtype); !ok {
+			return fmt.Errorf("%s: row %d is %s, out of range", a.name, first+i, v)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// decodeIntegers decodes the little-endian integers of type d in b into
+// dst. When one does not fit T it returns its index and value and false.
+func decodeIntegers[T integer](dst []T, b []byte, d dtype) (int, string, bool) {
+	// Each case converts through int64 (or uint64) and checks the round
+	// trip, in a loop of its own so that the compiler keeps it tight.
+	switch {
+	case d.kind == 'i' && d.size == 8:
+		for i := range dst {
+			v := int64(binary.LittleEndian.Uint64(b[8*i:]))
+			if dst[i] = T(v); int64(dst[i]) != v {
+				return i, strconv.FormatInt(v, 10), false
+			}
+		}
+	case d.kind == 'i' && d.size == 4:
+		for i := range dst {
+			v := int64(int32(binary.LittleEndian.Uint32(b[4*i:])))
+			if dst[i] = T(v); int64(dst[i]) != v {
+				return i, strconv.FormatInt(v, 10), false
+			}
+		}
+	case d.kind == 'i' && d.size == 2:
+		for i := range dst {
+			v := int64(int16(binary.LittleEndian.Uint16(b[2*i:])))
+			if dst[i] = T(v); int64(dst[i]) != v {
+				return i, strconv.FormatInt(v, 10), false
+			}
+		}
+	case d.kind == 'i':
+		for i := range dst {
+			v := int64(int8(b[i]))
+			if dst[i] = T(v); int64(dst[i]) != v {
+				return i, strconv.FormatInt(v, 10), false
+			}
+		}
+	case d.size == 8:
+		for i := range dst {
+			v := binary.LittleEndian.Uint64(b[8*i:])
+			if dst[i] = T(v); v > math.MaxInt64 || int64(dst[i]) != int64(v) {
+				return i, strconv.FormatUint(v, 10), false
+			}
+		}
+	case d.size == 4:
+		for i := range dst {
+			v := int64(binary.LittleEndian.Uint32(b[4*i:]))
+			if dst[i] = T(v); int64(dst[i]) != v {
+				return i, strconv.FormatInt(v, 10), false
+			}
+		}
+	case d.size == 2:
+		for i := range dst {
+			v := int64(binary.LittleEndian.Uint16(b[2*i:]))
+			if dst[i] = T(v); int64(dst[i]) != v {
+				return i, strconv.FormatInt(v, 10), false
+			}
+		}
+	default:
+		for i := range dst {
+			v := int64(b[i])
+			if dst[i] = T(v); int64(dst[i]) != v {
+				return i, strconv.FormatInt(v, 10), false
+			}
+		}
+	}
+	return 0, "", true
+}
+
+// transpose returns the row-major form of the column-major rows×cols
+// matrix m.
+func transpose(m []float32, rows, cols int) []float32 {
+	out := make([]float32, len(m))
+	for j := range cols {
+		col := m[j*rows : (j+1)*rows]
+		for i, v := range col {
+			out[i*cols+j] = v
+		}
+	}
+	return out
+}
+
+// newFlateReader decompresses deflated archive entries with
+// klauspost/compress, several times faster than compress/flate.
+func newFlateReader(r io.Reader) io.ReadCloser { return flate.NewReader(r) }
