@@ -1,7 +1,7 @@
 package data
 
 import (
-	"bufio"
+	"archive/zip"
 	"bytes"
 	"encoding/binary"
 	"fmt"
@@ -13,7 +13,7 @@ import (
 
 	"codeberg.org/sbinet/npyio/npy"
 	"codeberg.org/sbinet/npyio/npy/float16"
-	"codeberg.org/sbinet/npyio/npz"
+	"github.com/klauspost/compress/flate"
 )
 
 // maxNPYHeader bounds the header length of a .npy file; NumPy writes
@@ -63,27 +63,29 @@ func parseDtype(descr string) (npyDtype, error) {
 	return d, nil
 }
 
-// value decodes one element.
+// value decodes one element, little-endian: npyArray swaps big-endian
+// data as it reads it.
 func (d npyDtype) value(b []byte) float64 {
+	le := binary.LittleEndian
 	switch d.kind {
 	case 'f':
 		switch d.size {
 		case 2:
-			return float64(float16.Float16Frombits(d.order.Uint16(b)).Float32())
+			return float64(float16.Float16Frombits(le.Uint16(b)).Float32())
 		case 4:
-			return float64(math.Float32frombits(d.order.Uint32(b)))
+			return float64(math.Float32frombits(le.Uint32(b)))
 		}
-		return math.Float64frombits(d.order.Uint64(b))
+		return math.Float64frombits(le.Uint64(b))
 	case 'i':
 		switch d.size {
 		case 1:
 			return float64(int8(b[0]))
 		case 2:
-			return float64(int16(d.order.Uint16(b)))
+			return float64(int16(le.Uint16(b)))
 		case 4:
-			return float64(int32(d.order.Uint32(b)))
+			return float64(int32(le.Uint32(b)))
 		}
-		return float64(int64(d.order.Uint64(b)))
+		return float64(int64(le.Uint64(b)))
 	case 'b':
 		if b[0] != 0 {
 			return 1
@@ -94,21 +96,34 @@ func (d npyDtype) value(b []byte) float64 {
 	case 1:
 		return float64(b[0])
 	case 2:
-		return float64(d.order.Uint16(b))
+		return float64(le.Uint16(b))
 	case 4:
-		return float64(d.order.Uint32(b))
+		return float64(le.Uint32(b))
 	}
-	return float64(d.order.Uint64(b))
+	return float64(le.Uint64(b))
 }
 
-// npyArray streams the rows of one array of a .npy file.
+// npyBlockSize is the number of bytes of whole rows an array reads at
+// once: large reads (one system call per MiB of a stored .npz member or a
+// plain .npy file) while the memory stays bounded whatever the array's
+// size.
+const npyBlockSize = 1 << 20
+
+// npyArray streams the rows of one array of a .npy file. It reads the
+// data in blocks of whole rows (the whole array for a Fortran-ordered
+// one, which it transposes to row-major order first) and hands out one
+// row at a time from the current block.
 type npyArray struct {
-	name  string
-	r     io.Reader
-	dtype npyDtype
-	shape []int  // full shape; shape[0] is the number of rows
-	row   int    // elements per row
-	buf   []byte // grown as rows arrive; see readN
+	name    string
+	r       io.Reader
+	dtype   npyDtype
+	shape   []int // full shape; shape[0] is the number of rows
+	row     int   // elements per row
+	fortran bool  // data in column-major order
+	block   []byte
+	next    int   // row number of the first unread row of block
+	end     int   // row number after the last complete row of block
+	err     error // what ended the data early, reported at row end
 }
 
 // readNPY reads the header of a .npy stream and returns the array
@@ -135,19 +150,20 @@ func readNPY(r io.Reader, name string) (*npyArray, error) {
 	if !ok {
 		return nil, formatError(name, nil, "unsupported row shape %v", shape[1:])
 	}
-	row := rowBytes / d.size
-	if hdr.Descr.Fortran {
-		big := 0
-		for _, n := range shape {
-			if n > 1 {
-				big++
-			}
-		}
-		if big > 1 {
-			return nil, formatError(name, nil, "Fortran-order arrays cannot be read row by row; save with numpy.ascontiguousarray")
+	a := &npyArray{name: name, r: r, dtype: d, shape: shape, row: rowBytes / d.size}
+	// Column-major order differs from row-major only with at least two
+	// dimensions longer than 1.
+	big := 0
+	for _, n := range shape {
+		if n > 1 {
+			big++
 		}
 	}
-	return &npyArray{name: name, r: r, dtype: d, shape: shape, row: row}, nil
+	a.fortran = hdr.Descr.Fortran && big > 1
+	if a.fortran && shape[0] > math.MaxInt/rowBytes {
+		return nil, formatError(name, nil, "shape %v is too large", shape)
+	}
+	return a, nil
 }
 
 // readNPYHeader reads the preamble and header dictionary of a .npy
@@ -229,13 +245,183 @@ func npyHeaderLayoutOK(dict []byte) bool {
 // rows returns the number of rows.
 func (a *npyArray) rows() int { return a.shape[0] }
 
-// readRow reads the next row's raw bytes.
+// rowBytes returns the size of one row in bytes.
+func (a *npyArray) rowBytes() int { return a.row * a.dtype.size }
+
+// readRow returns row i's raw bytes, little-endian, and reads the next
+// block when the current one is used up. Rows must be read in order. The
+// slice aliases the block and is valid until the next call.
 func (a *npyArray) readRow(i int) ([]byte, error) {
-	var err error
-	if a.buf, err = readN(a.r, a.buf, a.row*a.dtype.size); err != nil {
-		return nil, formatError(a.name, err, "row %d of %d", i, a.rows())
+	if i == a.end {
+		if err := a.fill(i); err != nil {
+			return nil, err
+		}
 	}
-	return a.buf, nil
+	rb := a.rowBytes()
+	off := (i - a.next) * rb
+	return a.block[off : off+rb], nil
+}
+
+// fill reads the block that starts at row i: about npyBlockSize bytes of
+// whole rows, or every row of a Fortran-ordered array. An early end of
+// the data is reported once the complete rows before it are used up.
+func (a *npyArray) fill(i int) error {
+	if a.err != nil {
+		return formatError(a.name, a.err, "row %d of %d", i, a.rows())
+	}
+	rb := a.rowBytes()
+	n := a.rows() - i // rows to read
+	if !a.fortran {
+		n = min(n, max(1, npyBlockSize/rb))
+	}
+	// readN grows a new block as bytes arrive, so that a header claiming
+	// more rows than the data holds cannot allocate more than that.
+	var err error
+	if want := n * rb; cap(a.block) >= want {
+		var k int
+		k, err = io.ReadFull(a.r, a.block[:want])
+		a.block, err = a.block[:k], eofError(err)
+	} else {
+		a.block, err = readN(a.r, a.block[:0], want)
+	}
+	got := len(a.block) / rb
+	if err != nil {
+		a.err = err
+		if a.fortran {
+			got = 0 // no row of a partial column-major array is complete
+		}
+		if got == 0 {
+			return formatError(a.name, err, "row %d of %d", i, a.rows())
+		}
+	}
+	a.block = a.block[:got*rb]
+	if a.dtype.order == binary.BigEndian {
+		swapBytes(a.block, a.dtype.size)
+	}
+	if a.fortran {
+		a.block = fortranToC(a.block, a.shape, a.dtype.size)
+	}
+	a.next, a.end = i, i+got
+	return nil
+}
+
+// swapBytes reverses the bytes of each size-byte element of b.
+func swapBytes(b []byte, size int) {
+	switch size {
+	case 2:
+		for i := 0; i+1 < len(b); i += 2 {
+			binary.LittleEndian.PutUint16(b[i:], binary.BigEndian.Uint16(b[i:]))
+		}
+	case 4:
+		for i := 0; i+3 < len(b); i += 4 {
+			binary.LittleEndian.PutUint32(b[i:], binary.BigEndian.Uint32(b[i:]))
+		}
+	case 8:
+		for i := 0; i+7 < len(b); i += 8 {
+			binary.LittleEndian.PutUint64(b[i:], binary.BigEndian.Uint64(b[i:]))
+		}
+	}
+}
+
+// fortranToC returns the row-major (C-order) form of the column-major
+// array b of the given shape and element size.
+func fortranToC(b []byte, shape []int, size int) []byte {
+	out := make([]byte, len(b))
+	if len(b) == 0 {
+		return out
+	}
+	if len(shape) == 2 && size == 4 {
+		// The common case, float32 [N, D]: a plain transpose.
+		rows, cols := shape[0], shape[1]
+		for j := range cols {
+			for i := range rows {
+				copy(out[4*(i*cols+j):], b[4*(j*rows+i):4*(j*rows+i)+4])
+			}
+		}
+		return out
+	}
+	// stride[d] is the column-major step of dimension d, in elements;
+	// idx is the row-major odometer over the shape.
+	stride := make([]int, len(shape))
+	step := 1
+	for d, n := range shape {
+		stride[d] = step
+		step *= n
+	}
+	idx := make([]int, len(shape))
+	src := 0
+	for dst := 0; dst < len(out); dst += size {
+		copy(out[dst:dst+size], b[src*size:])
+		for d := len(shape) - 1; d >= 0; d-- {
+			idx[d]++
+			src += stride[d]
+			if idx[d] < shape[d] {
+				break
+			}
+			src -= stride[d] * shape[d]
+			idx[d] = 0
+		}
+	}
+	return out
+}
+
+// decodeFloats decodes the little-endian elements of type d in b into
+// dst, one tight loop per type.
+func decodeFloats(dst []float32, b []byte, d npyDtype) {
+	le := binary.LittleEndian
+	switch {
+	case d.kind == 'f' && d.size == 4:
+		for j := range dst {
+			dst[j] = math.Float32frombits(le.Uint32(b[4*j:]))
+		}
+	case d.kind == 'f' && d.size == 8:
+		for j := range dst {
+			dst[j] = float32(math.Float64frombits(le.Uint64(b[8*j:])))
+		}
+	case d.kind == 'f':
+		for j := range dst {
+			dst[j] = float16.Float16Frombits(le.Uint16(b[2*j:])).Float32()
+		}
+	case d.kind == 'u' && d.size == 1:
+		for j := range dst {
+			dst[j] = float32(b[j])
+		}
+	case d.kind == 'b':
+		for j := range dst {
+			dst[j] = 0
+			if b[j] != 0 {
+				dst[j] = 1
+			}
+		}
+	case d.kind == 'i' && d.size == 1:
+		for j := range dst {
+			dst[j] = float32(int8(b[j]))
+		}
+	case d.kind == 'i' && d.size == 2:
+		for j := range dst {
+			dst[j] = float32(int16(le.Uint16(b[2*j:])))
+		}
+	case d.kind == 'i' && d.size == 4:
+		for j := range dst {
+			dst[j] = float32(int32(le.Uint32(b[4*j:])))
+		}
+	case d.kind == 'i':
+		for j := range dst {
+			dst[j] = float32(int64(le.Uint64(b[8*j:])))
+		}
+	case d.size == 2:
+		for j := range dst {
+			dst[j] = float32(le.Uint16(b[2*j:]))
+		}
+	case d.size == 4:
+		for j := range dst {
+			dst[j] = float32(le.Uint32(b[4*j:]))
+		}
+	default:
+		for j := range dst {
+			dst[j] = float32(le.Uint64(b[8*j:]))
+		}
+	}
 }
 
 // npyReader pairs an input array X with a label array Y.
@@ -284,17 +470,7 @@ func (r *npyReader) Next(rec *Record) error {
 		}
 		copy(rec.setImage(s[1], s[2], c), b)
 	} else {
-		f := rec.setFloat(r.x.row)
-		d := r.x.dtype
-		if d.kind == 'f' && d.size == 4 && d.order == binary.LittleEndian {
-			for j := range f {
-				f[j] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*j:]))
-			}
-		} else {
-			for j := range f {
-				f[j] = float32(d.value(b[j*d.size:]))
-			}
-		}
+		decodeFloats(rec.setFloat(r.x.row), b, r.x.dtype)
 		rec.Shape = append(rec.Shape[:0], r.x.shape[1:]...)
 		if len(rec.Shape) == 0 {
 			rec.Shape = append(rec.Shape, 1)
@@ -357,11 +533,19 @@ var npzDefaultKeys = [][2]string{{"x", "y"}, {"images", "labels"}, {"x_train", "
 // openNPZSpec opens "FILE.npz[:XKEY,YKEY|:train|:test]".
 func openNPZSpec(rest string) (Reader, error) {
 	p, option := splitOption(rest)
-	z, err := npz.Open(p)
+	z, err := zip.OpenReader(p)
 	if err != nil {
 		return nil, fmt.Errorf("data: %s: %w", p, err)
 	}
-	keys := z.Keys()
+	z.RegisterDecompressor(zip.Deflate, newFlateReader)
+	keys := make([]string, len(z.File))
+	files := make(map[string]*zip.File, len(z.File))
+	for i, f := range z.File {
+		keys[i] = f.Name
+		if files[f.Name] == nil {
+			files[f.Name] = f
+		}
+	}
 	// NumPy names members KEY.npy; other writers may use KEY alone.
 	memberName := func(k string) string {
 		for _, m := range []string{k + ".npy", k} {
@@ -402,18 +586,21 @@ func openNPZSpec(rest string) (Reader, error) {
 			return nil, fmt.Errorf("data: %s: no array %q (has %s)", p, k, strings.Join(trimNPY(keys), ", "))
 		}
 	}
-	xr, err := z.Open(memberName(pair[0]))
+	xr, err := files[memberName(pair[0])].Open()
 	if err != nil {
 		z.Close()
-		return nil, fmt.Errorf("data: %s: %w", p, err)
+		return nil, fmt.Errorf("data: %s: %w", member(p, pair[0]), err)
 	}
-	yr, err := z.Open(memberName(pair[1]))
+	yr, err := files[memberName(pair[1])].Open()
 	if err != nil {
 		xr.Close()
 		z.Close()
-		return nil, fmt.Errorf("data: %s: %w", p, err)
+		return nil, fmt.Errorf("data: %s: %w", member(p, pair[1]), err)
 	}
-	r, err := newNPYReader(bufio.NewReaderSize(xr, 1<<16), bufio.NewReader(yr), member(p, pair[0]), member(p, pair[1]))
+	// The arrays read their data in blocks of about a MiB, each one
+	// read of a stored member, so only the headers' small reads would
+	// gain from a buffer.
+	r, err := newNPYReader(xr, yr, member(p, pair[0]), member(p, pair[1]))
 	if err != nil {
 		xr.Close()
 		yr.Close()
@@ -423,6 +610,10 @@ func openNPZSpec(rest string) (Reader, error) {
 	r.closers = []io.Closer{xr, yr, z}
 	return r, nil
 }
+
+// newFlateReader decompresses deflated .npz members (numpy.savez_compressed)
+// with klauspost/compress, several times faster than compress/flate.
+func newFlateReader(r io.Reader) io.ReadCloser { return flate.NewReader(r) }
 
 // trimNPY returns npz member names without their .npy extension.
 func trimNPY(keys []string) []string {

@@ -111,6 +111,13 @@ func TestNPYImagesAndDtypes(t *testing.T) {
 			"",
 		},
 		{
+			"Fortran order is transposed",
+			npyBytes("<f4", true, []int{3, 2}, le32(1, 3, 5, 2, 4, 6)),
+			npyBytes(">i4", false, []int{3}, []byte{0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 0}),
+			[]Record{{Float: []float32{1, 2}, Shape: []int{2}, Label: 1}, {Float: []float32{3, 4}, Shape: []int{2}, Label: 2}, {Float: []float32{5, 6}, Shape: []int{2}, Label: 0}},
+			"",
+		},
+		{
 			"Fortran order with one non-trivial dimension",
 			npyBytes("<f8", true, []int{2, 1}, []byte{0, 0, 0, 0, 0, 0, 0xf0, 0x3f, 0, 0, 0, 0, 0, 0, 0, 0x40}), // 1, 2
 			npyBytes("<i8", true, []int{2}, le64(1, 0)),
@@ -171,7 +178,8 @@ func TestNPYErrors(t *testing.T) {
 		{"negative dim", "negative dimension in shape [3 -1]", npyBytes("<f4", false, []int{3, -1}, nil), npyY, true, false},
 		{"zero row", "unsupported row shape [0]", npyBytes("<f4", false, []int{3, 0}, nil), npyY, true, false},
 		{"huge row", "unsupported row shape", npyBytes("<f8", false, []int{1, 1 << 20, 1 << 20}, nil), npyY, true, false},
-		{"fortran", "Fortran-order arrays cannot be read row by row", npyBytes("<f4", true, []int{3, 2}, le32(1, 2, 3, 4, 5, 6)), npyY, true, false},
+		{"fortran truncated", "x: row 0 of 3", npyBytes("<f4", true, []int{3, 2}, le32(1, 2, 3, 4, 5)), npyY, false, true},
+		{"fortran too large", "shape [4611686018427387904 2] is too large", npyBytes("<f4", true, []int{1 << 62, 2}, nil), npyY, true, false},
 		{"count mismatch", "y: 2 labels for 3 rows of x", npyX, npyBytes("<i8", false, []int{2}, le64(0, 1)), true, false},
 		{"label shape", "y: labels have shape [3 2], want [N] or [N, 1]", npyX, npyBytes("<i8", false, []int{3, 2}, nil), true, false},
 		{"truncated x", "x: row 2 of 3", npyX[:len(npyX)-1], npyY, false, true},
