@@ -5,13 +5,21 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"math"
 	"os"
+	"slices"
+	"strings"
 
+	"github.com/fedcalib/fedcalib/dp"
 	"github.com/fedcalib/fedcalib/internal/fileio"
 )
 
 // FormatV1 is the format tag of version 1 of the calibrator sidecar file.
 const FormatV1 = "fedcalib.calibrator/v1"
+
+// fileKeys are the top-level keys of a version-1 file, those of File.
+var fileKeys = []string{"format", "method", "classes", "params", "privacy", "provenance"}
 
 // File is the calibrator sidecar file (SPEC §3): versioned JSON holding the
 // method, the number of classes, the method's parameters (numbers only),
@@ -33,8 +41,10 @@ type File struct {
 	Provenance Provenance `json:"provenance"`
 }
 
-// Privacy records the differential-privacy parameters of a private fit.
-// The zero value means "not recorded".
+// Privacy records the differential-privacy parameters of a private fit:
+// the (ε, δ) it spent and everything needed to recompute that ε, which
+// Check does. A zero field is missing, and Check refuses a record with a
+// missing field; a File without privacy has a nil *Privacy.
 type Privacy struct {
 	Epsilon    float64 `json:"epsilon"`               // ε spent
 	Delta      float64 `json:"delta"`                 // δ
@@ -48,6 +58,111 @@ type Privacy struct {
 	SampleRate float64 `json:"sample_rate,omitempty"` // p
 }
 
+// PrivacyTolerance is the relative tolerance within which Check accepts a
+// privacy record's ε and ρ as those its noise gives. It only absorbs
+// rounding: the fit composes its rounds one at a time, Check all at once.
+const PrivacyTolerance = 1e-9
+
+// Check reports whether p is a consistent privacy record of a federated
+// fit of the registry's method over classes classes (SPEC §7): every
+// field present and in its domain, the clip norms those of the method's
+// family, and ε and ρ equal, within PrivacyTolerance, to what the
+// recorded noise spends. A record edited to advertise more privacy than
+// its noise gives (or less) is refused.
+//
+// The recomputation follows the fit: each round releases Gaussian
+// mechanisms with one noise multiplier z = Sigma/C — for a scaling method
+// one clipped update of sensitivity C = Clip; for a binning method 2c
+// histograms, c of sensitivity ClipPos (whose σ the record holds) and c
+// of sensitivity ClipNeg (σ₋ = z·ClipNeg, so ClipNeg cannot change ε).
+// One round acts on its sample as a single Gaussian mechanism of
+// multiplier z/√m, m = 1 or 2c, so ρ = Rounds·m/(2z²), and ε at Delta is
+// dp.SpentBy of Rounds such releases at SampleRate under Accountant.
+//
+// Errors name the field ("privacy.epsilon ...") and say what it should
+// be; they wrap dp.ErrInvalid when a field is out of its domain.
+func (p *Privacy) Check(method string, classes int) error {
+	m, err := LookupMethod(method)
+	if err != nil {
+		return err
+	}
+	acc, err := p.checkFields(m.Family)
+	if err != nil {
+		return err
+	}
+	clip, mechs := p.Clip, 1.0
+	if m.Family == Binning {
+		if classes < 2 {
+			return fmt.Errorf("privacy of a %s fit over %d classes: a binning method has at least 2", method, classes)
+		}
+		clip, mechs = p.ClipPos, 2*float64(classes)
+	}
+	z := p.Sigma / clip
+	perRound := z / math.Sqrt(mechs)
+	spent, err := dp.SpentBy(acc, perRound, p.Rounds, p.SampleRate, p.Delta)
+	if err != nil {
+		return fmt.Errorf("privacy: σ %v over clip norm %v is noise multiplier %v per round: %w", p.Sigma, clip, perRound, err)
+	}
+	noise := fmt.Sprintf("σ %v for clip norm %v, %d Gaussian mechanism(s) per round, %d round(s)", p.Sigma, clip, int(mechs), p.Rounds)
+	if rho := float64(p.Rounds) * dp.GaussianRho(perRound); !near(p.Rho, rho) {
+		return fmt.Errorf("privacy.rho is %v but the recorded noise (%s) gives ρ = %v: the record was edited or comes from another fit; refit the calibrator", p.Rho, noise, rho)
+	}
+	if !near(p.Epsilon, spent.Epsilon) {
+		return fmt.Errorf("privacy.epsilon is %v but the recorded noise (%s, sample rate %v) spends ε = %v at δ %v under %s: the record was edited or comes from another fit; refit the calibrator",
+			p.Epsilon, noise, p.SampleRate, spent.Epsilon, p.Delta, acc)
+	}
+	return nil
+}
+
+// checkFields checks that every field of p is present and in its domain
+// for a fit of family fam, and returns the accountant.
+func (p *Privacy) checkFields(fam Family) (dp.Accountant, error) {
+	if p.Accountant == "" {
+		return 0, fmt.Errorf("%w: privacy.accountant is missing: want \"zcdp\" or \"rdp\"", dp.ErrInvalid)
+	}
+	acc, err := dp.ParseAccountant(p.Accountant)
+	if err != nil {
+		return 0, fmt.Errorf("privacy.accountant: %w", err)
+	}
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	scaling, binning := fam == Scaling, fam == Binning
+	for _, f := range []struct {
+		name string
+		v    float64
+		ok   bool
+		want string
+	}{
+		{"epsilon", p.Epsilon, finite(p.Epsilon) && p.Epsilon >= 0, "finite and ≥ 0"},
+		{"delta", p.Delta, p.Delta > 0 && p.Delta < 1, "in (0, 1)"},
+		{"rho", p.Rho, finite(p.Rho) && p.Rho > 0, "finite and > 0"},
+		{"sigma", p.Sigma, finite(p.Sigma) && p.Sigma > 0, "finite and > 0"},
+		{"sample_rate", p.SampleRate, p.SampleRate > 0 && p.SampleRate <= 1, "in (0, 1]"},
+		{"clip", p.Clip, !scaling || finite(p.Clip) && p.Clip > 0, "finite and > 0 for a scaling method"},
+		{"clip", p.Clip, scaling || p.Clip == 0, "absent for a binning method, which records clip_pos and clip_neg"},
+		{"clip_pos", p.ClipPos, !binning || finite(p.ClipPos) && p.ClipPos > 0, "finite and > 0 for a binning method"},
+		{"clip_neg", p.ClipNeg, !binning || finite(p.ClipNeg) && p.ClipNeg > 0, "finite and > 0 for a binning method"},
+		{"clip_pos", p.ClipPos, binning || p.ClipPos == 0, "absent for a scaling method, which records clip"},
+		{"clip_neg", p.ClipNeg, binning || p.ClipNeg == 0, "absent for a scaling method, which records clip"},
+	} {
+		switch {
+		case !f.ok && f.v == 0:
+			return 0, fmt.Errorf("%w: privacy.%s is missing or 0: want it %s", dp.ErrInvalid, f.name, f.want)
+		case !f.ok:
+			return 0, fmt.Errorf("%w: privacy.%s is %v: want it %s", dp.ErrInvalid, f.name, f.v, f.want)
+		}
+	}
+	if p.Rounds < 1 {
+		return 0, fmt.Errorf("%w: privacy.rounds is %d: want the number of rounds T ≥ 1", dp.ErrInvalid, p.Rounds)
+	}
+	return acc, nil
+}
+
+// near reports whether got equals want within PrivacyTolerance,
+// relative to the larger of the two.
+func near(got, want float64) bool {
+	return math.Abs(got-want) <= PrivacyTolerance*math.Max(math.Abs(got), math.Abs(want))
+}
+
 // Provenance records how a calibrator was made. Every field is optional.
 type Provenance struct {
 	ModelSHA256 string `json:"model_sha256,omitempty"` // of the ONNX model
@@ -55,12 +170,18 @@ type Provenance struct {
 	Protocol    string `json:"protocol,omitempty"`     // e.g. "central", "FedBBQ"
 	Weighting   string `json:"weighting,omitempty"`    // none, all or changed
 	Clients     int    `json:"clients,omitempty"`      // K
-	Seed        int64  `json:"seed"`                   // random seed
+	Seed        Seed   `json:"seed"`                   // random seed
 	Tool        string `json:"tool,omitempty"`         // fedcalib version
 }
 
-// Encode writes c as a version-1 sidecar file to w.
+// Encode writes c as a version-1 sidecar file to w. It refuses a privacy
+// record that Check refuses, so that Decode reads whatever Encode writes.
 func Encode(w io.Writer, c Calibrator, priv *Privacy, prov Provenance) error {
+	if priv != nil {
+		if err := priv.Check(c.Method(), c.Classes()); err != nil {
+			return fmt.Errorf("encode %s calibrator: %w", c.Method(), err)
+		}
+	}
 	params, err := json.Marshal(c)
 	if err != nil {
 		return fmt.Errorf("encode %s calibrator: %w", c.Method(), err)
@@ -82,16 +203,44 @@ func WriteFile(path string, c Calibrator, priv *Privacy, prov Provenance) error 
 }
 
 // Decode reads a sidecar file from r and returns the calibrator it holds,
-// with the file's metadata. It refuses unknown format versions and methods,
-// and parameters that do not fit the declared number of classes.
+// with the file's metadata. It is strict: it refuses unknown format
+// versions and methods, unknown keys at any level, data after the JSON
+// object, parameters that do not fit the declared number of classes, and
+// a privacy record that Privacy.Check refuses.
 func Decode(r io.Reader) (Calibrator, *File, error) {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return nil, nil, err
+	}
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(b, &keys); err != nil {
+		return nil, nil, fmt.Errorf("not a calibrator file: %w", err)
+	}
 	var f File
-	dec := json.NewDecoder(r)
-	if err := dec.Decode(&f); err != nil {
+	if err := json.Unmarshal(b, &f); err != nil {
 		return nil, nil, fmt.Errorf("not a calibrator file: %w", err)
 	}
 	if f.Format != FormatV1 {
 		return nil, nil, fmt.Errorf("unsupported calibrator format %q: this fedcalib reads %q; upgrade fedcalib or refit the calibrator", f.Format, FormatV1)
+	}
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		if !slices.Contains(fileKeys, k) {
+			return nil, nil, fmt.Errorf("calibrator file has unknown key %q: a %s file holds only %s (docs/SIDECAR.md); remove it", k, FormatV1, strings.Join(fileKeys, ", "))
+		}
+	}
+	for _, part := range []struct {
+		key string
+		v   any
+	}{{"privacy", new(Privacy)}, {"provenance", new(Provenance)}} {
+		raw, ok := keys[part.key]
+		if !ok || string(raw) == "null" {
+			continue
+		}
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(part.v); err != nil {
+			return nil, nil, fmt.Errorf("calibrator file's %s: %w (docs/SIDECAR.md lists its keys)", part.key, err)
+		}
 	}
 	c, err := newByMethod(f.Method)
 	if err != nil {
@@ -112,6 +261,11 @@ func Decode(r io.Reader) (Calibrator, *File, error) {
 	}
 	if c.Classes() != f.Classes {
 		return nil, nil, fmt.Errorf("%s parameters are for %d classes but the file declares %d", f.Method, c.Classes(), f.Classes)
+	}
+	if f.Privacy != nil {
+		if err := f.Privacy.Check(f.Method, f.Classes); err != nil {
+			return nil, nil, err
+		}
 	}
 	return c, &f, nil
 }

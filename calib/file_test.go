@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/fedcalib/fedcalib/dp"
 )
 
 func TestEncodeDecodeBinning(t *testing.T) {
@@ -24,7 +26,7 @@ func TestEncodeDecodeBinning(t *testing.T) {
 		if err := c.SetWeighting(WeightChanged, []float64{0.25, 1}); err != nil {
 			t.Fatal(err)
 		}
-		priv := &Privacy{Epsilon: 1, Delta: 1e-5, Sigma: 3.5, ClipPos: 10, ClipNeg: 50, Accountant: "zcdp", Rounds: 2}
+		priv := zcdpRecord(c.Method(), c.Classes(), 3.5, 10, 2)
 		prov := Provenance{Protocol: "FedBBQ", Weighting: "changed", Seed: 42}
 		var buf bytes.Buffer
 		if err := Encode(&buf, c, priv, prov); err != nil {
@@ -96,6 +98,14 @@ func TestDecodeErrors(t *testing.T) {
 		{"mexp 0", bbqTop + `{"mexp":0,"table":[0.5,0.5]}}`, "mexp is 0"},
 		{"mexp 17", bbqTop + `{"mexp":17,"table":[0.5,0.5]}}`, "mexp is 17"},
 		{"bbq empty marker", bbqTop + `{"mexp":1,"table":[0.5,-1,0.5,0.5]}}`, "class 0, bin 1 is -1: want a probability in [0, 1]"},
+		{"unknown top-level key", head + `{"bins":1,"table":[0.5,0.5]},"privacy_verified":true}`, `calibrator file has unknown key "privacy_verified"`},
+		{"unknown key before format", `{"x":1,"format":"fedcalib.calibrator/v1","method":"bin","classes":2,"params":{"bins":1,"table":[0.5,0.5]}}`, `unknown key "x"`},
+		{"future version with new keys", `{"format":"fedcalib.calibrator/v2","method":"bin","calibration_set":"x"}`, `unsupported calibrator format "fedcalib.calibrator/v2"`},
+		{"unknown privacy key", head + `{"bins":1,"table":[0.5,0.5]},"privacy":{"epsilon":1,"audited":true}}`, `calibrator file's privacy: json: unknown field "audited"`},
+		{"unknown provenance key", head + `{"bins":1,"table":[0.5,0.5]},"provenance":{"seed":0,"owner":"x"}}`, `calibrator file's provenance: json: unknown field "owner"`},
+		{"trailing object", head + `{"bins":1,"table":[0.5,0.5]}}{}`, "not a calibrator file"},
+		{"privacy without accountant", head + `{"bins":1,"table":[0.5,0.5]},"privacy":{"epsilon":1,"delta":1e-5}}`, "privacy.accountant is missing"},
+		{"privacy with negative sigma", head + `{"bins":1,"table":[0.5,0.5]},"privacy":{"epsilon":1,"delta":1e-5,"rho":0.1,"sigma":-1,"accountant":"zcdp","rounds":1,"sample_rate":1,"clip_pos":10,"clip_neg":50}}`, "privacy.sigma is -1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -119,7 +129,7 @@ func FuzzDecode(f *testing.F) {
 			f.Fatal(err)
 		}
 		var buf bytes.Buffer
-		if err := Encode(&buf, c, &Privacy{Epsilon: 1}, Provenance{}); err != nil {
+		if err := Encode(&buf, c, zcdpRecord(c.Method(), c.Classes(), 3.5, 10, 2), Provenance{}); err != nil {
 			f.Fatal(err)
 		}
 		f.Add(buf.Bytes())
@@ -175,4 +185,122 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// zcdpRecord returns the consistent zCDP privacy record of a fit of
+// method over classes classes with per-round noise σ for clip norm clip
+// (C, or C₊ with C₋ = 5·C₊ for binning), rounds rounds, δ = 1e-5 and
+// sample rate 1: ρ = T·m·clip²/(2σ²) with m = 1 or 2c, and its ε.
+func zcdpRecord(method string, classes int, sigma, clip float64, rounds int) *Privacy {
+	p := &Privacy{Delta: 1e-5, Sigma: sigma, Accountant: "zcdp", Rounds: rounds, SampleRate: 1}
+	m := 1.0
+	if method == MethodBin || method == MethodBBQ {
+		p.ClipPos, p.ClipNeg, m = clip, 5*clip, 2*float64(classes)
+	} else {
+		p.Clip = clip
+	}
+	p.Rho = float64(rounds) * m * clip * clip / (2 * sigma * sigma)
+	eps, err := dp.ZCDPEpsilon(p.Rho, p.Delta)
+	if err != nil {
+		panic(err)
+	}
+	p.Epsilon = eps
+	return p
+}
+
+func TestPrivacyCheck(t *testing.T) {
+	// A scaling record: z = 2/0.5 = 4, T = 3, so ρ = 3/(2·16) = 3/32.
+	temp := zcdpRecord(MethodTemp, 4, 2, 0.5, 3)
+	if temp.Rho != 3.0/32 {
+		t.Fatalf("ρ = %v, want 3/32", temp.Rho)
+	}
+	// A binning record with 3 classes: m = 6, z = 30/10 = 3, T = 2, so
+	// ρ = 2·6/(2·9) = 2/3.
+	bbq := zcdpRecord(MethodBBQ, 3, 30, 10, 2)
+	if math.Abs(bbq.Rho-2.0/3) > 1e-15 {
+		t.Fatalf("ρ = %v, want 2/3", bbq.Rho)
+	}
+	edit := func(p *Privacy, f func(*Privacy)) *Privacy {
+		q := *p
+		f(&q)
+		return &q
+	}
+	tests := []struct {
+		name    string
+		method  string
+		classes int
+		p       *Privacy
+		want    string // "" for accepted
+	}{
+		{"scaling", MethodTemp, 4, temp, ""},
+		{"binning", MethodBBQ, 3, bbq, ""},
+		{"scaling ignores classes", MethodTemp, 7, temp, ""},
+		// ρ and ε agree to 1e-9 relative, not exactly.
+		{"within tolerance", MethodTemp, 4, edit(temp, func(p *Privacy) { p.Epsilon *= 1 + 1e-11 }), ""},
+		{"epsilon halved", MethodTemp, 4, edit(temp, func(p *Privacy) { p.Epsilon /= 2 }), "privacy.epsilon is"},
+		{"epsilon doubled", MethodBBQ, 3, edit(bbq, func(p *Privacy) { p.Epsilon *= 2 }), "privacy.epsilon is"},
+		{"epsilon off by 1e-8", MethodTemp, 4, edit(temp, func(p *Privacy) { p.Epsilon *= 1 + 1e-8 }), "privacy.epsilon is"},
+		{"sigma doubled", MethodTemp, 4, edit(temp, func(p *Privacy) { p.Sigma *= 2 }), "privacy.rho is 0.09375 but the recorded noise (σ 4 for clip norm 0.5, 1 Gaussian mechanism(s) per round, 3 round(s)) gives ρ = 0.0234375"},
+		{"sigma doubled, rho too", MethodTemp, 4, edit(temp, func(p *Privacy) { p.Sigma *= 2; p.Rho /= 4 }), "privacy.epsilon is"},
+		{"more classes than the noise allows", MethodBBQ, 4, bbq, "privacy.rho is"},
+		{"clip doubled", MethodTemp, 4, edit(temp, func(p *Privacy) { p.Clip *= 2 }), "privacy.rho is"},
+		{"rounds", MethodTemp, 4, edit(temp, func(p *Privacy) { p.Rounds = 2 }), "privacy.rho is"},
+		{"delta", MethodTemp, 4, edit(temp, func(p *Privacy) { p.Delta = 1e-6 }), "privacy.epsilon is"},
+		{"accountant", MethodTemp, 4, edit(temp, func(p *Privacy) { p.Accountant = "rdp" }), "privacy.epsilon is"},
+		{"no accountant", MethodTemp, 4, edit(temp, func(p *Privacy) { p.Accountant = "" }), "privacy.accountant is missing"},
+		{"unknown accountant", MethodTemp, 4, edit(temp, func(p *Privacy) { p.Accountant = "pld" }), `privacy.accountant: invalid privacy parameter: accountant "pld"`},
+		{"negative epsilon", MethodTemp, 4, edit(temp, func(p *Privacy) { p.Epsilon = -1 }), "privacy.epsilon is -1: want it finite and ≥ 0"},
+		{"NaN epsilon", MethodTemp, 4, edit(temp, func(p *Privacy) { p.Epsilon = math.NaN() }), "privacy.epsilon is NaN"},
+		{"infinite epsilon", MethodTemp, 4, edit(temp, func(p *Privacy) { p.Epsilon = math.Inf(1) }), "privacy.epsilon is +Inf"},
+		{"no delta", MethodTemp, 4, edit(temp, func(p *Privacy) { p.Delta = 0 }), "privacy.delta is missing or 0: want it in (0, 1)"},
+		{"delta 1", MethodTemp, 4, edit(temp, func(p *Privacy) { p.Delta = 1 }), "privacy.delta is 1"},
+		{"NaN rho", MethodTemp, 4, edit(temp, func(p *Privacy) { p.Rho = math.NaN() }), "privacy.rho is NaN"},
+		{"no rho", MethodTemp, 4, edit(temp, func(p *Privacy) { p.Rho = 0 }), "privacy.rho is missing or 0"},
+		{"negative sigma", MethodTemp, 4, edit(temp, func(p *Privacy) { p.Sigma = -2 }), "privacy.sigma is -2"},
+		{"infinite sigma", MethodTemp, 4, edit(temp, func(p *Privacy) { p.Sigma = math.Inf(1) }), "privacy.sigma is +Inf"},
+		{"no sample rate", MethodTemp, 4, edit(temp, func(p *Privacy) { p.SampleRate = 0 }), "privacy.sample_rate is missing or 0: want it in (0, 1]"},
+		{"sample rate 2", MethodTemp, 4, edit(temp, func(p *Privacy) { p.SampleRate = 2 }), "privacy.sample_rate is 2"},
+		{"no rounds", MethodTemp, 4, edit(temp, func(p *Privacy) { p.Rounds = 0 }), "privacy.rounds is 0"},
+		{"negative rounds", MethodTemp, 4, edit(temp, func(p *Privacy) { p.Rounds = -3 }), "privacy.rounds is -3"},
+		{"scaling without clip", MethodTemp, 4, edit(temp, func(p *Privacy) { p.Clip = 0 }), "privacy.clip is missing or 0: want it finite and > 0 for a scaling method"},
+		{"scaling with clip_pos", MethodTemp, 4, edit(temp, func(p *Privacy) { p.ClipPos = 10 }), "privacy.clip_pos is 10: want it absent for a scaling method"},
+		{"binning with clip", MethodBBQ, 3, edit(bbq, func(p *Privacy) { p.Clip = 0.5 }), "privacy.clip is 0.5: want it absent for a binning method"},
+		{"binning without clip_neg", MethodBBQ, 3, edit(bbq, func(p *Privacy) { p.ClipNeg = 0 }), "privacy.clip_neg is missing or 0"},
+		{"negative clip_pos", MethodBBQ, 3, edit(bbq, func(p *Privacy) { p.ClipPos = -10 }), "privacy.clip_pos is -10"},
+		{"binning over 1 class", MethodBBQ, 1, bbq, "a binning method has at least 2"},
+		{"unknown method", "magic", 3, bbq, `unknown calibrator method "magic"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.p.Check(tt.method, tt.classes)
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tt.want == "":
+				return
+			case err == nil:
+				t.Fatalf("accepted %+v, want an error containing %q", *tt.p, tt.want)
+			case !strings.Contains(err.Error(), tt.want):
+				t.Fatalf("error %q, want one containing %q", err, tt.want)
+			case strings.Contains(err.Error(), "\n"):
+				t.Errorf("error spans several lines: %q", err)
+			}
+		})
+	}
+}
+
+// TestEncodeRefusesInconsistentPrivacy checks that Encode never writes a
+// file that Decode would refuse.
+func TestEncodeRefusesInconsistentPrivacy(t *testing.T) {
+	c := NewTemperature(4)
+	priv := zcdpRecord(MethodTemp, 4, 2, 0.5, 3)
+	priv.Epsilon /= 2
+	var buf bytes.Buffer
+	err := Encode(&buf, c, priv, Provenance{})
+	if err == nil || !strings.Contains(err.Error(), "privacy.epsilon is") {
+		t.Fatalf("Encode of a halved ε: %v", err)
+	}
+	if buf.Len() != 0 {
+		t.Errorf("Encode wrote %d bytes before refusing", buf.Len())
+	}
 }

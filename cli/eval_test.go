@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/dp"
+	"github.com/fedcalib/fedcalib/federation"
 	"github.com/fedcalib/fedcalib/infer/logits"
 )
 
@@ -239,7 +241,17 @@ func TestEvalCompare(t *testing.T) {
 	swap.A = []float64{0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1}
 	dir := t.TempDir()
 	gp, sp := filepath.Join(dir, "good.json"), filepath.Join(dir, "swap.json")
-	if err := calib.WriteFile(gp, good, &calib.Privacy{Epsilon: 1, Delta: 1e-5}, calib.Provenance{}); err != nil {
+	// A consistent record of a one-round FedTemp that spent ε = 1.
+	plan, err := federation.PlanNoise(calib.MethodTemp, 4, &federation.Privacy{Epsilon: 1, Delta: 1e-5}, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spent, err := dp.SpentBy(dp.ZCDP, plan.Multiplier, 1, 1, 1e-5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	priv := &calib.Privacy{Epsilon: spent.Epsilon, Delta: 1e-5, Rho: spent.Rho, Sigma: plan.Sigma(), Clip: dp.DefaultClip, Accountant: "zcdp", Rounds: 1, SampleRate: 1}
+	if err := calib.WriteFile(gp, good, priv, calib.Provenance{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := calib.WriteFile(sp, swap, nil, calib.Provenance{}); err != nil {
@@ -266,7 +278,7 @@ func TestEvalCompare(t *testing.T) {
 		Before      calib.Metrics
 		Calibrators []calibratorRow
 	}
-	if code != 0 || json.Unmarshal([]byte(stdout), &rep) != nil || len(rep.Calibrators) != 2 || *rep.Calibrators[0].Epsilon != 1 || rep.Calibrators[1].Epsilon != nil {
+	if code != 0 || json.Unmarshal([]byte(stdout), &rep) != nil || len(rep.Calibrators) != 2 || math.Abs(*rep.Calibrators[0].Epsilon-1) > 1e-12 || rep.Calibrators[1].Epsilon != nil {
 		t.Errorf("json exit %d: %s", code, stdout)
 	}
 	if rep.Calibrators[0].Accuracy != rep.Before.Accuracy {
