@@ -44,12 +44,19 @@ func (g Gaussian) count() int {
 // each of which clients are Poisson-sampled with rate SampleRate and the
 // Gaussian mechanisms in Noise are applied to sums over that one sample.
 // A scaling fit (DP-FedAvg) has one Gaussian {σ, C, 1}; a binning fit with
-// c classes has {σ₊, C₊, c} and {σ₋, C₋, c}.
+// c classes has {σ₊, C₊, c} and {σ₋, C₋, c}. A round under secure
+// aggregation with distributed noise has Skellam mechanisms instead (or as
+// well); only the RDP accountant takes them, and it takes no credit for
+// sampling on them.
 type Release struct {
 	// Mechanism labels the release, e.g. "FedBBQ" or "FedTemp round 3".
 	Mechanism string
-	// Noise lists the Gaussian mechanisms of each round; at least one.
+	// Noise lists the Gaussian mechanisms of each round. A release has at
+	// least one Gaussian or one Skellam mechanism.
 	Noise []Gaussian
+	// Skellam lists the distributed Skellam mechanisms of each round
+	// (see Skellam); nil for central noise.
+	Skellam []Skellam
 	// SampleRate is the Poisson sampling rate q ∈ (0, 1]; 0 means 1.
 	SampleRate float64
 	// Rounds is the number of rounds covered, ≥ 1.
@@ -64,8 +71,13 @@ func (r Release) sampleRate() float64 {
 }
 
 func (r Release) validate() error {
-	if len(r.Noise) == 0 {
-		return invalidf("release %q has no Gaussian mechanism", r.Mechanism)
+	if len(r.Noise) == 0 && len(r.Skellam) == 0 {
+		return invalidf("release %q has no Gaussian or Skellam mechanism", r.Mechanism)
+	}
+	for _, s := range r.Skellam {
+		if err := s.validate(); err != nil {
+			return fmt.Errorf("release %q: %w", r.Mechanism, err)
+		}
 	}
 	for _, g := range r.Noise {
 		if !(g.Sigma > 0) || math.IsInf(g.Sigma, 1) {
@@ -89,7 +101,8 @@ func (r Release) validate() error {
 
 // NoiseMultiplier returns the effective noise multiplier of one round of r:
 // its Gaussian mechanisms act on one sample as a single Gaussian mechanism
-// with multiplier (Σ Count·(Sensitivity/Sigma)²)^(−1/2).
+// with multiplier (Σ Count·(Sensitivity/Sigma)²)^(−1/2). Skellam
+// mechanisms do not enter it; a release with no Gaussian gives +Inf.
 func (r Release) NoiseMultiplier() float64 {
 	var s float64
 	for _, g := range r.Noise {
@@ -100,17 +113,24 @@ func (r Release) NoiseMultiplier() float64 {
 }
 
 // Rho returns the zCDP ρ of r ignoring sampling: Rounds·Σ Count·Δ²/(2σ²).
+// A Skellam mechanism contributes its Gaussian-equivalent term
+// Count·Δ₂²/(2μ), for reference only: its RDP bound has a further
+// discreteness term (SkellamRDP).
 func (r Release) Rho() float64 {
 	var s float64
 	for _, g := range r.Noise {
 		u := g.Sensitivity / g.Sigma
 		s += float64(g.count()) * u * u / 2
 	}
+	for _, k := range r.Skellam {
+		s += float64(k.count()) * k.L2 * k.L2 / (2 * k.Variance)
+	}
 	return float64(r.Rounds) * s
 }
 
 func (r Release) clone() Release {
 	r.Noise = slices.Clone(r.Noise)
+	r.Skellam = slices.Clone(r.Skellam)
 	return r
 }
 
@@ -185,6 +205,9 @@ func (l *Ledger) Spend(r Release) error {
 	}
 	switch l.accountant {
 	case ZCDP:
+		if len(r.Skellam) > 0 {
+			return invalidf("release %q has Skellam noise: its RDP bound holds at integer orders only; account it with the rdp accountant", r.Mechanism)
+		}
 		rho := l.rho + r.Rho()
 		if rho > l.rhoBudget*(1+budgetSlack) {
 			return fmt.Errorf("%w: release %q (%s) would bring zCDP rho to %.6g, above the budget's %.6g (epsilon %v, delta %v)",
@@ -193,8 +216,15 @@ func (l *Ledger) Spend(r Release) error {
 		l.rho = rho
 	case RDP:
 		acc := l.rdp.clone()
-		if err := acc.ComposePoissonGaussian(r.sampleRate(), r.NoiseMultiplier(), r.Rounds); err != nil {
-			return fmt.Errorf("release %q: %w", r.Mechanism, err)
+		if len(r.Noise) > 0 {
+			if err := acc.ComposePoissonGaussian(r.sampleRate(), r.NoiseMultiplier(), r.Rounds); err != nil {
+				return fmt.Errorf("release %q: %w", r.Mechanism, err)
+			}
+		}
+		for _, s := range r.Skellam {
+			if err := acc.ComposeSkellam(s, r.Rounds); err != nil {
+				return fmt.Errorf("release %q: %w", r.Mechanism, err)
+			}
 		}
 		eps, _, err := acc.Epsilon(l.budget.Delta)
 		if err != nil {
@@ -219,6 +249,12 @@ func describe(r Release) string {
 			b.WriteString(", ")
 		}
 		fmt.Fprintf(&b, "%d× sigma %.6g for sensitivity %.6g", g.count(), g.Sigma, g.Sensitivity)
+	}
+	for i, s := range r.Skellam {
+		if i > 0 || len(r.Noise) > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%d× Skellam variance %.6g for sensitivities L1 %.6g, L2 %.6g", s.count(), s.Variance, s.L1, s.L2)
 	}
 	fmt.Fprintf(&b, ", sample rate %v, %d round", r.sampleRate(), r.Rounds)
 	if r.Rounds != 1 {
