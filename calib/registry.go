@@ -82,6 +82,7 @@ type Method struct {
 	scaler   func(classes int, rng *rand.Rand) Scaler
 	binner   func(*Histograms) (Binner, error)
 	exponent bool // the binning method's bins must be a power of two
+	size     func(classes, bins float64) float64
 }
 
 // Binner is a binning calibrator formed from aggregated one-vs-all
@@ -102,6 +103,7 @@ var methods = [...]Method{
 		zero:    func() Calibrator { return new(Histogram) },
 		central: func(s Settings) Calibrator { return &Histogram{Bins: 1 << s.mexp()} },
 		binner:  func(h *Histograms) (Binner, error) { return NewHistogramBinning(h) },
+		size:    histogramSize,
 	},
 	{
 		Name: MethodBBQ, Protocol: "FedBBQ", Family: Binning,
@@ -110,6 +112,7 @@ var methods = [...]Method{
 		central:  func(s Settings) Calibrator { return &BBQ{Mexp: s.mexp()} },
 		binner:   func(h *Histograms) (Binner, error) { return NewBBQ(h) },
 		exponent: true,
+		size:     histogramSize,
 	},
 	{
 		Name: MethodTemp, Protocol: "FedTemp", Family: Scaling, KeepsTopClass: true,
@@ -117,6 +120,7 @@ var methods = [...]Method{
 		zero:    func() Calibrator { return new(Temperature) },
 		central: func(Settings) Calibrator { return new(Temperature) },
 		scaler:  func(c int, _ *rand.Rand) Scaler { return NewTemperature(c) },
+		size:    func(_, _ float64) float64 { return 1 },
 	},
 	{
 		Name: MethodVector, Protocol: "FedVector", Family: Scaling,
@@ -124,6 +128,7 @@ var methods = [...]Method{
 		zero:    func() Calibrator { return new(Vector) },
 		central: func(Settings) Calibrator { return new(Vector) },
 		scaler:  func(c int, _ *rand.Rand) Scaler { return NewVector(c) },
+		size:    func(c, _ float64) float64 { return 2 * c },
 	},
 	{
 		Name: MethodMatrix, Protocol: "FedMatrix", Family: Scaling,
@@ -131,6 +136,7 @@ var methods = [...]Method{
 		zero:    func() Calibrator { return new(Matrix) },
 		central: func(Settings) Calibrator { return new(Matrix) },
 		scaler:  func(c int, _ *rand.Rand) Scaler { return NewMatrix(c) },
+		size:    func(c, _ float64) float64 { return c*c + c },
 	},
 	{
 		Name: MethodOPVector, Protocol: "FedOPVector", Family: Scaling, KeepsTopClass: true,
@@ -138,6 +144,7 @@ var methods = [...]Method{
 		zero:    func() Calibrator { return new(OPVector) },
 		central: func(Settings) Calibrator { return new(OPVector) },
 		scaler:  func(c int, _ *rand.Rand) Scaler { return NewOPVector(c) },
+		size:    func(c, _ float64) float64 { return 2 * c },
 	},
 	{
 		Name: MethodFedCal, Protocol: "FedCal", Family: Scaling, KeepsTopClass: true,
@@ -147,6 +154,8 @@ var methods = [...]Method{
 		// The server's initial network and each client's example order
 		// come from the stream of whoever builds the scaler.
 		scaler: func(c int, rng *rand.Rand) Scaler { return NewFedCalMLP(c, int64(rng.Uint64())) },
+		// Two hidden layers of FedCalHidden units: c·h + h + h·h + h + h·c + c.
+		size: func(c, _ float64) float64 { return (2*FedCalHidden+1)*c + FedCalHidden*FedCalHidden + 2*FedCalHidden },
 	},
 }
 
@@ -236,6 +245,41 @@ func (m Method) FromHistograms(h *Histograms) (Binner, error) {
 	}
 	return m.binner(h)
 }
+
+// MaxSize is the largest number of values a calibrator may hold: the
+// parameters of a scaling method, the 2·C·B histogram counts of a binning
+// method with C classes and B bins per class. A fit keeps several copies
+// of them (L-BFGS's history, a federation's running sums and each
+// worker's histograms), so 2^24 values, 128 MiB of float64 each, already
+// make a fit of several gigabytes. It admits matrix scaling of up to
+// 4095 classes, binning of 1000 classes with 2^13 bins (100 classes with
+// the largest, 2^16), and temperature scaling of any number.
+const MaxSize = 1 << 24
+
+// Size returns the number of values the calibrator of m holds for classes
+// classes: its parameters for a scaling method, its 2·classes·bins
+// histogram counts for a binning method with bins bins per class (bins is
+// ignored for scaling). It is a float64 so that it cannot overflow.
+func (m Method) Size(classes, bins int) float64 {
+	return m.size(float64(classes), float64(bins))
+}
+
+// CheckSize returns an error when the calibrator of m for classes classes
+// and bins bins per class (see Size) would hold more than MaxSize values,
+// saying what to lower.
+func (m Method) CheckSize(classes, bins int) error {
+	n := m.Size(classes, bins)
+	if n <= MaxSize {
+		return nil
+	}
+	if m.Family == Binning {
+		return fmt.Errorf("%s with %d classes and %d bins per class needs 2·%d·%d = %.4g histogram counts, more than the %d a calibrator may hold: use fewer bins", m.Name, classes, bins, classes, bins, n, MaxSize)
+	}
+	return fmt.Errorf("%s with %d classes has %.4g parameters, more than the %d a calibrator may hold: use a method with fewer parameters, such as temp or vector", m.Name, classes, n, MaxSize)
+}
+
+// histogramSize is the Size of a binning method.
+func histogramSize(classes, bins float64) float64 { return 2 * classes * bins }
 
 // BinExponent reports whether the Binning method's number of bins must be
 // a power of two 2^M, set by its exponent M (BBQ); otherwise any number

@@ -9,12 +9,25 @@ import (
 	"time"
 )
 
+// MaxRounds is the largest number of rounds T a federated run takes. The
+// paper's longest runs have 50 rounds, and under differential privacy the
+// noise of each round grows as √T, so a run of more rounds than this
+// calibrates nothing that fewer rounds would not; refusing such a T up
+// front also bounds the per-round statistics a run returns.
+const MaxRounds = 10_000
+
+// MaxWorkers is the largest number of goroutines a federated run may be
+// asked for: far more than the cores of any machine this runs on, and
+// few enough that a mistyped number cannot exhaust memory on goroutine
+// stacks.
+const MaxWorkers = 1024
+
 // Rounds configures the rounds of a federated run. The zero value is not
 // usable: T and SampleRate must be set.
 type Rounds struct {
-	// T is the number of rounds, at least 1. A round in which no client
-	// is sampled is skipped (no client runs, the server state does not
-	// change) but still counted, also for privacy.
+	// T is the number of rounds, 1 to MaxRounds. A round in which no
+	// client is sampled is skipped (no client runs, the server state
+	// does not change) but still counted, also for privacy.
 	T int
 	// SampleRate is the probability p ∈ (0, 1] with which each client
 	// takes part in a round, independently of the others and of other
@@ -24,8 +37,9 @@ type Rounds struct {
 	// Seed seeds the sampling, each client's local randomness and the
 	// server's noise.
 	Seed uint64
-	// Workers is the number of goroutines that run clients; zero means
-	// runtime.GOMAXPROCS(0). Results do not depend on it.
+	// Workers is the number of goroutines that run clients, at most
+	// MaxWorkers; zero means runtime.GOMAXPROCS(0). Results do not depend
+	// on it.
 	Workers int
 	// Progress, if not nil, is called after each round with its
 	// statistics, from the goroutine that called Run.
@@ -48,12 +62,12 @@ func SampleRateFor(k, clients int) (float64, error) {
 // Validate reports the first invalid field of r.
 func (r *Rounds) Validate() error {
 	switch {
-	case r.T < 1:
-		return fmt.Errorf("rounds T is %d: need at least 1", r.T)
+	case r.T < 1 || r.T > MaxRounds:
+		return fmt.Errorf("rounds T is %d: want 1 to %d", r.T, MaxRounds)
 	case !(r.SampleRate > 0 && r.SampleRate <= 1):
 		return fmt.Errorf("sample rate p is %v: want 0 < p ≤ 1", r.SampleRate)
-	case r.Workers < 0:
-		return fmt.Errorf("workers is %d: want ≥ 0 (0 means one per CPU)", r.Workers)
+	case r.Workers < 0 || r.Workers > MaxWorkers:
+		return fmt.Errorf("workers is %d: want 0 to %d (0 means one per CPU)", r.Workers, MaxWorkers)
 	}
 	return nil
 }
@@ -151,7 +165,7 @@ func Run[U any](ctx context.Context, r Rounds, clients int, p Protocol[U]) ([]Ro
 		return nil, fmt.Errorf("number of clients is %d: need at least 1", clients)
 	}
 	up, down := p.Traffic()
-	stats := make([]RoundStats, 0, r.T)
+	var stats []RoundStats // grown as rounds finish, not reserved for T up front
 	for t := 1; t <= r.T; t++ {
 		if err := ctx.Err(); err != nil {
 			return stats, err

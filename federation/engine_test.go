@@ -154,7 +154,12 @@ func TestRunErrors(t *testing.T) {
 		clients int
 		want    string
 	}{
-		{Rounds{T: 0, SampleRate: 1}, 1, "rounds T is 0"},
+		{Rounds{T: 0, SampleRate: 1}, 1, "rounds T is 0: want 1 to 10000"},
+		// Refused before anything proportional to T is allocated.
+		{Rounds{T: 1_000_000_000, SampleRate: 1}, 1, "rounds T is 1000000000: want 1 to 10000"},
+		{Rounds{T: MaxRounds + 1, SampleRate: 1}, 1, "rounds T is 10001"},
+		{Rounds{T: 1, SampleRate: 1, Workers: -1}, 1, "workers is -1: want 0 to 1024"},
+		{Rounds{T: 1, SampleRate: 1, Workers: 1_000_000_000}, 1, "workers is 1000000000: want 0 to 1024"},
 		{Rounds{T: 1, SampleRate: 0}, 1, "sample rate p is 0"},
 		{Rounds{T: 1, SampleRate: 1.5}, 1, "sample rate p is 1.5"},
 		{Rounds{T: 1, SampleRate: math.NaN()}, 1, "sample rate p is NaN"},
@@ -163,6 +168,10 @@ func TestRunErrors(t *testing.T) {
 		if _, err := Run(context.Background(), tc.r, tc.clients, newSum()); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v, K = %d: error %v, want %q", tc.r, tc.clients, err, tc.want)
 		}
+	}
+	// MaxRounds itself runs (every round skipped at this sample rate).
+	if stats, err := Run(context.Background(), Rounds{T: MaxRounds, SampleRate: 1e-12}, 1, newSum()); err != nil || len(stats) != MaxRounds {
+		t.Errorf("T = MaxRounds: %d rounds of statistics, error %v", len(stats), err)
 	}
 	time.Sleep(20 * time.Millisecond)
 	if after := runtime.NumGoroutine(); after > before {

@@ -129,7 +129,9 @@ func (p *NoisePlan) Sigma() float64 { return p.Mechanisms[0].Sigma }
 // method (calib.Methods) over classes classes, rounds rounds and Poisson
 // sample rate sampleRate, with p's budget, clip norms and accountant
 // (zero fields take their defaults, as in a fit). It returns an error
-// for an unknown method or invalid privacy settings.
+// for an unknown method, invalid privacy settings, rounds outside
+// [1, MaxRounds], or more classes than any binning fit can hold
+// (calib.MaxSize).
 func PlanNoise(method string, classes int, p *Privacy, rounds int, sampleRate float64) (*NoisePlan, error) {
 	m, err := calib.LookupMethod(method)
 	if err != nil {
@@ -138,6 +140,15 @@ func PlanNoise(method string, classes int, p *Privacy, rounds int, sampleRate fl
 	binning := m.Family == calib.Binning
 	if binning && classes < 2 {
 		return nil, fmt.Errorf("%d classes: a binning method needs at least 2", classes)
+	}
+	if rounds < 1 || rounds > MaxRounds {
+		return nil, fmt.Errorf("rounds T is %d: want 1 to %d", rounds, MaxRounds)
+	}
+	if binning {
+		// No fit of this many classes can be made, even with one bin.
+		if err := m.CheckSize(classes, 1); err != nil {
+			return nil, err
+		}
 	}
 	r, err := p.resolve(binning)
 	if err != nil {

@@ -309,6 +309,36 @@ func TestProtocolErrors(t *testing.T) {
 			t.Errorf("%s: error %v, want %q", tc.name, err, tc.want)
 		}
 	}
+	// Calibrators of more than calib.MaxSize values are refused before
+	// they are allocated.
+	for _, tc := range []struct {
+		name    string
+		f       Fitter
+		classes int
+		want    string
+	}{
+		{"matrix", FedMatrix(), 4096, "FedMatrix: matrix with 4096 classes has 1.678e+07 parameters"},
+		{"bins", &FedBin{Bins: calib.MaxBins}, 200, "FedBin: bin with 200 classes and 65536 bins per class"},
+	} {
+		pop := Slices{synthSet(4, tc.classes, 1)}
+		_, err := tc.f.Fit(ctx, pop, r)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want %q", tc.name, err, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		f    Fitter
+		r    Rounds
+		want string
+	}{
+		{"rounds", FedTemp(), Rounds{T: MaxRounds + 1, SampleRate: 1}, "FedTemp: rounds T is 10001: want 1 to 10000"},
+	} {
+		_, err := tc.f.Fit(ctx, pop, tc.r)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want %q", tc.name, err, tc.want)
+		}
+	}
 	if _, err := (&FedBBQ{}).Fit(ctx, failing{}, r); err == nil || !strings.Contains(err.Error(), "client 1: disk on fire") {
 		t.Errorf("failing client: %v", err)
 	}
