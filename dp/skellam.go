@@ -334,7 +334,9 @@ func stirlerr(k float64) float64 {
 // variance ≥ 0 drawn with r: the difference of two Poisson(variance/2)
 // variates (SamplePoisson). It panics as SamplePoisson does.
 func SampleSkellam(r *rand.Rand, variance float64) int64 {
-	return SamplePoisson(r, variance/2) - SamplePoisson(r, variance/2)
+	a := SamplePoisson(r, variance/2)
+	b := SamplePoisson(r, variance/2)
+	return a - b
 }
 
 // AddSkellam adds independent Skellam noise of the given variance, drawn

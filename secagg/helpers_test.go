@@ -1,0 +1,169 @@
+package secagg_test
+
+import (
+	"encoding"
+	"encoding/binary"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/fedcalib/fedcalib/secagg"
+)
+
+// clientRand returns the deterministic randomness of client id in run seed.
+func clientRand(seed uint64, id uint32) *rand.ChaCha8 {
+	var k [32]byte
+	binary.LittleEndian.PutUint64(k[:], seed)
+	binary.LittleEndian.PutUint32(k[8:], id)
+	k[12] = 0xc1
+	return rand.NewChaCha8(k)
+}
+
+func roundSeed(seed uint64) [32]byte {
+	var s [32]byte
+	binary.LittleEndian.PutUint64(s[:], seed)
+	s[31] = 0x5e
+	return s
+}
+
+// drops says which clients vanish before which stage.
+type drops struct {
+	beforeShare, beforeMask, beforeUnmask []uint32
+}
+
+// view is everything the server received in a round, as bytes.
+type view struct {
+	keys, shares, masked, unmask map[uint32][]byte
+	bytesPerClient               map[uint32]int // sent and received
+}
+
+// wire encodes m and decodes it into out, as a transport would, and
+// returns the encoding.
+func wire[M encoding.BinaryMarshaler](t testing.TB, m M, out encoding.BinaryUnmarshaler) []byte {
+	t.Helper()
+	b, err := m.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := out.UnmarshalBinary(b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// run drives one round in process, every message through its encoding,
+// and returns the server's sum and view. inputs maps every participant to
+// its (already quantised) input.
+func run(t testing.TB, r *secagg.Round, inputs map[uint32][]uint64, d drops, seed uint64) ([]uint64, *secagg.Server, *view) {
+	t.Helper()
+	cfg := r.Config()
+	v := &view{keys: map[uint32][]byte{}, shares: map[uint32][]byte{}, masked: map[uint32][]byte{}, unmask: map[uint32][]byte{}, bytesPerClient: map[uint32]int{}}
+	clients := map[uint32]*secagg.Client{}
+	for _, id := range cfg.Participants {
+		c, err := secagg.NewClient(r, id, clientRand(seed, id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients[id] = c
+	}
+	s := secagg.NewServer(r)
+	for _, id := range cfg.Participants {
+		m, err := clients[id].AdvertiseKeys()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got secagg.AdvertiseKeys
+		v.keys[id] = wire(t, m, &got)
+		v.bytesPerClient[id] += len(v.keys[id])
+		if err := s.ReceiveKeys(&got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nk, err := s.CloseKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range d.beforeShare {
+		delete(clients, id)
+	}
+	for _, id := range sorted(clients) {
+		var got secagg.NeighbourKeys
+		v.bytesPerClient[id] += len(wire(t, nk[id], &got))
+		m, err := clients[id].ShareKeys(&got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sk secagg.ShareKeys
+		v.shares[id] = wire(t, m, &sk)
+		v.bytesPerClient[id] += len(v.shares[id])
+		if err := s.ReceiveShares(&sk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rs, err := s.CloseShares()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range d.beforeMask {
+		delete(clients, id)
+	}
+	for _, id := range sorted(clients) {
+		var got secagg.RoutedShares
+		v.bytesPerClient[id] += len(wire(t, rs[id], &got))
+		m, err := clients[id].MaskedInput(&got, inputs[id])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mi secagg.MaskedInput
+		v.masked[id] = wire(t, m, &mi)
+		v.bytesPerClient[id] += len(v.masked[id])
+		if err := s.ReceiveMasked(&mi); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reqs, err := s.CloseMasked()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range d.beforeUnmask {
+		delete(clients, id)
+	}
+	for _, id := range sorted(clients) {
+		var got secagg.UnmaskRequest
+		v.bytesPerClient[id] += len(wire(t, reqs[id], &got))
+		m, err := clients[id].Unmask(&got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ur secagg.UnmaskResponse
+		v.unmask[id] = wire(t, m, &ur)
+		v.bytesPerClient[id] += len(v.unmask[id])
+		if err := s.ReceiveUnmask(&ur); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sum, err := s.Sum()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sum, s, v
+}
+
+func sorted[V any](m map[uint32]V) []uint32 {
+	ids := make([]uint32, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// ids returns n participant IDs, not contiguous, so that IDs and indices
+// differ.
+func ids(n int) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = uint32(1000 + 7*i)
+	}
+	return out
+}
