@@ -111,36 +111,69 @@ func Open(spec string) (Reader, error) {
 			}
 			return open(rest)
 		}
+		if _, err := os.Stat(spec); err != nil && isFormatName(format) {
+			return nil, fmt.Errorf("data: unknown dataset format %q in %q: want one of %s (see --help)", format, spec, strings.Join(Formats(), ", "))
+		}
 	}
 	return openDetected(spec)
 }
 
+// isFormatName reports whether s looks like a format name rather than the
+// start of a path: a short lowercase word (a Windows drive letter such as
+// "C" is not one).
+func isFormatName(s string) bool {
+	if len(s) < 2 || len(s) > 16 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// format is one dataset format of Open: its name and how to open the
+// rest of a spec.
+type format struct {
+	name string
+	open func(rest string) (Reader, error)
+}
+
+// formatTable lists the formats of Open, in the order of SpecHelp.
+func formatTable() []format {
+	return []format{
+		{"mnist", func(rest string) (Reader, error) { return openMNIST(rest, nil) }},
+		{"fashion", func(rest string) (Reader, error) { return openMNIST(rest, fashionClasses) }},
+		{"idx", openIDXSpec},
+		{"cifar10", func(rest string) (Reader, error) { return openCIFARSpec(rest, cifar10) }},
+		{"cifar100", func(rest string) (Reader, error) { return openCIFARSpec(rest, cifar100) }},
+		{"imagefolder", openImageFolderSpec},
+		{"leaf", openLEAFSpec},
+		{"speakers", openSpeakersSpec},
+		{"roles", openRolesSpec},
+		{"npz", openNPZSpec},
+		{"npy", openNPYSpec},
+	}
+}
+
+// Formats returns the format names Open accepts before the first colon of
+// a spec, in the order of SpecHelp.
+func Formats() []string {
+	var names []string
+	for _, f := range formatTable() {
+		names = append(names, f.name)
+	}
+	return names
+}
+
 // opener returns the function that opens the rest of a spec of the named
-// format, or nil when format is not a known format name.
-func opener(format string) func(rest string) (Reader, error) {
-	switch format {
-	case "mnist":
-		return func(rest string) (Reader, error) { return openMNIST(rest, nil) }
-	case "fashion":
-		return func(rest string) (Reader, error) { return openMNIST(rest, fashionClasses) }
-	case "idx":
-		return openIDXSpec
-	case "cifar10":
-		return func(rest string) (Reader, error) { return openCIFARSpec(rest, cifar10) }
-	case "cifar100":
-		return func(rest string) (Reader, error) { return openCIFARSpec(rest, cifar100) }
-	case "imagefolder":
-		return openImageFolderSpec
-	case "leaf":
-		return openLEAFSpec
-	case "speakers":
-		return openSpeakersSpec
-	case "roles":
-		return openRolesSpec
-	case "npz":
-		return openNPZSpec
-	case "npy":
-		return openNPYSpec
+// format, or nil when name is not a known format name.
+func opener(name string) func(rest string) (Reader, error) {
+	for _, f := range formatTable() {
+		if f.name == name {
+			return f.open
+		}
 	}
 	return nil
 }

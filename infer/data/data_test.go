@@ -6,11 +6,11 @@ import (
 	"testing"
 )
 
-// formats are the spec prefixes Open knows.
-var formats = []string{"mnist", "fashion", "idx", "cifar10", "cifar100", "imagefolder", "leaf", "speakers", "roles", "npz", "npy"}
-
 func TestSpecHelpListsFormats(t *testing.T) {
-	for _, f := range formats {
+	if len(Formats()) != 11 {
+		t.Errorf("Formats() = %v, want the 11 formats of SpecHelp", Formats())
+	}
+	for _, f := range Formats() {
 		if opener(f) == nil {
 			t.Errorf("opener(%q) = nil", f)
 		}
@@ -28,14 +28,16 @@ func TestOpenErrors(t *testing.T) {
 	tgz := writeFile(t, dir, "data.tar.gz", tarGz(t, nil, nil))
 	for _, tc := range []struct{ spec, msg string }{
 		{"", "empty dataset spec"},
+		{"bogus:" + dir, `unknown dataset format "bogus"`},
+		{"mnist:" + filepath.Join(dir, "missing"), "is not a directory"},
 		{"mnist:", `has no path after "mnist:"`},
 		{"leaf:", `has no path after "leaf:"`},
 		{filepath.Join(dir, "none"), "no such file"},
-		{"png:" + dir, "no such file"}, // not a format: a path
+		{"png:" + dir, `unknown dataset format "png"`}, // not a path either
 		{dir, "cannot tell the dataset format of this directory; prefix the spec with a format"},
 		{tgz, "cannot tell the dataset format from the file name"},
 		{"testdata/speakers.txt:x", "format speakers takes no option"},
-		{"mnist:" + dir + ":valid", `unknown split "valid" (want train or test)`},
+		{"mnist:" + dir + ":valid", `unknown split "valid" (want train, test, or all for train then test)`},
 	} {
 		r, err := Open(tc.spec)
 		if err == nil {

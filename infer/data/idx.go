@@ -42,7 +42,10 @@ func openMNIST(rest string, classes []string) (Reader, error) {
 	}
 	sp, err := split(rest, option)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("data: %s: unknown split %q (want train, test, or all for train then test)", rest, option)
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("data: %s is not a directory: give the folder of the MNIST IDX files (for the MNIST that make setup downloads: mnist:$(make -s mnist-dir))", dir)
 	}
 	prefix := "train"
 	if sp == "test" {
@@ -50,7 +53,7 @@ func openMNIST(rest string, classes []string) (Reader, error) {
 	}
 	images := findMNIST(dir, prefix)
 	if images == "" {
-		return nil, fmt.Errorf("data: %s: no %s-images-idx3-ubyte[.gz] in this directory", dir, prefix)
+		return nil, fmt.Errorf("data: %s: no %s-images-idx3-ubyte[.gz] in this directory: give the folder that holds the MNIST IDX files", dir, prefix)
 	}
 	if classes == nil {
 		classes = digitClasses

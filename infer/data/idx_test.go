@@ -138,7 +138,8 @@ func TestIDXOpenErrors(t *testing.T) {
 	writeFile(t, dir, "bad/train-images-idx3-ubyte.gz", []byte("\x1f\x8bnot gzip"))
 	writeFile(t, dir, "bad/train-labels-idx1-ubyte", nil)
 	for _, tc := range []struct{ spec, msg string }{
-		{"mnist:" + filepath.Join(dir, "nothing"), "no train-images-idx3-ubyte"},
+		{"mnist:" + filepath.Join(dir, "nothing"), "is not a directory"},
+		{"mnist:" + dir, "no train-images-idx3-ubyte"},
 		{"mnist:" + dir + ":validation", `unknown split "validation"`},
 		{"idx:" + lone, "no such file"},
 		{"idx:" + filepath.Join(dir, "pictures.bin"), "cannot derive the label file name"},
