@@ -121,7 +121,7 @@ func (s *Session) Infer(ctx context.Context, rd data.Reader) (*Result, error) {
 		}
 	}
 	if b.n == 0 {
-		return nil, errors.New("the data holds no records")
+		return nil, errors.New("the data holds no records: check the dataset path, its split option, and that the files are not empty")
 	}
 	if b.anyClient {
 		res.ClientNames = b.names
