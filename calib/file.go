@@ -39,6 +39,31 @@ type File struct {
 	Privacy *Privacy `json:"privacy,omitempty"`
 	// Provenance records where the calibrator came from.
 	Provenance Provenance `json:"provenance"`
+	// Rounds records each round of a fit run by a network coordinator
+	// ("fedcalib serve"): the clients sampled, those whose update was
+	// aggregated and those that dropped out. It is nil (and absent from
+	// the file) for other fits.
+	Rounds []RoundRecord `json:"rounds,omitempty"`
+}
+
+// RoundRecord records one round of a networked federated fit. The zero
+// value is an unrecorded round.
+type RoundRecord struct {
+	// Round is the round number t, 1 to T.
+	Round int `json:"round"`
+	// Sampled lists the clients sampled for the round, increasing; empty
+	// for a skipped round.
+	Sampled []int `json:"sampled"`
+	// Participants lists the sampled clients whose update was
+	// aggregated, increasing.
+	Participants []int `json:"participants"`
+	// Dropouts lists the sampled clients whose update did not arrive in
+	// time or was refused, increasing.
+	Dropouts []int `json:"dropouts"`
+	// Attempts is the number of times the round was announced before it
+	// closed (a round with too few updates is announced again); 0 for a
+	// skipped round.
+	Attempts int `json:"attempts"`
 }
 
 // Privacy records the differential-privacy parameters of a private fit:

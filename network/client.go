@@ -1,0 +1,240 @@
+package network
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/federation"
+)
+
+// ClientConfig configures a client of a federation. The zero value is not
+// usable: Key and Data must be set.
+type ClientConfig struct {
+	// Federation is the federation's name; empty means
+	// DefaultFederation.
+	Federation string
+	// Key is the client's identity.
+	Key Key
+	// Data returns the client's calibration rows, given the welcome
+	// (whose Client is the client's index k). It is called once.
+	Data func(w Welcome) (*calib.Set, error)
+	// EnrolTimeout is how long to wait for a coordinator to answer the
+	// enrolment; zero means 30 seconds.
+	EnrolTimeout time.Duration
+	// Log receives one line per round the client answers; nil means
+	// none.
+	Log *slog.Logger
+}
+
+// ClientReport is what a client did in a run.
+type ClientReport struct {
+	// Welcome is the coordinator's welcome.
+	Welcome Welcome
+	// Answered lists the rounds in which the client sent an update.
+	Answered []int
+}
+
+// Join connects to the server of d with cfg.Key, enrols in the federation
+// and answers every round announcement that names it with its update,
+// until the coordinator announces the end of the run. Errors wrap
+// ErrUnreachable, ErrNotAllowed, ErrFederation or ErrKey.
+func Join(ctx context.Context, d Dial, cfg ClientConfig) (*ClientReport, error) {
+	fed := fedOr(cfg.Federation)
+	if err := ValidFederation(fed); err != nil {
+		return nil, err
+	}
+	if cfg.Key.Public == "" || cfg.Data == nil {
+		return nil, fmt.Errorf("%w: a client needs a key and its data", ErrConfig)
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	pub := cfg.Key.Public
+	d.Seed, d.Creds, d.inboxPrefix = cfg.Key.Seed, cfg.Key.Creds, inboxPrefix(fed, pub)
+	asyncErr := make(chan error, 8)
+	d.OnError = func(err error) {
+		select {
+		case asyncErr <- err:
+		default:
+		}
+	}
+	closed := make(chan struct{})
+	nc, err := d.Connect()
+	if err != nil {
+		return nil, err
+	}
+	nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
+	defer nc.Close()
+	anns := make(chan *nats.Msg, 64)
+	sub, err := nc.ChanSubscribe(subjRound(fed), anns)
+	if err != nil {
+		return nil, fmt.Errorf("%w: subscribing to the announcements: %w", ErrNotAllowed, err)
+	}
+	defer sub.Unsubscribe()
+	w, err := request(ctx, nc, fed, pub, hello{Kind: "hello", Version: Version}, or(cfg.EnrolTimeout, 30*time.Second), asyncErr)
+	if err != nil {
+		return nil, err
+	}
+	rep := &ClientReport{Welcome: *w}
+	if w.Done {
+		return rep, nil
+	}
+	set, err := cfg.Data(*w)
+	if err != nil {
+		return nil, err
+	}
+	rd := ready{Kind: "ready", Version: Version, Classes: set.Classes}
+	if w.NeedCounts {
+		rd.Counts = make([]float64, set.Classes)
+		for _, y := range set.Labels {
+			rd.Counts[y]++
+		}
+	}
+	if w, err = request(ctx, nc, fed, pub, rd, 30*time.Second, asyncErr); err != nil {
+		return nil, err
+	}
+	rep.Welcome = *w
+	k := w.Client
+	fitter, err := w.Spec.Fitter()
+	if err != nil {
+		return nil, fmt.Errorf("the coordinator's protocol: %w", err)
+	}
+	stepper, ok := fitter.(federation.Stepper)
+	if !ok {
+		return nil, fmt.Errorf("the coordinator's protocol %s has no client step", w.Spec.Method)
+	}
+	zero := func() ([]float64, error) { return make([]float64, w.Classes), nil } // the client's server step is unused
+	step, _, err := stepper.Steps(federation.Federation{Clients: w.Clients, Classes: w.Classes, ClassCounts: zero},
+		federation.Rounds{T: w.Rounds, SampleRate: w.Rate, Seed: w.Seed})
+	if err != nil {
+		return nil, fmt.Errorf("the coordinator's protocol: %w", err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	done := 0 // last round answered
+	var buf []float64
+	for {
+		var m *nats.Msg
+		select {
+		case <-ctx.Done():
+			return rep, ctx.Err()
+		case <-closed:
+			return rep, fmt.Errorf("%w: lost the connection to %s and could not reconnect", ErrUnreachable, d.URL)
+		case err := <-asyncErr:
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				return rep, fmt.Errorf("%w: %w", ErrNotAllowed, err)
+			}
+			log.Warn("connection", "err", err)
+			continue
+		case m = <-anns:
+		}
+		var a Announcement
+		if err := json.Unmarshal(m.Data, &a); err != nil || a.Federation != fed {
+			log.Warn("ignored a malformed announcement")
+			continue
+		}
+		if a.Done {
+			return rep, nil
+		}
+		if a.Round <= done || !slices.Contains(a.Participants, k) {
+			continue
+		}
+		if a.Seed != w.Seed {
+			return rep, fmt.Errorf("%w: round %d announces seed %d, the welcome %d", ErrFederation, a.Round, a.Seed, w.Seed)
+		}
+		start := time.Now()
+		buf, err = step.Update(buf[:0], a.Round, set, a.Broadcast, federation.ClientRand(a.Seed, a.Round, k))
+		if err != nil {
+			return rep, fmt.Errorf("round %d: %w", a.Round, err)
+		}
+		if err := publish(ctx, js, fed, pub, a, k, buf); err != nil {
+			log.Warn("could not send the update", "round", a.Round, "err", err)
+			continue // a re-announcement of the round tries again
+		}
+		done = a.Round
+		rep.Answered = append(rep.Answered, a.Round)
+		log.Info("sent update", "round", a.Round, "of", a.Rounds, "client", k, "values", len(buf), "compute", time.Since(start).Round(time.Microsecond))
+	}
+}
+
+// publish sends an update to the stream until it is stored or the
+// round's deadline passes.
+func publish(ctx context.Context, js jetstream.JetStream, fed, pub string, a Announcement, k int, u []float64) error {
+	msg := &nats.Msg{Subject: subjUpdate(fed, pub), Header: nats.Header{}, Data: encodeUpdate(u)}
+	msg.Header.Set(hdrFederation, fed)
+	msg.Header.Set(hdrRound, strconv.Itoa(a.Round))
+	msg.Header.Set(hdrClient, strconv.Itoa(k))
+	ctx, cancel := context.WithDeadline(ctx, a.Deadline.Add(time.Second))
+	defer cancel()
+	for {
+		_, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID(fed, a.Round, k)))
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// request sends an enrolment request and returns the coordinator's
+// welcome, retrying while no coordinator answers, for at most wait.
+func request(ctx context.Context, nc *nats.Conn, fed, pub string, req any, wait time.Duration, asyncErr <-chan error) (*Welcome, error) {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for {
+		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+		m, err := nc.RequestWithContext(rctx, subjEnrol(fed, pub), b)
+		rcancel()
+		select {
+		case aerr := <-asyncErr:
+			if errors.Is(aerr, nats.ErrPermissionViolation) {
+				return nil, fmt.Errorf("%w: the server does not serve federation %q to this key: %w", ErrFederation, fed, aerr)
+			}
+		default:
+		}
+		if err == nil {
+			var w Welcome
+			if err := json.Unmarshal(m.Data, &w); err != nil {
+				return nil, fmt.Errorf("%w: the coordinator's answer: %w", ErrFederation, err)
+			}
+			if w.Error != "" {
+				return nil, fmt.Errorf("%w: the coordinator refused the enrolment: %s", ErrNotAllowed, w.Error)
+			}
+			if w.Federation != fed {
+				return nil, fmt.Errorf("%w: answered by federation %q", ErrFederation, w.Federation)
+			}
+			return &w, nil
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: no coordinator of federation %q answered within %v: %w", ErrFederation, fed, wait, err)
+		}
+		if !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
+			return nil, fmt.Errorf("%w: enrolling: %w", ErrUnreachable, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,704 @@
+package network
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/federation"
+)
+
+// Config configures a Coordinator. The zero value is not usable: Spec,
+// Rounds.T, Rounds.SampleRate and Clients must be set.
+type Config struct {
+	// Federation is the federation's name; empty means
+	// DefaultFederation.
+	Federation string
+	// Spec is the protocol, as "fedcalib calibrate" states it.
+	Spec federation.Spec
+	// Rounds holds T, the sample rate p and the seed; its Workers and
+	// Progress are not used.
+	Rounds federation.Rounds
+	// DrawSeed draws the seed from crypto/rand on a fresh run (and reuses
+	// the stored one on a resumed run) instead of using Rounds.Seed.
+	DrawSeed bool
+	// SecureNoise draws the noise of a private fit from crypto/rand
+	// (federation.Privacy.Secure); false draws it from the seeded stream
+	// of (seed, t), as the simulation does — reproducible, but only fit
+	// for tests, since anyone who knows the seed knows the noise.
+	SecureNoise bool
+	// Clients is the allow-list: client k is Clients[k].
+	Clients []string
+	// Classes is the number of classes C; zero means that of the first
+	// client to enrol (all must agree).
+	Classes int
+	// MinClients is the number of accepted updates a round needs to close
+	// (or every participant's, when fewer were sampled), and the number
+	// of clients that must enrol; zero means 1.
+	MinClients int
+	// RoundTimeout is how long a round waits for updates; zero means one
+	// minute.
+	RoundTimeout time.Duration
+	// EnrolTimeout is how long a fresh run waits for every client to
+	// enrol before it starts with those that did; zero means five
+	// minutes.
+	EnrolTimeout time.Duration
+	// MaxAttempts is how many times a round is announced before the run
+	// fails with ErrTooFewClients; zero means 3.
+	MaxAttempts int
+	// Replicas is the number of JetStream replicas of the update stream
+	// and the state bucket (3 in a three-node cluster); zero means 1.
+	Replicas int
+	// Log receives refused updates and retried rounds; nil means none.
+	Log *slog.Logger
+	// Progress, if not nil, is called after each round is committed.
+	Progress func(RoundReport)
+}
+
+// RoundReport is what a coordinator reports after each round.
+type RoundReport struct {
+	calib.RoundRecord
+	// Rounds is T.
+	Rounds int
+	// Refused maps each client whose update was refused to the reason.
+	Refused map[int]string
+	// Epsilon is the privacy ε spent so far, 0 for a fit without privacy.
+	Epsilon float64
+}
+
+// Outcome is the result of a coordinator's run.
+type Outcome struct {
+	// Result is the server step's result: calibrator, privacy record and
+	// ledger. Its Rounds field is nil.
+	Result *federation.Result
+	// Rounds records every round.
+	Rounds []calib.RoundRecord
+	// Seed is the run's seed.
+	Seed uint64
+	// Classes is the number of classes C.
+	Classes int
+	// ResumedAfter is the last round closed before this process started
+	// (read from the store), 0 for a fresh run.
+	ResumedAfter int
+}
+
+// Coordinator runs the server side of a federated fit over a NATS
+// connection. Make one with NewCoordinator.
+type Coordinator struct {
+	cfg Config
+	fed string
+}
+
+// NewCoordinator validates cfg and returns a coordinator. Errors wrap
+// ErrConfig, ErrAllowList or ErrFederation.
+func NewCoordinator(cfg Config) (*Coordinator, error) {
+	fed := fedOr(cfg.Federation)
+	if err := ValidFederation(fed); err != nil {
+		return nil, err
+	}
+	if _, err := ParseAllowList([]byte(strings.Join(cfg.Clients, "\n"))); err != nil {
+		return nil, err
+	}
+	r := cfg.Rounds
+	if err := r.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if _, err := cfg.Spec.Options(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	switch {
+	case cfg.MinClients < 0 || cfg.MinClients > len(cfg.Clients):
+		return nil, fmt.Errorf("%w: at least %d clients asked for, but the allow-list has %d", ErrConfig, cfg.MinClients, len(cfg.Clients))
+	case cfg.Classes < 0 || cfg.Classes == 1:
+		return nil, fmt.Errorf("%w: %d classes: want at least 2 (0: from the clients)", ErrConfig, cfg.Classes)
+	case cfg.RoundTimeout < 0 || cfg.EnrolTimeout < 0 || cfg.MaxAttempts < 0 || cfg.Replicas < 0:
+		return nil, fmt.Errorf("%w: negative timeout, attempts or replicas", ErrConfig)
+	}
+	cfg.MinClients = max(cfg.MinClients, 1)
+	cfg.RoundTimeout = or(cfg.RoundTimeout, time.Minute)
+	cfg.EnrolTimeout = or(cfg.EnrolTimeout, 5*time.Minute)
+	cfg.MaxAttempts = orInt(cfg.MaxAttempts, 3)
+	cfg.Replicas = orInt(cfg.Replicas, 1)
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Coordinator{cfg: cfg, fed: fed}, nil
+}
+
+// settings are the parts of a Config a stored run must share with the
+// config that resumes it.
+type settings struct {
+	Federation  string          `json:"federation"`
+	Spec        federation.Spec `json:"spec"`
+	T           int             `json:"rounds"`
+	SampleRate  float64         `json:"sample_rate"`
+	Seed        uint64          `json:"seed"`
+	DrawSeed    bool            `json:"draw_seed"`
+	SecureNoise bool            `json:"secure_noise"`
+	Clients     []string        `json:"clients"`
+	Classes     int             `json:"classes"`
+}
+
+// checkpoint is what the coordinator commits after every round.
+type checkpoint struct {
+	Settings settings            `json:"settings"`
+	Seed     uint64              `json:"seed"`
+	Classes  int                 `json:"classes"`
+	Counts   []float64           `json:"counts,omitempty"`
+	Enrolled []int               `json:"enrolled"`
+	State    json.RawMessage     `json:"state"`
+	Records  []calib.RoundRecord `json:"records"`
+}
+
+const checkpointKey = "checkpoint"
+
+// run is the state of one Run.
+type run struct {
+	*Coordinator
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	kv     jetstream.KeyValue
+	stream jetstream.Stream
+	index  map[string]int
+	server federation.ServerStep
+	cp     checkpoint
+
+	mu       sync.Mutex
+	welcome  Welcome
+	ready    map[int][]float64 // client → class counts (nil when not needed)
+	started  bool              // the enrolment phase is over
+	done     bool
+	enrolled chan struct{} // signalled when a client becomes ready
+}
+
+// Run runs the federation over nc, a connection with every permission on
+// the federation's subjects and the JetStream API, resuming from the
+// checkpoint in the JetStream bucket when there is one, and returns the
+// outcome after the last round. It returns an error wrapping
+// ErrTooFewClients when fewer than MinClients enrol in EnrolTimeout or a
+// round stays short after MaxAttempts announcements, and ErrStore when
+// the store holds a run with other settings; the checkpoint keeps every
+// round closed before an error.
+func (c *Coordinator) Run(ctx context.Context, nc *nats.Conn) (*Outcome, error) {
+	r := &run{Coordinator: c, nc: nc, index: make(map[string]int, len(c.cfg.Clients)), ready: make(map[int][]float64), enrolled: make(chan struct{}, 1)}
+	for k, pub := range c.cfg.Clients {
+		r.index[pub] = k
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	r.js = js
+	if err := r.open(ctx); err != nil {
+		return nil, err
+	}
+	resumed, err := r.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sub, err := nc.Subscribe(subjEnrolAll(c.fed), r.enrol)
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Unsubscribe()
+	out := &Outcome{ResumedAfter: 0}
+	if resumed {
+		out.ResumedAfter = len(r.cp.Records)
+	} else if err := r.enrolment(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.steps(resumed); err != nil {
+		return nil, err
+	}
+	if !resumed {
+		if err := r.commit(ctx); err != nil {
+			return nil, err
+		}
+	}
+	msgs := make(chan jetstream.Msg, 256)
+	cons, err := js.OrderedConsumer(ctx, streamName(c.fed), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return nil, fmt.Errorf("update stream: %w", err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		select {
+		case msgs <- m:
+		case <-ctx.Done():
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("update stream: %w", err)
+	}
+	defer cc.Stop()
+	for t := len(r.cp.Records) + 1; t <= c.cfg.Rounds.T; t++ {
+		if err := r.round(ctx, t, msgs); err != nil {
+			return nil, fmt.Errorf("round %d: %w", t, err)
+		}
+	}
+	res, err := r.server.Result()
+	if err != nil {
+		return nil, err
+	}
+	r.finish()
+	out.Result, out.Rounds, out.Seed, out.Classes = res, r.cp.Records, r.cp.Seed, r.cp.Classes
+	return out, nil
+}
+
+// open creates the update stream and the state bucket.
+func (r *run) open(ctx context.Context) error {
+	var err error
+	r.stream, err = r.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:       streamName(r.fed),
+		Subjects:   []string{subjUpdateAll(r.fed)},
+		Storage:    jetstream.FileStorage,
+		Replicas:   r.cfg.Replicas,
+		Duplicates: time.Hour,
+	})
+	if err != nil {
+		return fmt.Errorf("creating the update stream: %w", err)
+	}
+	r.kv, err = r.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:   bucketName(r.fed),
+		Storage:  jetstream.FileStorage,
+		Replicas: r.cfg.Replicas,
+		History:  1,
+	})
+	if err != nil {
+		return fmt.Errorf("creating the state bucket: %w", err)
+	}
+	return nil
+}
+
+// load reads the checkpoint, if any, and reports whether there was one.
+func (r *run) load(ctx context.Context) (bool, error) {
+	cfg := r.cfg
+	want := settings{
+		Federation: r.fed, Spec: cfg.Spec, T: cfg.Rounds.T, SampleRate: cfg.Rounds.SampleRate,
+		DrawSeed: cfg.DrawSeed, SecureNoise: cfg.SecureNoise, Clients: cfg.Clients, Classes: cfg.Classes,
+	}
+	if !cfg.DrawSeed {
+		want.Seed = cfg.Rounds.Seed
+	}
+	// Compare through JSON, as the stored settings were written.
+	wb, err := json.Marshal(want)
+	if err != nil {
+		return false, err
+	}
+	if err := json.Unmarshal(wb, &want); err != nil {
+		return false, err
+	}
+	r.cp = checkpoint{Settings: want, Seed: want.Seed, Classes: cfg.Classes}
+	e, err := r.kv.Get(ctx, checkpointKey)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		if cfg.DrawSeed {
+			var b [8]byte
+			if _, err := rand.Read(b[:]); err != nil {
+				return false, err
+			}
+			r.cp.Seed = binary.LittleEndian.Uint64(b[:])
+		}
+		r.setWelcome()
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("reading the checkpoint: %w", err)
+	}
+	var cp checkpoint
+	if err := json.Unmarshal(e.Value(), &cp); err != nil {
+		return false, fmt.Errorf("%w: the checkpoint cannot be read: %w", ErrStore, err)
+	}
+	if !reflect.DeepEqual(cp.Settings, want) {
+		return false, fmt.Errorf("%w: the store holds a run of federation %q with other settings (method, rounds, sampling, seed, privacy or allow-list): resume it with the same flags, or use another --store", ErrStore, r.fed)
+	}
+	r.cp = cp
+	r.started = true
+	for _, k := range cp.Enrolled {
+		r.ready[k] = nil
+	}
+	r.setWelcome()
+	return true, nil
+}
+
+// setWelcome fills in the welcome template from the checkpoint.
+func (r *run) setWelcome() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.welcome = Welcome{
+		Federation: r.fed, Clients: len(r.cfg.Clients), Classes: r.cp.Classes,
+		Spec: r.cfg.Spec, Rounds: r.cfg.Rounds.T, Rate: r.cfg.Rounds.SampleRate, Seed: r.cp.Seed,
+		NeedCounts: r.needCounts(),
+	}
+}
+
+// needCounts reports whether the protocol needs the clients' class
+// counts: non-private weighted binning.
+func (r *run) needCounts() bool {
+	m, err := calib.LookupMethod(r.cfg.Spec.Method)
+	w := r.cfg.Spec.Weighting
+	return err == nil && m.Family == calib.Binning && !r.cfg.Spec.Private() && (w == calib.WeightAll || w == calib.WeightChanged)
+}
+
+// enrol answers a client's hello or ready request.
+func (r *run) enrol(m *nats.Msg) {
+	reply := func(w Welcome) {
+		b, err := json.Marshal(w)
+		if err == nil {
+			err = m.Respond(b)
+		}
+		if err != nil {
+			r.cfg.Log.Warn("answering an enrolment", "err", err)
+		}
+	}
+	pub := m.Subject[enrolPrefixLen(r.fed):]
+	k, ok := r.index[pub]
+	if !ok {
+		reply(Welcome{Error: fmt.Sprintf("key %s is not on the allow-list of federation %s", pub, r.fed)})
+		return
+	}
+	var req ready
+	if err := json.Unmarshal(m.Data, &req); err != nil || req.Version != Version || (req.Kind != "hello" && req.Kind != "ready") {
+		reply(Welcome{Error: fmt.Sprintf("not a version-%d enrolment request of fedcalib", Version)})
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := r.welcome
+	w.Client, w.Done = k, r.done
+	if req.Kind == "hello" {
+		reply(w)
+		return
+	}
+	if err := r.checkReady(&req, &w); err != nil {
+		r.cfg.Log.Warn("refused an enrolment", "client", k, "err", err)
+		reply(Welcome{Error: err.Error()})
+		return
+	}
+	if _, was := r.ready[k]; !was && !r.started {
+		r.ready[k] = req.Counts
+		select {
+		case r.enrolled <- struct{}{}:
+		default:
+		}
+	}
+	reply(w)
+}
+
+// checkReady checks a ready request; r.mu is held.
+func (r *run) checkReady(req *ready, w *Welcome) error {
+	switch {
+	case req.Classes < 2 || req.Classes > calib.MaxSize:
+		return fmt.Errorf("%d classes: want 2 to %d", req.Classes, calib.MaxSize)
+	case r.welcome.Classes == 0 && r.started:
+		return errors.New("the run has started without a number of classes")
+	case r.welcome.Classes == 0:
+		r.welcome.Classes, r.cp.Classes, w.Classes = req.Classes, req.Classes, req.Classes
+	case req.Classes != r.welcome.Classes:
+		return fmt.Errorf("the client's data has %d classes, the federation %d", req.Classes, r.welcome.Classes)
+	}
+	if !r.welcome.NeedCounts {
+		req.Counts = nil
+		return nil
+	}
+	if len(req.Counts) != req.Classes {
+		return fmt.Errorf("%d class counts for %d classes", len(req.Counts), req.Classes)
+	}
+	for j, v := range req.Counts {
+		if !(v >= 0) || v != math.Trunc(v) || math.IsInf(v, 0) {
+			return fmt.Errorf("class count %d is %v: want a whole number ≥ 0", j, v)
+		}
+	}
+	return nil
+}
+
+// enrolment waits until every client is ready or EnrolTimeout passes.
+func (r *run) enrolment(ctx context.Context) error {
+	timer := time.NewTimer(r.cfg.EnrolTimeout)
+	defer timer.Stop()
+	K := len(r.cfg.Clients)
+	for {
+		r.mu.Lock()
+		n := len(r.ready)
+		r.mu.Unlock()
+		if n == K {
+			break
+		}
+		select {
+		case <-r.enrolled:
+			continue
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+		}
+		break
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.started = true
+	if n := len(r.ready); n < r.cfg.MinClients {
+		return fmt.Errorf("%w: %d of %d clients enrolled within %v, fewer than the %d needed (--min-clients)", ErrTooFewClients, n, K, r.cfg.EnrolTimeout, r.cfg.MinClients)
+	}
+	r.cp.Enrolled = slices.Sorted(mapsKeys(r.ready))
+	if r.welcome.NeedCounts {
+		r.cp.Counts = make([]float64, r.cp.Classes)
+		for _, k := range r.cp.Enrolled {
+			for j, v := range r.ready[k] {
+				r.cp.Counts[j] += v
+			}
+		}
+	}
+	return nil
+}
+
+func mapsKeys(m map[int][]float64) func(func(int) bool) {
+	return func(yield func(int) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// steps builds the server step, restoring the checkpoint's state.
+func (r *run) steps(resumed bool) error {
+	o, err := r.cfg.Spec.Options()
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if o.Privacy != nil {
+		o.Privacy.Secure = r.cfg.SecureNoise
+	}
+	f, err := federation.New(r.cfg.Spec.Method, o)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	st, ok := f.(federation.Stepper)
+	if !ok {
+		return fmt.Errorf("%w: method %s has no protocol steps", ErrConfig, r.cfg.Spec.Method)
+	}
+	counts := r.cp.Counts
+	fed := federation.Federation{
+		Clients: len(r.cfg.Clients), Classes: r.cp.Classes,
+		ClassCounts: func() ([]float64, error) { return slices.Clone(counts), nil },
+	}
+	rounds := federation.Rounds{T: r.cfg.Rounds.T, SampleRate: r.cfg.Rounds.SampleRate, Seed: r.cp.Seed}
+	_, s, err := st.Steps(fed, rounds)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	saver, ok := s.(federation.StateSaver)
+	if !ok {
+		return fmt.Errorf("%w: the %s server cannot save its state", ErrConfig, s.Protocol())
+	}
+	if resumed {
+		if err := saver.Restore(r.cp.State); err != nil {
+			return fmt.Errorf("%w: %w", ErrStore, err)
+		}
+		if saver.Closed() != len(r.cp.Records) {
+			return fmt.Errorf("%w: the state closed %d rounds but %d are recorded", ErrStore, saver.Closed(), len(r.cp.Records))
+		}
+	}
+	r.server = s
+	return nil
+}
+
+// commit stores the checkpoint.
+func (r *run) commit(ctx context.Context) error {
+	state, err := r.server.(federation.StateSaver).State()
+	if err != nil {
+		return err
+	}
+	r.cp.State = state
+	b, err := json.Marshal(&r.cp)
+	if err != nil {
+		return err
+	}
+	if _, err := r.kv.Put(ctx, checkpointKey, b); err != nil {
+		return fmt.Errorf("committing the checkpoint: %w", err)
+	}
+	return nil
+}
+
+// announce publishes a round announcement.
+func (r *run) announce(a *Announcement) error {
+	b, err := json.Marshal(a)
+	if err != nil {
+		return err
+	}
+	return r.nc.Publish(subjRound(r.fed), b)
+}
+
+// round runs round t: announce, collect, close, commit.
+func (r *run) round(ctx context.Context, t int, msgs <-chan jetstream.Msg) error {
+	cfg := r.cfg
+	parts := (&federation.Rounds{T: cfg.Rounds.T, SampleRate: cfg.Rounds.SampleRate, Seed: r.cp.Seed}).Participants(t, len(cfg.Clients))
+	rep := RoundReport{RoundRecord: calib.RoundRecord{Round: t, Sampled: parts, Participants: []int{}, Dropouts: []int{}}, Rounds: cfg.Rounds.T, Refused: map[int]string{}}
+	got := make(map[int][]float64, len(parts))
+	var lastSeq uint64
+	if len(parts) > 0 {
+		sampled := make(map[int]bool, len(parts))
+		for _, k := range parts {
+			sampled[k] = true
+		}
+		need := min(cfg.MinClients, len(parts))
+		every := min(time.Second, cfg.RoundTimeout/4)
+		for rep.Attempts = 1; ; rep.Attempts++ {
+			a := &Announcement{
+				Federation: r.fed, Round: t, Attempt: rep.Attempts, Rounds: cfg.Rounds.T,
+				Broadcast: r.server.Broadcast(), Participants: parts,
+				Deadline: time.Now().Add(cfg.RoundTimeout), Seed: r.cp.Seed,
+			}
+			if err := r.announce(a); err != nil {
+				return err
+			}
+			deadline := time.NewTimer(cfg.RoundTimeout)
+			tick := time.NewTicker(every)
+		collect:
+			for len(got)+len(rep.Refused) < len(parts) {
+				select {
+				case <-ctx.Done():
+					deadline.Stop()
+					tick.Stop()
+					return ctx.Err()
+				case <-deadline.C:
+					break collect
+				case <-tick.C:
+					if err := r.announce(a); err != nil {
+						cfg.Log.Warn("announcing again", "round", t, "err", err)
+					}
+				case m := <-msgs:
+					if md, err := m.Metadata(); err == nil {
+						lastSeq = max(lastSeq, md.Sequence.Stream)
+					}
+					r.receive(t, m, sampled, got, rep.Refused)
+				}
+			}
+			deadline.Stop()
+			tick.Stop()
+			if len(got) >= need {
+				break
+			}
+			if rep.Attempts >= cfg.MaxAttempts {
+				return fmt.Errorf("%w: %d of %d sampled clients sent an acceptable update in %d attempts of %v, fewer than the %d needed (--min-clients)",
+					ErrTooFewClients, len(got), len(parts), rep.Attempts, cfg.RoundTimeout, need)
+			}
+			cfg.Log.Warn("round short of updates: announcing it again; nothing was released", "round", t, "updates", len(got), "needed", need, "attempt", rep.Attempts)
+		}
+	}
+	for _, k := range parts {
+		u, ok := got[k]
+		if !ok {
+			rep.Dropouts = append(rep.Dropouts, k)
+			continue
+		}
+		if err := r.server.Add(u); err != nil {
+			return err
+		}
+		rep.Participants = append(rep.Participants, k)
+	}
+	if err := r.server.EndRound(t, len(rep.Participants)); err != nil {
+		return err
+	}
+	r.cp.Records = append(r.cp.Records, rep.RoundRecord)
+	if err := r.commit(ctx); err != nil {
+		return err
+	}
+	if lastSeq > 0 {
+		if err := r.stream.Purge(ctx, jetstream.WithPurgeSequence(lastSeq+1)); err != nil {
+			cfg.Log.Warn("purging the update stream", "err", err)
+		}
+	}
+	if cfg.Progress != nil {
+		if cfg.Spec.Private() {
+			if res, err := r.server.Result(); err == nil && res.Privacy != nil {
+				rep.Epsilon = res.Privacy.Epsilon
+			}
+		}
+		cfg.Progress(rep)
+	}
+	return nil
+}
+
+// receive takes one update message of round t.
+func (r *run) receive(t int, m jetstream.Msg, sampled map[int]bool, got map[int][]float64, refused map[int]string) {
+	pub := m.Subject()[updatePrefixLen(r.fed):]
+	k, ok := r.index[pub]
+	if !ok {
+		r.cfg.Log.Warn("update from a key not on the allow-list", "key", pub)
+		return
+	}
+	h := m.Headers()
+	round, err := strconv.Atoi(h.Get(hdrRound))
+	if err == nil && round != t && h.Get(hdrFederation) == r.fed {
+		if round > t {
+			r.cfg.Log.Warn("refused an update for a future round", "round", t, "client", k, "for", round)
+		}
+		return // a replay of a closed round: counted when it closed
+	}
+	if _, dup := got[k]; dup {
+		return
+	}
+	if _, dup := refused[k]; dup {
+		return
+	}
+	refuse := func(reason string) {
+		refused[k] = reason
+		r.cfg.Log.Warn("refused an update", "round", t, "client", k, "reason", reason)
+	}
+	switch {
+	case h.Get(hdrFederation) != r.fed:
+		refuse(fmt.Sprintf("%v: federation %q, not %q", federation.ErrBadUpdate, h.Get(hdrFederation), r.fed))
+		return
+	case err != nil:
+		refuse(fmt.Sprintf("%v: no round number", federation.ErrBadUpdate))
+		return
+	case h.Get(hdrClient) != strconv.Itoa(k):
+		refuse(fmt.Sprintf("%v: sent as client %q by client %d", federation.ErrBadUpdate, h.Get(hdrClient), k))
+		return
+	case !sampled[k]:
+		r.cfg.Log.Warn("refused an update from a client not sampled", "round", t, "client", k)
+		return
+	}
+	u, err := decodeUpdate(m.Data())
+	if err == nil {
+		err = r.server.Check(u)
+	}
+	if err != nil {
+		refuse(err.Error())
+		return
+	}
+	got[k] = u
+}
+
+// finish marks the run done and tells the clients.
+func (r *run) finish() {
+	r.mu.Lock()
+	r.done = true
+	r.mu.Unlock()
+	a := &Announcement{Federation: r.fed, Round: r.cfg.Rounds.T, Rounds: r.cfg.Rounds.T, Seed: r.cp.Seed, Done: true}
+	for i := range 3 {
+		if i > 0 {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err := r.announce(a); err != nil {
+			r.cfg.Log.Warn("announcing the end", "err", err)
+		}
+	}
+	r.nc.Flush()
+}

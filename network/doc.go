@@ -1,0 +1,74 @@
+// Package network runs a federated calibration across machines over NATS
+// JetStream: a Coordinator drives the server step of a protocol of package
+// federation (federation.ServerStep) and each data owner runs a Client that
+// drives the client step (federation.ClientStep) on its own calibration
+// data, so that only clipped updates leave a client. It is the second
+// driver of federation's protocol steps, beside the in-process simulation
+// federation.Fitter.Fit; package federation imports nothing of it.
+//
+// # Identities and the allow-list
+//
+// A client is an NKey user key pair (ed25519; NewKey). The coordinator's
+// allow-list (ReadAllowList) holds one public key a line; the client's
+// index k in the federation is its line number, counting from 0, which
+// matches the client index of a simulation over the same partition.
+//
+// # Subjects and permissions
+//
+// For a federation named F (ValidFederation), with P a client's public key:
+//
+//	fedcalib.F.enrol.P    client → coordinator: hello and ready requests (core NATS)
+//	fedcalib.F.inbox.P.>  the client's inbox: replies and JetStream acks
+//	fedcalib.F.round      coordinator → all: round announcements (core NATS)
+//	fedcalib.F.update.P   client → stream FEDCALIB_F_UPDATES: the client's updates
+//
+// The embedded server (NewServer) admits only the allow-listed keys and the
+// coordinator's own key, and gives each client the permissions of
+// ClientPermissions: publish to its own enrol and update subjects only,
+// subscribe to the announcements and its own inbox only. A client can
+// therefore never read another client's update, nor the JetStream API. An
+// external NATS deployment must grant the same permissions.
+//
+// # Message flow
+//
+//  1. A client subscribes to the announcements, sends a hello to its enrol
+//     subject and receives a Welcome: its index k, the number of clients
+//     K, the protocol (federation.Spec) and the rounds (T, p, seed). It
+//     loads its calibration rows and sends a ready request with its number
+//     of classes — and, only for non-private weighted binning, its class
+//     counts N_j^k, which are not private.
+//  2. The coordinator waits until every allow-listed client is ready or
+//     the enrolment timeout passes, and then needs at least MinClients.
+//  3. For each round t it samples the participants with
+//     federation.Rounds.Participants over the allow-list and announces
+//     (round, attempt, broadcast, participants, deadline, seed). Each
+//     named client computes its update and publishes it to JetStream with
+//     the message id F/t/k, so a replay is stored once.
+//  4. The coordinator reads the stream, refuses (and logs) an update of
+//     another federation or round, of the wrong length, with a non-finite
+//     or negative value or above the clip norm (federation.ServerStep.Check)
+//     — that client counts as a dropout — and closes the round when every
+//     participant answered or the round timeout passed. With fewer than
+//     MinClients accepted updates (or all participants, when fewer were
+//     sampled) the round is announced again (a new attempt) and nothing is
+//     released: EndRound, which adds the noise and charges the ledger, runs
+//     only when a round closes. Otherwise it adds the updates in increasing
+//     k and calls EndRound.
+//  5. After every round it commits the server's state (with the privacy
+//     ledger) and the round records to the JetStream key-value bucket
+//     fedcalib_F, in one put, and only then announces the next round. A
+//     restarted coordinator resumes from that checkpoint: a restart never
+//     resets the ledger and re-reads the updates of the open round from the
+//     stream.
+//
+// # Randomness
+//
+// Client sampling, each client's own stream (federation.ClientRand, used by
+// fedcal's local SGD) and the initial parameters depend on the run's seed,
+// which the coordinator announces. The noise of round t comes from the
+// seeded stream of (seed, t) when Config.SecureNoise is false — the
+// simulation's noise, so that the calibrator equals "fedcalib calibrate"
+// bit for bit, but predictable by anyone who knows the seed, so only fit
+// for tests — and from crypto/rand when it is true, as any real release
+// must (SPEC §7).
+package network

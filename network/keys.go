@@ -1,0 +1,179 @@
+package network
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
+
+	"github.com/fedcalib/fedcalib/internal/fileio"
+)
+
+// NewKey returns a new client identity: an NKey user key pair, as its seed
+// (the secret, "SU…") and its public key ("U…", the allow-list entry).
+func NewKey() (seed []byte, public string, err error) {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: %w", ErrKey, err)
+	}
+	defer kp.Wipe()
+	if seed, err = kp.Seed(); err != nil {
+		return nil, "", fmt.Errorf("%w: %w", ErrKey, err)
+	}
+	seed = bytes.Clone(seed) // Wipe clears the key pair's own copy
+	if public, err = kp.PublicKey(); err != nil {
+		return nil, "", fmt.Errorf("%w: %w", ErrKey, err)
+	}
+	return seed, public, nil
+}
+
+// WriteKey writes a new client identity to path with mode 0600, refusing
+// to overwrite an existing file, and returns its public key.
+func WriteKey(path string) (string, error) {
+	if _, err := os.Lstat(path); err == nil {
+		return "", fmt.Errorf("%w: %s exists: a key file is never overwritten; choose another name", ErrKey, path)
+	}
+	seed, pub, err := NewKey()
+	if err != nil {
+		return "", err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrKey, err)
+	}
+	_, err = f.Write(append(seed, '\n'))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		return "", fmt.Errorf("%w: writing %s: %w", ErrKey, path, err)
+	}
+	return pub, nil
+}
+
+// Key is a client's credentials as ReadKey reads them from a key file:
+// either an NKey user seed (written by WriteKey, for the embedded server)
+// or a NATS credentials file (a user JWT and its seed, for an external
+// NATS deployment). The zero value holds no key.
+type Key struct {
+	// Seed is the NKey user seed.
+	Seed []byte
+	// Public is the public key of Seed.
+	Public string
+	// Creds is the path of a credentials file, empty for a bare seed.
+	Creds string
+}
+
+// ReadKey reads a key file: a bare NKey user seed or a NATS credentials
+// file. Errors wrap ErrKey.
+func ReadKey(path string) (Key, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Key{}, fmt.Errorf("%w: %w", ErrKey, err)
+	}
+	var kp nkeys.KeyPair
+	creds := ""
+	if bytes.Contains(b, []byte("BEGIN NATS USER JWT")) {
+		kp, err = jwt.ParseDecoratedUserNKey(b)
+		creds = path
+	} else {
+		kp, err = nkeys.FromSeed(bytes.TrimSpace(b))
+	}
+	if err != nil {
+		return Key{}, fmt.Errorf("%w: %s is not an NKey user seed or NATS credentials file (make one with \"fedcalib keys new\"): %w", ErrKey, path, err)
+	}
+	defer kp.Wipe()
+	pub, err := kp.PublicKey()
+	if err != nil || !nkeys.IsValidPublicUserKey(pub) {
+		return Key{}, fmt.Errorf("%w: %s does not hold a user key (its public key should start with U)", ErrKey, path)
+	}
+	seed, err := kp.Seed()
+	if err != nil {
+		return Key{}, fmt.Errorf("%w: %s: %w", ErrKey, path, err)
+	}
+	return Key{Seed: bytes.Clone(seed), Public: pub, Creds: creds}, nil
+}
+
+// ReadAllowList reads an allow-list file: one NKey user public key a
+// line; blank lines and lines starting with '#' are ignored, and text
+// after a key (separated by white space) is a comment. The client of the
+// i-th key (from 0) is client i of the federation. Errors wrap
+// ErrAllowList and name the line.
+func ReadAllowList(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrAllowList, err)
+	}
+	keys, err := ParseAllowList(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return keys, nil
+}
+
+// ParseAllowList parses the contents of an allow-list file (see
+// ReadAllowList).
+func ParseAllowList(b []byte) ([]string, error) {
+	var keys []string
+	seen := make(map[string]int)
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for line := 1; sc.Scan(); line++ {
+		f := strings.Fields(sc.Text())
+		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		k := f[0]
+		if !nkeys.IsValidPublicUserKey(k) {
+			return nil, fmt.Errorf("%w: line %d: %.20q is not an NKey user public key (\"fedcalib keys new\" prints one, starting with U)", ErrAllowList, line, k)
+		}
+		if prev, ok := seen[k]; ok {
+			return nil, fmt.Errorf("%w: line %d repeats the key of line %d", ErrAllowList, line, prev)
+		}
+		seen[k] = line
+		keys = append(keys, k)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrAllowList, err)
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("%w: no keys: list one client public key a line", ErrAllowList)
+	}
+	return keys, nil
+}
+
+// WriteAllowList writes keys as an allow-list file at path, atomically.
+func WriteAllowList(path string, keys []string) error {
+	if _, err := ParseAllowList([]byte(strings.Join(keys, "\n"))); err != nil {
+		return err
+	}
+	return fileio.Write(path, []byte(strings.Join(keys, "\n")+"\n"))
+}
+
+// ClientPermissions returns the NATS permissions of the client with public
+// key pub in federation fed: publish only to its own enrol and update
+// subjects, subscribe only to the round announcements and its own inbox.
+// An external NATS deployment should give each client these.
+func ClientPermissions(fed, pub string) *server.Permissions {
+	fed = fedOr(fed)
+	return &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: []string{subjEnrol(fed, pub), subjUpdate(fed, pub)}},
+		Subscribe: &server.SubjectPermission{Allow: []string{subjRound(fed), inboxPrefix(fed, pub) + ".>"}},
+	}
+}
+
+// errIs reports whether err is, or wraps, any of targets.
+func errIs(err error, targets ...error) bool {
+	for _, t := range targets {
+		if errors.Is(err, t) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,73 @@
+package network
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+)
+
+// Sentinel errors of this package. Errors returned by its functions wrap
+// them (with %w), so callers test them with errors.Is.
+var (
+	// ErrAllowList is wrapped by errors about a malformed allow-list.
+	ErrAllowList = errors.New("network: bad allow-list")
+	// ErrKey is wrapped by errors about a missing or malformed key file.
+	ErrKey = errors.New("network: bad key")
+	// ErrFederation is wrapped by errors about a federation name that is
+	// malformed, or that no coordinator serves.
+	ErrFederation = errors.New("network: unknown federation")
+	// ErrNotAllowed is wrapped when the server refuses a client's key or a
+	// client acts beyond its permissions.
+	ErrNotAllowed = errors.New("network: not allowed")
+	// ErrUnreachable is wrapped when no NATS server answers at the URL.
+	ErrUnreachable = errors.New("network: server unreachable")
+	// ErrInsecure is wrapped when a plaintext connection or listener is
+	// asked for on an address other than loopback without Insecure.
+	ErrInsecure = errors.New("network: plaintext off loopback")
+	// ErrTooFewClients is wrapped when fewer clients enrol than
+	// Config.MinClients, or a round gets too few updates in
+	// Config.MaxAttempts attempts.
+	ErrTooFewClients = errors.New("network: too few clients")
+	// ErrStore is wrapped when the coordinator's store holds a run with
+	// other settings, or a checkpoint it cannot read.
+	ErrStore = errors.New("network: store mismatch")
+	// ErrConfig is wrapped by errors about an invalid Config or
+	// ServerConfig.
+	ErrConfig = errors.New("network: bad configuration")
+)
+
+// DefaultFederation is the federation name used when none is given.
+const DefaultFederation = "default"
+
+var federationName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ValidFederation returns an error wrapping ErrFederation unless name is a
+// valid federation name: 1 to 64 letters, digits, '-' or '_', so that it
+// is one token of a NATS subject and part of a stream name.
+func ValidFederation(name string) error {
+	if !federationName.MatchString(name) {
+		return fmt.Errorf("%w: name %q: want 1 to 64 letters, digits, - or _", ErrFederation, name)
+	}
+	return nil
+}
+
+// fedOr returns name, or DefaultFederation for "".
+func fedOr(name string) string {
+	if name == "" {
+		return DefaultFederation
+	}
+	return name
+}
+
+// Subjects, stream and bucket of a federation (see the package doc).
+func subjRound(fed string) string           { return "fedcalib." + fed + ".round" }
+func subjEnrol(fed, pub string) string      { return "fedcalib." + fed + ".enrol." + pub }
+func subjEnrolAll(fed string) string        { return "fedcalib." + fed + ".enrol.*" }
+func subjUpdate(fed, pub string) string     { return "fedcalib." + fed + ".update." + pub }
+func subjUpdateAll(fed string) string       { return "fedcalib." + fed + ".update.*" }
+func inboxPrefix(fed, pub string) string    { return "fedcalib." + fed + ".inbox." + pub }
+func streamName(fed string) string          { return "FEDCALIB_" + fed + "_UPDATES" }
+func bucketName(fed string) string          { return "fedcalib_" + fed }
+func msgID(fed string, round, k int) string { return fmt.Sprintf("%s/%d/%d", fed, round, k) }
+func updatePrefixLen(fed string) int        { return len(subjUpdate(fed, "")) }
+func enrolPrefixLen(fed string) int         { return len(subjEnrol(fed, "")) }

@@ -1,0 +1,55 @@
+package network
+
+import (
+	"context"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/federation"
+)
+
+// TestCoordinatorEqualsFit: a coordinator and 20 clients over the embedded
+// server (TLS, pinned certificate) give the simulation's calibrator and
+// privacy record bit for bit.
+func TestCoordinatorEqualsFit(t *testing.T) {
+	const K, C = 20, 4
+	pop := population(t, 3000, C, K)
+	r := federation.Rounds{T: 3, SampleRate: 0.5, Seed: 11}
+	for _, tc := range []struct {
+		name string
+		spec federation.Spec
+	}{
+		{"FedBBQ weighted DP", federation.Spec{Method: "bbq", Mexp: 4, Weighting: calib.WeightAll, Epsilon: 2}},
+		{"FedBBQ weighted", federation.Spec{Method: "bbq", Mexp: 4, Weighting: calib.WeightAll}},
+		{"FedTemp DP", federation.Spec{Method: "temp", Epsilon: 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, K, t.TempDir())
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			wait := h.joinAll(ctx, pop, upTo(K))
+			out, err := h.coordinate(ctx, t, Config{Spec: tc.spec, Rounds: r, MinClients: K / 2, RoundTimeout: 10 * time.Second, EnrolTimeout: 20 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			noErrors(t, wait())
+			want := fit(t, tc.spec, pop, r)
+			if !samePredictions(want.Calibrator, out.Result.Calibrator, C) {
+				t.Errorf("the networked calibrator differs from the simulation's")
+			}
+			if !reflect.DeepEqual(want.Privacy, out.Result.Privacy) {
+				t.Errorf("privacy %+v, simulation %+v", out.Result.Privacy, want.Privacy)
+			}
+			if len(out.Rounds) != r.T {
+				t.Fatalf("%d round records, want %d", len(out.Rounds), r.T)
+			}
+			for _, rec := range out.Rounds {
+				if want := r.Participants(rec.Round, K); !reflect.DeepEqual(rec.Participants, want) || len(rec.Dropouts) != 0 || rec.Attempts != 1 {
+					t.Errorf("round %d: participants %v dropouts %v attempts %d; want %v, none, 1", rec.Round, rec.Participants, rec.Dropouts, rec.Attempts, want)
+				}
+			}
+		})
+	}
+}

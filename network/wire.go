@@ -1,0 +1,111 @@
+package network
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/fedcalib/fedcalib/federation"
+)
+
+// Version is the version of the wire protocol that hello requests carry;
+// the coordinator refuses other versions.
+const Version = 1
+
+// Headers of an update message.
+const (
+	hdrFederation = "Fedcalib-Federation"
+	hdrRound      = "Fedcalib-Round"
+	hdrClient     = "Fedcalib-Client"
+)
+
+// hello is a client's first enrolment request.
+type hello struct {
+	Kind    string `json:"kind"` // "hello"
+	Version int    `json:"version"`
+}
+
+// ready is a client's second enrolment request, once its data is loaded.
+type ready struct {
+	Kind    string    `json:"kind"` // "ready"
+	Version int       `json:"version"`
+	Classes int       `json:"classes"`
+	Counts  []float64 `json:"counts,omitempty"` // N_j^k, only when Welcome.NeedCounts
+}
+
+// Welcome is the coordinator's answer to an enrolment request: what a
+// client needs to compute its updates. The zero value is not a valid
+// welcome.
+type Welcome struct {
+	// Error, if not empty, says why the coordinator refused the request.
+	Error string `json:"error,omitempty"`
+	// Federation is the federation's name.
+	Federation string `json:"federation"`
+	// Client is the client's index k, its line in the allow-list.
+	Client int `json:"client"`
+	// Clients is the number of clients K.
+	Clients int `json:"clients"`
+	// Classes is the number of classes C; 0 while no client has said.
+	Classes int `json:"classes"`
+	// Spec is the protocol.
+	Spec federation.Spec `json:"spec"`
+	// Rounds is T and p.
+	Rounds int     `json:"rounds"`
+	Rate   float64 `json:"sample_rate"`
+	// Seed is the run's seed: sampling, client streams, initial
+	// parameters (and, with SecureNoise off, the noise).
+	Seed uint64 `json:"seed"`
+	// NeedCounts asks the client to send its class counts (non-private
+	// weighted binning only).
+	NeedCounts bool `json:"need_counts,omitempty"`
+	// Done reports that the run has finished.
+	Done bool `json:"done,omitempty"`
+}
+
+// Announcement is a round announcement. The zero value is not a valid
+// announcement.
+type Announcement struct {
+	// Federation is the federation's name.
+	Federation string `json:"federation"`
+	// Round is t, 1 to T.
+	Round int `json:"round"`
+	// Attempt counts the announcements of the round that did not close,
+	// from 1.
+	Attempt int `json:"attempt"`
+	// Rounds is T.
+	Rounds int `json:"rounds"`
+	// Broadcast is the server's broadcast of the round
+	// (federation.ServerStep.Broadcast).
+	Broadcast []float64 `json:"broadcast"`
+	// Participants lists the clients sampled for the round, increasing.
+	Participants []int `json:"participants"`
+	// Deadline is when the round closes with whoever answered.
+	Deadline time.Time `json:"deadline"`
+	// Seed is the run's seed.
+	Seed uint64 `json:"seed"`
+	// Done reports that the run has finished: clients may leave.
+	Done bool `json:"done,omitempty"`
+}
+
+// encodeUpdate returns u as little-endian IEEE 754 float64s: every value,
+// NaN and infinities included, travels exactly.
+func encodeUpdate(u []float64) []byte {
+	b := make([]byte, 8*len(u))
+	for i, v := range u {
+		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(v))
+	}
+	return b
+}
+
+// decodeUpdate reverses encodeUpdate.
+func decodeUpdate(b []byte) ([]float64, error) {
+	if len(b)%8 != 0 {
+		return nil, fmt.Errorf("%w: %d bytes is not a whole number of float64s", federation.ErrBadUpdate, len(b))
+	}
+	u := make([]float64, len(b)/8)
+	for i := range u {
+		u[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
+	}
+	return u, nil
+}
