@@ -22,7 +22,7 @@ type calibrateFlags struct {
 	// Calibrator.
 	method  string
 	binsExp int
-	seed    int64
+	seed    uint64
 	// Federated runs (calibrate_fed.go).
 	fed fedFlags
 }
@@ -61,7 +61,7 @@ the output atomically and never over an input.`,
 	f.BoolVar(&fl.central, "central", false, "fit one calibrator on all calibration rows, without federation (required)")
 	f.StringVar(&fl.method, "method", "", "calibrator: "+strings.Join(calib.MethodNames(), ", ")+" (required)")
 	f.IntVar(&fl.binsExp, "bins-exp", calib.DefaultMexp, fmt.Sprintf("binning methods only: use 2^M bins per class, M in [1, %d]", calib.MaxMexp))
-	f.Int64Var(&fl.seed, "seed", 0, "random seed (fedcal's initial weights and example order); recorded in the output")
+	f.Var((*seedValue)(&fl.seed), "seed", "random seed, 0 to 2^64−1 (fedcal's initial weights and example order); recorded in the output")
 	fl.fed.register(cmd)
 	return cmd
 }
@@ -86,7 +86,13 @@ func runCalibrate(cmd *cobra.Command, fl *calibrateFlags) error {
 		return fmt.Errorf("%s has no calibration rows (split %d) to fit on: mark some rows as calibration data", fl.logits, logits.SplitCalibration)
 	}
 	s := f.Set(rows)
-	c, err := calib.New(fl.method, calib.Settings{Mexp: fl.binsExp, Seed: fl.seed})
+	if m, err := calib.LookupMethod(fl.method); err == nil { // checked above
+		if err := m.CheckSize(s.Classes, 1<<fl.binsExp); err != nil {
+			return fmt.Errorf("%s: %w", fl.logits, err)
+		}
+	}
+	// calib.Settings.Seed is signed; the same bits seed the same generator.
+	c, err := calib.New(fl.method, calib.Settings{Mexp: fl.binsExp, Seed: int64(fl.seed)})
 	if err != nil {
 		return fmt.Errorf("--method: %w", err)
 	}
@@ -104,7 +110,7 @@ func runCalibrate(cmd *cobra.Command, fl *calibrateFlags) error {
 	prov := calib.Provenance{
 		Data:     fmt.Sprintf("%s: %s", filepath.Base(fl.logits), desc),
 		Protocol: "central",
-		Seed:     fl.seed,
+		Seed:     calib.Seed(fl.seed),
 		Tool:     Version(),
 	}
 	if err := calib.WriteFile(fl.out, c, nil, prov); err != nil {

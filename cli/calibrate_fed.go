@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"path/filepath"
 	"strings"
 
@@ -82,7 +83,7 @@ func (ff *fedFlags) register(cmd *cobra.Command) {
 		c.Usage = "fit one calibrator on all calibration rows, without federation"
 	}
 	if s := f.Lookup("seed"); s != nil {
-		s.Usage = "random seed: fedcal's initial weights and example order, and in federated runs the partition, client sampling and noise; recorded in the output"
+		s.Usage = "random seed, 0 to 2^64−1: fedcal's initial weights and example order, and in federated runs the partition, client sampling and noise; recorded in the output"
 	}
 	f.StringVar(&ff.partition, "partition", "", "partition file from \"fedcalib partition\" giving the clients")
 	f.IntVar(&ff.clients, "clients", 0, "number of clients K of a Dirichlet label-skew partition made on the fly (needs --beta)")
@@ -134,14 +135,25 @@ func (ff *fedFlags) check(cmd *cobra.Command, fl *calibrateFlags) error {
 		return errors.New("--beta needs --clients, the number of clients K")
 	case changed("clients") && ff.clients < 1:
 		return fmt.Errorf("--clients is %d: need at least 1 client", ff.clients)
-	case ff.rounds < 1:
-		return fmt.Errorf("--rounds is %d: need at least 1 round", ff.rounds)
 	case changed("sample-rate") && changed("clients-per-round"):
 		return errors.New("--sample-rate and --clients-per-round both set the sampling: give one")
 	case !(ff.sampleRate > 0 && ff.sampleRate <= 1):
 		return fmt.Errorf("--sample-rate is %v: want 0 < p ≤ 1", ff.sampleRate)
-	case ff.workers < 0:
-		return fmt.Errorf("--workers is %d: want ≥ 0", ff.workers)
+	case changed("clients-per-round") && ff.perRound < 1:
+		return fmt.Errorf("--clients-per-round is %d: want at least 1 client per round", ff.perRound)
+	}
+	for _, err := range []error{
+		checkRange("rounds", ff.rounds, 1, federation.MaxRounds, "a number of rounds T"),
+		checkRange("workers", ff.workers, 0, federation.MaxWorkers, "a number of goroutines (0: one per CPU)"),
+	} {
+		if err != nil {
+			return err
+		}
+	}
+	if changed("beta") {
+		if err := checkPositive("beta", ff.beta, "Dirichlet concentration β", "e.g. 0.1 for strong label skew, 100 for almost none"); err != nil {
+			return err
+		}
 	}
 	if _, err := calib.LookupMethod(fl.method); err != nil {
 		return fmt.Errorf("--method %q: want one of %s", fl.method, strings.Join(calib.MethodNames(), ", "))
@@ -156,23 +168,32 @@ func (ff *fedFlags) check(cmd *cobra.Command, fl *calibrateFlags) error {
 			}
 		}
 	} else {
-		for _, name := range []string{"bins-exp", "weighting", "clip-pos", "clip-neg"} {
+		for _, name := range []string{"bins-exp", "weighting", "clip-pos", "clip-neg", "dp-alpha-z"} {
 			if changed(name) {
 				return fmt.Errorf("--%s applies to binning methods, not %s: drop it", name, fl.method)
+			}
+		}
+		// Explicit values are checked here, not left to become defaults.
+		if changed("server-lr") {
+			if err := checkPositive("server-lr", ff.serverLR, "server learning rate η_S", "drop --server-lr for the default 1"); err != nil {
+				return err
+			}
+		}
+		if changed("clip") {
+			fix := "drop --clip to fit without clipping"
+			if changed("epsilon") {
+				fix = fmt.Sprintf("drop --clip for the default %v", dp.DefaultClip)
+			}
+			if err := checkPositive("clip", ff.clip, "clip norm C", fix); err != nil {
+				return err
 			}
 		}
 	}
 	if _, err := calib.ParseWeighting(ff.weighting); err != nil {
 		return fmt.Errorf("--weighting: %w", err)
 	}
-	if !changed("epsilon") {
-		for _, name := range []string{"delta", "clip-pos", "clip-neg", "accountant"} {
-			if changed(name) {
-				return fmt.Errorf("--%s sets up privacy and needs --epsilon", name)
-			}
-		}
-	} else if !(ff.epsilon > 0) {
-		return fmt.Errorf("--epsilon is %v: want ε > 0", ff.epsilon)
+	if err := ff.checkPrivacy(changed); err != nil {
+		return err
 	}
 	return checkOut(fl.out, fl.logits, ff.partition)
 }
@@ -214,7 +235,7 @@ func (ff *fedFlags) run(cmd *cobra.Command, fl *calibrateFlags) error {
 	if err != nil {
 		return err
 	}
-	rounds := federation.Rounds{T: ff.rounds, SampleRate: rate, Seed: uint64(fl.seed), Workers: ff.workers}
+	rounds := federation.Rounds{T: ff.rounds, SampleRate: rate, Seed: fl.seed, Workers: ff.workers}
 	if !ff.quiet {
 		rounds.Progress = progressPrinter(cmd.ErrOrStderr(), ff.rounds)
 	}
@@ -226,7 +247,7 @@ func (ff *fedFlags) run(cmd *cobra.Command, fl *calibrateFlags) error {
 		Data:     fmt.Sprintf("%s: calibration rows of %d clients (%s)", filepath.Base(fl.logits), p.Len(), source),
 		Protocol: res.Protocol,
 		Clients:  p.Len(),
-		Seed:     fl.seed,
+		Seed:     calib.Seed(fl.seed),
 		Tool:     Version(),
 	}
 	if binningMethod(fl.method) {
@@ -246,7 +267,7 @@ func (ff *fedFlags) run(cmd *cobra.Command, fl *calibrateFlags) error {
 // partitionFor returns the partition of the run and says where it came
 // from.
 func (ff *fedFlags) partitionFor(f *logits.File, data *calib.Set, fl *calibrateFlags) (*federation.Partition, string, error) {
-	src := federation.Source{File: ff.partition, Clients: ff.clients, Beta: ff.beta, Seed: uint64(fl.seed)}
+	src := federation.Source{File: ff.partition, Clients: ff.clients, Beta: ff.beta, Seed: fl.seed}
 	p, desc, err := src.Partition(data.Labels, data.Classes, f.Client, f.Split)
 	switch {
 	case errors.Is(err, federation.ErrNoClientColumn):
@@ -316,4 +337,57 @@ func plural(n int, noun string) string {
 func binningMethod(method string) bool {
 	m, err := calib.LookupMethod(method)
 	return err == nil && m.Family == calib.Binning
+}
+
+// checkPrivacy reports the first problem of the privacy flags of a
+// federated run: an explicit value is used or refused, never replaced by
+// a default.
+func (ff *fedFlags) checkPrivacy(changed func(string) bool) error {
+	if !changed("epsilon") {
+		for _, name := range []string{"delta", "clip-pos", "clip-neg", "accountant", "dp-alpha-z"} {
+			if changed(name) {
+				return fmt.Errorf("--%s sets up privacy and needs --epsilon", name)
+			}
+		}
+		return nil
+	}
+	if math.IsInf(ff.epsilon, 1) {
+		return errors.New("--epsilon is +Inf: want a finite ε > 0; to fit without privacy, drop --epsilon")
+	}
+	if err := checkPositive("epsilon", ff.epsilon, "privacy budget ε", ""); err != nil {
+		return err
+	}
+	if !(ff.delta > 0 && ff.delta < 1) {
+		return fmt.Errorf("--delta is %v: want δ in (0, 1), e.g. 1e-5", ff.delta)
+	}
+	for _, c := range []struct {
+		name string
+		v    float64
+		what string
+		def  float64
+	}{{"clip-pos", ff.clipPos, "clip norm C₊", dp.DefaultClipPos}, {"clip-neg", ff.clipNeg, "clip norm C₋", dp.DefaultClipNeg}} {
+		if changed(c.name) {
+			if err := checkPositive(c.name, c.v, c.what, fmt.Sprintf("drop --%s for the default %v", c.name, c.def)); err != nil {
+				return err
+			}
+		}
+	}
+	if changed("dp-alpha-z") {
+		if !(ff.alphaZ >= 0) || math.IsInf(ff.alphaZ, 1) {
+			return fmt.Errorf("--dp-alpha-z is %v: want a finite z ≥ 0, e.g. 2 (0 is the paper's weighting)", ff.alphaZ)
+		}
+		if !weighted(ff.weighting) {
+			return fmt.Errorf("--dp-alpha-z sets the weighting's class weights and needs --weighting all or changed, not %s", ff.weighting)
+		}
+	}
+	if _, err := dp.ParseAccountant(ff.accountant); err != nil {
+		return fmt.Errorf("--accountant %q: want zcdp or rdp", ff.accountant)
+	}
+	return nil
+}
+
+// weighted reports whether w names a server-side weighting other than
+// none.
+func weighted(w string) bool {
+	return w == string(calib.WeightAll) || w == string(calib.WeightChanged)
 }

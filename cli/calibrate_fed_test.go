@@ -122,14 +122,29 @@ func TestCalibrateFederatedErrors(t *testing.T) {
 		{[]string{"--method", "bbq"}, "no client column"},
 		{[]string{"--method", "bbq", "--clients", "4"}, "needs --beta"},
 		{[]string{"--method", "bbq", "--beta", "0.1"}, "needs --clients"},
-		{[]string{"--method", "bbq", "--clients", "4", "--beta", "0"}, "β is 0"},
+		{[]string{"--method", "bbq", "--clients", "4", "--beta", "0"}, "--beta is 0: want a finite Dirichlet concentration β > 0"},
 		{[]string{"--method", "bbq", "--clients", "0", "--beta", "1"}, "--clients is 0"},
-		{[]string{"--method", "bbq", "--clients", "4", "--beta", "1", "--rounds", "0"}, "--rounds is 0"},
+		{[]string{"--method", "bbq", "--clients", "4", "--beta", "1", "--rounds", "0"}, "--rounds is 0: want a number of rounds T from 1 to 10000"},
+		{[]string{"--method", "bbq", "--clients", "4", "--beta", "1", "--rounds", "1000000000"}, "--rounds is 1000000000: want a number of rounds T from 1 to 10000"},
+		{[]string{"--method", "bbq", "--clients", "4", "--beta", "1", "--workers", "1000000000"}, "--workers is 1000000000: want a number of goroutines (0: one per CPU) from 0 to 1024"},
 		{[]string{"--method", "bbq", "--clients", "4", "--beta", "1", "--sample-rate", "0"}, "--sample-rate is 0"},
 		{[]string{"--method", "bbq", "--clients", "4", "--beta", "1", "--sample-rate", "1.5"}, "--sample-rate is 1.5"},
 		{[]string{"--method", "bbq", "--clients", "4", "--beta", "1", "--clients-per-round", "5"}, "clients per round is 5"},
 		{[]string{"--method", "bbq", "--clients", "4", "--beta", "1", "--epsilon", "0"}, "--epsilon is 0"},
-		{[]string{"--method", "bbq", "--clients", "4", "--beta", "1", "--epsilon", "1", "--delta", "1"}, "δ is 1"},
+		{[]string{"--method", "bbq", "--clients", "4", "--beta", "1", "--epsilon", "1", "--delta", "1"}, "--delta is 1: want δ in (0, 1)"},
+		// An explicit value is used or refused, never replaced by a default.
+		{[]string{"--method", "temp", "--clients", "4", "--beta", "1", "--server-lr", "0"}, "--server-lr is 0: want a finite server learning rate η_S > 0; drop --server-lr for the default 1"},
+		{[]string{"--method", "temp", "--clients", "4", "--beta", "1", "--server-lr", "NaN"}, "--server-lr is NaN"},
+		{[]string{"--method", "temp", "--clients", "4", "--beta", "1", "--clip", "0"}, "--clip is 0: want a finite clip norm C > 0; drop --clip to fit without clipping"},
+		{[]string{"--method", "temp", "--clients", "4", "--beta", "1", "--clip", "0", "--epsilon", "1"}, "--clip is 0: want a finite clip norm C > 0; drop --clip for the default 0.5"},
+		{[]string{"--method", "temp", "--clients", "4", "--beta", "1", "--clip", "+Inf"}, "--clip is +Inf"},
+		{[]string{"--method", "bbq", "--clients", "4", "--beta", "1", "--clip-pos", "0", "--epsilon", "1"}, "--clip-pos is 0: want a finite clip norm C₊ > 0; drop --clip-pos for the default 10"},
+		{[]string{"--method", "bbq", "--clients", "4", "--beta", "1", "--clip-neg", "-1", "--epsilon", "1"}, "--clip-neg is -1"},
+		{[]string{"--method", "temp", "--clients", "4", "--beta", "1", "--epsilon", "Inf"}, "--epsilon is +Inf: want a finite ε > 0; to fit without privacy, drop --epsilon"},
+		{[]string{"--method", "bbq", "--clients", "4", "--beta", "1", "--weighting", "all", "--dp-alpha-z", "2"}, "--dp-alpha-z sets up privacy and needs --epsilon"},
+		{[]string{"--method", "bbq", "--clients", "4", "--beta", "1", "--epsilon", "1", "--dp-alpha-z", "2"}, "--dp-alpha-z sets the weighting's class weights and needs --weighting all or changed, not none"},
+		{[]string{"--method", "temp", "--clients", "4", "--beta", "1", "--epsilon", "1", "--dp-alpha-z", "2"}, "--dp-alpha-z applies to binning methods"},
+		{[]string{"--method", "temp", "--clients", "4", "--beta", "1", "--epsilon", "1", "--accountant", "gdp"}, `--accountant "gdp": want zcdp or rdp`},
 		{[]string{"--method", "bbq", "--clients", "4", "--beta", "1", "--delta", "0.1"}, "needs --epsilon"},
 		{[]string{"--method", "bbq", "--clients", "4", "--beta", "1", "--weighting", "most"}, "unknown weighting"},
 		{[]string{"--method", "temp", "--clients", "4", "--beta", "1", "--weighting", "all"}, "--weighting applies to binning methods"},
@@ -188,7 +203,7 @@ func TestCalibrateDPAlphaZ(t *testing.T) {
 		t.Errorf("Σα over 6 seeds with z = 0: %v, with z = 3: %v; want > 0 and 0", sum["0"], sum["3"])
 	}
 	if _, stderr, code := runCLI(t, "calibrate", "--method", "bbq", "--weighting", "all", "--logits", in,
-		"--epsilon", "1", "--dp-alpha-z", "-1", "--out", filepath.Join(dir, "bad.json")); code != 2 || !strings.Contains(stderr, "z is -1") {
+		"--epsilon", "1", "--dp-alpha-z", "-1", "--out", filepath.Join(dir, "bad.json")); code != 2 || !strings.Contains(stderr, "--dp-alpha-z is -1: want a finite z ≥ 0") {
 		t.Errorf("negative z: exit %d, %q", code, stderr)
 	}
 }

@@ -76,7 +76,7 @@ randomness comes from --seed.`,
 	f.StringVar(&fl.scheme, "scheme", federation.SchemeDirichlet, "dirichlet, iid or natural")
 	f.IntVar(&fl.clients, "clients", 0, "number of clients K ≥ 1 (dirichlet and iid)")
 	f.Float64Var(&fl.beta, "beta", 0, "Dirichlet concentration β > 0 (dirichlet; smaller is more skewed)")
-	f.Uint64Var(&fl.seed, "seed", 0, "seed of every random choice")
+	f.Var((*seedValue)(&fl.seed), "seed", "seed of every random choice, 0 to 2^64−1")
 	f.StringVar(&fl.rule, "rule", "", `how each client's data is split: fractions, given or leaf-sample (default fractions; given for natural partitions of a logits file with a split column)`)
 	f.StringVar(&fl.fractions, "fractions", "0.8,0.1,0.1", "train,calibration,test fractions of each client (rule fractions)")
 	f.IntVar(&fl.minClientSize, "min-client-size", federation.DefaultMinClientSize, "minimum examples per client (dirichlet redraws until it holds; iid checks N ≥ K·size)")
