@@ -537,6 +537,19 @@ func openNPZSpec(rest string) (Reader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("data: %s: %w", p, err)
 	}
+	r, err := npzReader(&z.Reader, p, option)
+	if err != nil {
+		z.Close()
+		return nil, err
+	}
+	r.closers = append(r.closers, z)
+	return r, nil
+}
+
+// npzReader returns the reader of the X, Y pair that option names (see
+// openNPZSpec) in the archive z, named p in errors. Closing it closes the
+// two members, not z.
+func npzReader(z *zip.Reader, p, option string) (*npyReader, error) {
 	z.RegisterDecompressor(zip.Deflate, newFlateReader)
 	keys := make([]string, len(z.File))
 	files := make(map[string]*zip.File, len(z.File))
@@ -563,7 +576,6 @@ func openNPZSpec(rest string) (Reader, error) {
 	case option != "":
 		x, y, ok := strings.Cut(option, ",")
 		if !ok {
-			z.Close()
 			return nil, fmt.Errorf("data: %s: option %q is neither XKEY,YKEY nor train|test", p, option)
 		}
 		pair = [2]string{strings.TrimSuffix(x, ".npy"), strings.TrimSuffix(y, ".npy")}
@@ -575,26 +587,22 @@ func openNPZSpec(rest string) (Reader, error) {
 			}
 		}
 		if pair[0] == "" {
-			z.Close()
 			return nil, fmt.Errorf("data: %s: no x,y or images,labels or x_train,y_train arrays (has %s); name them as npz:FILE:XKEY,YKEY",
 				p, strings.Join(trimNPY(keys), ", "))
 		}
 	}
 	for _, k := range pair {
 		if !has(k) {
-			z.Close()
 			return nil, fmt.Errorf("data: %s: no array %q (has %s)", p, k, strings.Join(trimNPY(keys), ", "))
 		}
 	}
 	xr, err := files[memberName(pair[0])].Open()
 	if err != nil {
-		z.Close()
 		return nil, fmt.Errorf("data: %s: %w", member(p, pair[0]), err)
 	}
 	yr, err := files[memberName(pair[1])].Open()
 	if err != nil {
 		xr.Close()
-		z.Close()
 		return nil, fmt.Errorf("data: %s: %w", member(p, pair[1]), err)
 	}
 	// The arrays read their data in blocks of about a MiB, each one
@@ -604,10 +612,9 @@ func openNPZSpec(rest string) (Reader, error) {
 	if err != nil {
 		xr.Close()
 		yr.Close()
-		z.Close()
 		return nil, err
 	}
-	r.closers = []io.Closer{xr, yr, z}
+	r.closers = []io.Closer{xr, yr}
 	return r, nil
 }
 

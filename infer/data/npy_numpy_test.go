@@ -7,8 +7,6 @@ import (
 	"errors"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -192,8 +190,8 @@ func storedZip(t testing.TB, names []string, files map[string][]byte) []byte {
 	return buf.Bytes()
 }
 
-// FuzzNPZ opens .npz archives through Open, as the npz: input does, and
-// reads their records.
+// FuzzNPZ opens .npz archives as the npz: input does and reads their
+// records.
 func FuzzNPZ(f *testing.F) {
 	f.Add(zipFile(f, []string{"x.npy", "y.npy"}, map[string][]byte{"x.npy": npyX, "y.npy": npyY}))
 	f.Add(storedZip(f, []string{"y.npy", "x.npy"}, map[string][]byte{"x.npy": npyX, "y.npy": npyY}))
@@ -201,13 +199,14 @@ func FuzzNPZ(f *testing.F) {
 		"x.npy": npyBytes(">f8", true, []int{2, 2}, be64f(1, 2, 3, 4)),
 		"y.npy": npyBytes("<u2", false, []int{2}, []byte{1, 0, 0, 0}),
 	}))
-	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, b []byte) {
-		p := filepath.Join(dir, "f.npz")
-		if err := os.WriteFile(p, b, 0o644); err != nil {
-			t.Fatal(err)
+		// npzReader is what Open("npz:FILE") runs on the opened
+		// archive; fuzzing it directly keeps the disk out of the loop.
+		z, err := zip.NewReader(bytes.NewReader(b), int64(len(b)))
+		if err != nil {
+			return
 		}
-		r, err := Open("npz:" + p)
+		r, err := npzReader(z, "f.npz", "")
 		if err != nil {
 			return
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"math"
 	"os"
 	"strings"
@@ -135,7 +136,12 @@ func read(path string) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
-	zr, err := zip.NewReader(fh, st.Size())
+	return decode(fh, st.Size())
+}
+
+// decode reads and validates the logits file held by r, of size bytes.
+func decode(r io.ReaderAt, size int64) (*File, error) {
+	zr, err := zip.NewReader(r, size)
 	if err != nil {
 		return nil, fmt.Errorf("not a NumPy .npz archive: %w", err)
 	}
@@ -155,7 +161,7 @@ func read(path string) (*File, error) {
 	}
 
 	var f File
-	a, err := openArray(member["logits"], "logits", st.Size())
+	a, err := openArray(member["logits"], "logits", size)
 	if err != nil {
 		return nil, err
 	}
@@ -171,16 +177,16 @@ func read(path string) (*File, error) {
 	if a.fortran && n > 1 && c > 1 {
 		f.Logits = transpose(f.Logits, n, c)
 	}
-	if f.Labels, err = readColumn[int64](member["labels"], "labels", n, st.Size()); err != nil {
+	if f.Labels, err = readColumn[int64](member["labels"], "labels", n, size); err != nil {
 		return nil, err
 	}
 	if zf := member["client"]; zf != nil {
-		if f.Client, err = readColumn[int32](zf, "client", n, st.Size()); err != nil {
+		if f.Client, err = readColumn[int32](zf, "client", n, size); err != nil {
 			return nil, err
 		}
 	}
 	if zf := member["split"]; zf != nil {
-		if f.Split, err = readColumn[uint8](zf, "split", n, st.Size()); err != nil {
+		if f.Split, err = readColumn[uint8](zf, "split", n, size); err != nil {
 			return nil, err
 		}
 	}
