@@ -51,8 +51,9 @@ type privacyReport struct {
 
 func newPrivacyCmd() *cobra.Command {
 	var fl privacyFlags
+	var ledger string
 	cmd := &cobra.Command{
-		Use:   "privacy --epsilon E [--delta D] [--method M ...] | --noise-multiplier Z ...",
+		Use:   "privacy --epsilon E [--delta D] [--method M ...] | --noise-multiplier Z ... | --ledger F",
 		Short: "Convert privacy budgets and calibrate the noise of a private fit",
 		Long: `privacy answers three questions about user-level differential privacy, by
 the flags it is given:
@@ -78,13 +79,22 @@ converts with the bound of Balle et al. (2020) over the orders of Google's
 dp_accounting: with q < 1 the same (ε, δ) needs less noise.
 
 It prints one "key value" line per quantity, or with --json one object
-with the keys epsilon, delta, rho (zcdp), noise_multiplier and the inputs.`,
+with the keys epsilon, delta, rho (zcdp), noise_multiplier and the inputs.
+
+With --ledger F it prints instead the privacy spent on each dataset in
+the ledger file F that "fedcalib calibrate --ledger F" keeps: per dataset
+the total ε at its δ and accountant, and one line per run (with --json,
+the file itself).`,
 		Example: `  fedcalib privacy --epsilon 1 --delta 1e-5
   fedcalib privacy --method bbq --classes 10 --rounds 30 --epsilon 1 --delta 1e-5
   fedcalib privacy --method temp --rounds 12 --epsilon 1 --sample-rate 0.1 --accountant rdp --json
-  fedcalib privacy --noise-multiplier 1.1 --sample-rate 0.01 --steps 1000 --delta 1e-5 --accountant rdp`,
+  fedcalib privacy --noise-multiplier 1.1 --sample-rate 0.01 --steps 1000 --delta 1e-5 --accountant rdp
+  fedcalib privacy --ledger privacy-ledger.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("ledger") {
+				return runPrivacyLedger(cmd, ledger, fl.json)
+			}
 			return runPrivacy(cmd, &fl)
 		},
 	}
@@ -102,6 +112,7 @@ with the keys epsilon, delta, rho (zcdp), noise_multiplier and the inputs.`,
 	f.Float64Var(&fl.clipPos, "clip-pos", dp.DefaultClipPos, "with a binning --method: L2 clip norm C₊ > 0 of each class-positive histogram, for σ₊")
 	f.Float64Var(&fl.clipNeg, "clip-neg", dp.DefaultClipNeg, "with a binning --method: L2 clip norm C₋ > 0 of each class-negative histogram, for σ₋")
 	f.BoolVar(&fl.json, "json", false, "print one JSON object instead of key-value lines")
+	f.StringVar(&ledger, "ledger", "", "print the privacy spent per dataset recorded in this ledger file (from calibrate --ledger)")
 	return cmd
 }
 

@@ -438,9 +438,9 @@ func (r *Reservation) Commit(at time.Time) error {
 }
 
 // Cancel releases the lock without recording the run; it does nothing
-// after Commit or a first Cancel.
+// after Commit or a first Cancel, or on a nil *Reservation.
 func (r *Reservation) Cancel() {
-	if r.lock != nil {
+	if r != nil && r.lock != nil {
 		unlockFile(r.lock)
 		r.lock = nil
 	}
