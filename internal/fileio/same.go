@@ -44,3 +44,32 @@ func CheckOutput(out string, inputs ...string) error {
 	}
 	return nil
 }
+
+// CheckDir reports whether a file can be written at path, without
+// writing it: path must not be a directory, and its directory must exist,
+// be a directory, and accept a new file (CheckDir creates and removes an
+// empty temporary file there to find out, so a read-only file system or a
+// missing permission is caught as the real write would meet it). Errors
+// start with path and say what to do.
+func CheckDir(path string) error {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return fmt.Errorf("%s is a directory: name a file to write in it", path)
+	}
+	dir := filepath.Dir(path)
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("%s: directory %s does not exist: create it first", path, dir)
+	case err != nil:
+		return fmt.Errorf("%s: directory %s: %w", path, dir, unwrapPath(err))
+	case !fi.IsDir():
+		return fmt.Errorf("%s: %s is not a directory", path, dir)
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("%s: cannot write into directory %s (%w): choose another directory", path, dir, unwrapPath(err))
+	}
+	f.Close()
+	os.Remove(f.Name())
+	return nil
+}
