@@ -13,6 +13,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/fedcalib/fedcalib/experiment"
+	"github.com/fedcalib/fedcalib/federation"
 )
 
 func newExperimentCmd() *cobra.Command {
@@ -60,8 +61,8 @@ A progress bar is drawn on a terminal unless --quiet.`,
 				return errors.New("experiment needs --config FILE.yaml, the experiment to run")
 			case strings.TrimSpace(out) == "":
 				return errors.New("experiment needs --out DIR, the directory to write results into")
-			case workers < 0:
-				return fmt.Errorf("--workers is %d: want ≥ 0 (0 means one per CPU)", workers)
+			case workers < 0 || workers > federation.MaxWorkers:
+				return fmt.Errorf("--workers is %d: want 0 to %d (0 means one per CPU)", workers, federation.MaxWorkers)
 			}
 			if fi, err := os.Stat(out); err == nil && !fi.IsDir() {
 				return fmt.Errorf("--out %s is a file: give a directory", out)

@@ -90,6 +90,7 @@ func TestExperimentErrors(t *testing.T) {
 		{[]string{"--out", dir}, "needs --config"},
 		{[]string{"--config", cfg}, "needs --out"},
 		{[]string{"--config", cfg, "--out", dir, "--workers", "-1"}, "--workers is -1"},
+		{[]string{"--config", cfg, "--out", dir, "--workers", "1000000000"}, "--workers is 1000000000: want 0 to 1024"},
 		{[]string{"--config", cfg, "--out", file}, "is a file: give a directory"},
 		{[]string{"--config", filepath.Join(dir, "none.yaml"), "--out", dir}, "none.yaml"},
 		{[]string{"--config", bad, "--out", dir}, bad + `: grid: method[0]: unknown method "bbqq"`},

@@ -104,6 +104,9 @@ func makePartition(fl *partitionFlags, betaSet bool) (*federation.Partition, err
 		if !betaSet {
 			return nil, errors.New("--scheme dirichlet needs --beta, the concentration β > 0 (e.g. 0.1 for strong skew)")
 		}
+		if err := checkPositive("beta", fl.beta, "Dirichlet concentration β", "e.g. 0.1 for strong label skew, 100 for almost none"); err != nil {
+			return nil, err
+		}
 		if fl.clients < 1 {
 			return nil, fmt.Errorf("--clients is %d: need at least 1 client", fl.clients)
 		}
@@ -117,6 +120,12 @@ func makePartition(fl *partitionFlags, betaSet bool) (*federation.Partition, err
 		}
 	default:
 		return nil, fmt.Errorf("--scheme %q: want dirichlet, iid or natural", fl.scheme)
+	}
+	switch {
+	case fl.minClientSize < 1: // below 1 would silently mean the default
+		return nil, fmt.Errorf("--min-client-size is %d: want at least 1 example per client", fl.minClientSize)
+	case fl.minSamples < 0:
+		return nil, fmt.Errorf("--min-samples is %d: want ≥ 0 (0 keeps every client)", fl.minSamples)
 	}
 	if fl.scheme != federation.SchemeNatural && fl.rule != "" && fl.rule != string(federation.RuleFractions) {
 		return nil, fmt.Errorf("--rule %s needs the data's own split, so it only applies to --scheme natural", fl.rule)

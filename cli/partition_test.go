@@ -101,8 +101,12 @@ func TestPartitionCommandErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"--clients", "5"}, "needs --beta"},
-		{[]string{"--clients", "5", "--beta", "0"}, "β is 0"},
-		{[]string{"--clients", "5", "--beta", "-1"}, "β is -1"},
+		{[]string{"--clients", "5", "--beta", "0"}, "--beta is 0: want a finite Dirichlet concentration β > 0"},
+		{[]string{"--clients", "5", "--beta", "-1"}, "--beta is -1"},
+		{[]string{"--clients", "5", "--beta", "NaN"}, "--beta is NaN"},
+		{[]string{"--clients", "5", "--beta", "1", "--min-client-size", "0"}, "--min-client-size is 0: want at least 1 example per client"},
+		{[]string{"--clients", "5", "--beta", "1", "--min-client-size", "1000000000"}, "cannot give 5 clients 1000000000 each"},
+		{[]string{"--scheme", "natural", "--min-samples", "-1"}, "--min-samples is -1: want ≥ 0"},
 		{[]string{"--clients", "0", "--beta", "1"}, "--clients is 0"},
 		{[]string{"--scheme", "iid", "--clients", "101"}, "cannot give 101 clients"},
 		{[]string{"--scheme", "natural"}, "has no client ids"},

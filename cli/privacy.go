@@ -199,12 +199,13 @@ func checkPrivacyFlags(cmd *cobra.Command, fl *privacyFlags) error {
 		return fmt.Errorf("--method %q: want one of %s", fl.method, strings.Join(calib.MethodNames(), ", "))
 	}
 	switch {
-	case fl.rounds < 1:
-		return fmt.Errorf("--rounds %d: want T ≥ 1", fl.rounds)
+	case fl.rounds < 1 || fl.rounds > federation.MaxRounds:
+		return fmt.Errorf("--rounds %d: want T from 1 to %d, the rounds a fit takes", fl.rounds, federation.MaxRounds)
 	case binning && !changed("classes"):
 		return fmt.Errorf("--method %s needs --classes c, the number of classes (2c histograms per round)", fl.method)
-	case binning && fl.classes < 2:
-		return fmt.Errorf("--classes %d: want c ≥ 2", fl.classes)
+	case binning && (fl.classes < 2 || fl.classes > calib.MaxSize/2):
+		// calib.MaxSize/2 classes fill a calibrator with one bin per class.
+		return fmt.Errorf("--classes %d: want c from 2 to %d, the classes a binning fit can hold", fl.classes, calib.MaxSize/2)
 	}
 	for _, c := range []struct {
 		flag string

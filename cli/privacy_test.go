@@ -142,6 +142,12 @@ func TestPrivacyBadInput(t *testing.T) {
 		{[]string{"--method", "bin", "--classes", "10", "--epsilon", "1", "--clip-neg", "-1"}, "--clip-neg"},
 		{[]string{"--method", "bbq", "--epsilon", "1"}, "--classes"},
 		{[]string{"--method", "bbq", "--classes", "1", "--epsilon", "1"}, "--classes"},
+		// Beyond what any fit takes: refused, not computed for a fit that cannot run.
+		{[]string{"--method", "temp", "--epsilon", "1", "--rounds", "1000000000"}, "--rounds 1000000000: want T from 1 to 10000"},
+		{[]string{"--method", "bbq", "--classes", "1000000000", "--epsilon", "1"}, "--classes 1000000000: want c from 2 to 8388608"},
+		{[]string{"--epsilon", "+Inf"}, "--epsilon +Inf: want a finite ε > 0"},
+		{[]string{"--noise-multiplier", "NaN"}, "--noise-multiplier NaN"},
+		{[]string{"--method", "temp", "--epsilon", "1", "--clip", "+Inf"}, "--clip +Inf"},
 		{[]string{"--method", "platt", "--epsilon", "1"}, "--method"},
 		{[]string{"--method", "temp", "--epsilon", "1", "--accountant", "pld"}, "--accountant"},
 		{[]string{"--noise-multiplier", "1", "--steps", "0"}, "--steps"},

@@ -373,8 +373,8 @@ func (g *Grid) validate() error {
 		return errors.New("rounds: missing; list the numbers of rounds T")
 	}
 	for i, t := range g.Rounds {
-		if t < 1 {
-			return fmt.Errorf("rounds[%d] is %d: need at least 1 round", i, t)
+		if t < 1 || t > federation.MaxRounds {
+			return fmt.Errorf("rounds[%d] is %d: want 1 to %d rounds", i, t, federation.MaxRounds)
 		}
 	}
 	if len(g.Seed) == 0 {
@@ -446,6 +446,9 @@ func (g *Grid) validate() error {
 		}
 	}
 	hasDP := slices.ContainsFunc(g.Epsilon, func(e float64) bool { return e > 0 })
+	if !hasDP && slices.ContainsFunc(g.AlphaZ, func(z float64) bool { return z != 0 }) {
+		return errors.New("dp_alpha_z: applies to private runs, and epsilon has no value > 0: give one or drop dp_alpha_z")
+	}
 	if hasDP && slices.Contains(g.Clip, 0) && slices.ContainsFunc(g.Method, isScaling) {
 		return errors.New("clip: none with a private ε: a private scaling run needs a clip norm C > 0")
 	}
@@ -680,6 +683,9 @@ func yamlError(err error) error {
 			e = e[:j] + "unknown key " + e[j+len("field "):k]
 		}
 		e = strings.ReplaceAll(e, "experiment.raw", "")
+		if s, ok := strings.CutSuffix(e, " into uint64"); ok { // seeds are the only uint64 keys
+			e = fmt.Sprintf("%s as a seed: seeds are integers from 0 to %d", s, uint64(math.MaxUint64))
+		}
 		msgs[i] = strings.TrimSpace(e)
 	}
 	return fmt.Errorf("configuration: %s", strings.Join(msgs, "; "))
