@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -327,7 +328,9 @@ func decodeTimings(r io.Reader) (map[string]Timing, error) {
 			}
 			vals[k] = v
 		}
-		d := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+		// Rounded, not truncated, so that a time read back writes the
+		// same text.
+		d := func(s float64) time.Duration { return time.Duration(math.Round(s * float64(time.Second))) }
 		out[rec[0]] = Timing{
 			ID: rec[0], Participants: int(vals[0]),
 			ComputeMin: d(vals[2]), ComputeMax: d(vals[3]), ComputeTotal: d(vals[4]), Wall: d(vals[5]),
@@ -336,18 +339,14 @@ func decodeTimings(r io.Reader) (map[string]Timing, error) {
 	return out, nil
 }
 
-// readPrevious reads the rows and timings of an earlier run from dir;
-// missing files are no error.
-func readPrevious(runsPath, timingsPath string) (map[string]Row, map[string]Timing, error) {
-	rows := map[string]Row{}
+// readPrevious reads the rows, in file order, and the timings of an
+// earlier run; missing files are no error.
+func readPrevious(runsPath, timingsPath string) ([]Row, map[string]Timing, error) {
+	var rows []Row
 	times := map[string]Timing{}
 	if b, err := os.ReadFile(runsPath); err == nil {
-		rs, err := DecodeRuns(bytes.NewReader(b))
-		if err != nil {
+		if rows, err = DecodeRuns(bytes.NewReader(b)); err != nil {
 			return nil, nil, fmt.Errorf("%s: %w; delete it to start afresh, or choose another --out", runsPath, err)
-		}
-		for _, r := range rs {
-			rows[r.ID] = r
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, nil, err

@@ -60,15 +60,21 @@ type Progress struct {
 
 // Report is what Run did.
 type Report struct {
-	// Rows holds every cell's result, in grid order.
+	// Rows holds every row of runs.csv, in the configuration's dataset
+	// order: for a dataset that ran, its cells in grid order; for an
+	// optional dataset skipped for want of its logits file, the rows an
+	// earlier run left in runs.csv, as they were.
 	Rows []Row
 	// Timings holds the measured times of the cells, by ID; a reused
 	// cell whose time was not recorded has none.
 	Timings map[string]Timing
-	// Computed and Reused count the cells run now and read back.
-	Computed, Reused int
+	// Computed and Reused count the cells run now and read back; Kept
+	// counts the rows of skipped datasets kept from the earlier runs.csv.
+	Computed, Reused, Kept int
 	// Skipped holds one notice per optional dataset skipped for want of
-	// its logits file.
+	// its logits file (saying how many of its earlier rows were kept),
+	// and one per dataset of the earlier runs.csv that the configuration
+	// no longer lists, whose rows are dropped.
 	Skipped []string
 	// Files lists the files written, runs.csv first.
 	Files []string
@@ -79,8 +85,13 @@ type Report struct {
 // Run runs the experiment cfg, writing its results to dir (created if
 // needed): runs.csv, timings.csv, summary.md, timings.md and the plots.
 // Cells already in dir/runs.csv, with the same parameters and input
-// files, are reused. On an error or when ctx is done it stops the cells
-// in flight, saves the finished ones to runs.csv and returns the error.
+// files, are reused (unless opt.Fresh). Run updates only the cells it
+// runs: the rows of an optional dataset skipped for want of its logits
+// file are kept from dir/runs.csv as they were (and its timings from
+// dir/timings.csv), even with opt.Fresh, and the summaries and plots are
+// made from all the rows. On an error or when ctx is done it stops the
+// cells in flight, saves the finished ones with the kept rows to
+// runs.csv and returns the error.
 func Run(ctx context.Context, cfg *Config, dir string, opt Options) (*Report, error) {
 	return (&runner{newFitter: federation.New}).run(ctx, cfg, dir, opt)
 }
@@ -112,12 +123,13 @@ func (r *runner) run(ctx context.Context, cfg *Config, dir string, opt Options) 
 	}
 	rep := &Report{}
 	inputs := make([]*input, len(cfg.Datasets))
+	var skipped []int // indices of the optional datasets without logits
 	for i := range cfg.Datasets {
 		d := &cfg.Datasets[i]
 		in, err := newInput(d)
 		switch {
 		case errors.Is(err, os.ErrNotExist) && d.Optional && !fileExists(d.Logits):
-			rep.Skipped = append(rep.Skipped, fmt.Sprintf("skipped dataset %s: no logits file %s", d.Name, d.Logits))
+			skipped = append(skipped, i)
 			continue
 		case errors.Is(err, os.ErrNotExist) && !fileExists(d.Logits):
 			return nil, fmt.Errorf("datasets[%d] (%s): logits file %s does not exist: make it with fedcalib infer, or mark the dataset optional", i, d.Name, d.Logits)
@@ -149,11 +161,34 @@ func (r *runner) run(ctx context.Context, cfg *Config, dir string, opt Options) 
 		return nil, err
 	}
 	runsPath, timingsPath := filepath.Join(dir, RunsFile), filepath.Join(dir, TimingsFile)
-	prevRows, prevTimes := map[string]Row{}, map[string]Timing{}
-	if !opt.Fresh {
-		if prevRows, prevTimes, err = readPrevious(runsPath, timingsPath); err != nil {
+	var prev []Row
+	prevTimes := map[string]Timing{}
+	if !opt.Fresh || len(skipped) > 0 {
+		if prev, prevTimes, err = readPrevious(runsPath, timingsPath); err != nil {
 			return nil, err
 		}
+	}
+	// The rows of skipped datasets are kept, those of datasets the
+	// configuration no longer lists dropped (and said so), and with
+	// opt.Fresh no others are reused.
+	kept := map[string][]Row{}
+	prevRows := map[string]Row{}
+	for _, row := range prev {
+		switch i := slices.IndexFunc(cfg.Datasets, func(d Dataset) bool { return d.Name == row.Dataset }); {
+		case i < 0: // a dataset no longer listed: dropped
+		case inputs[i] == nil:
+			kept[row.Dataset] = append(kept[row.Dataset], row)
+			rep.Kept++
+		case !opt.Fresh:
+			prevRows[row.ID] = row
+		}
+	}
+	for _, i := range skipped {
+		d := &cfg.Datasets[i]
+		rep.Skipped = append(rep.Skipped, fmt.Sprintf("skipped dataset %s: no logits file %s; kept its %s from %s", d.Name, d.Logits, count(len(kept[d.Name]), "earlier row"), runsPath))
+	}
+	for _, name := range unlisted(cfg, prev) {
+		rep.Skipped = append(rep.Skipped, fmt.Sprintf("dropped the rows of dataset %s from %s: the configuration no longer lists it", name, runsPath))
 	}
 
 	rows := make([]Row, len(jobs))
@@ -171,13 +206,30 @@ func (r *runner) run(ctx context.Context, cfg *Config, dir string, opt Options) 
 		}
 		todo = append(todo, j)
 	}
-	save := func() error {
-		var finished []Row
-		for i := range rows {
-			if done[i] {
-				finished = append(finished, rows[i])
+	for _, rs := range kept {
+		for _, row := range rs {
+			if t, ok := prevTimes[row.ID]; ok {
+				rep.Timings[row.ID] = t
 			}
 		}
+	}
+	// merged returns the rows of runs.csv: per dataset in the
+	// configuration's order, its finished cells in grid order or its
+	// kept rows.
+	merged := func() []Row {
+		var out []Row
+		for _, d := range cfg.Datasets {
+			out = append(out, kept[d.Name]...)
+			for i := range rows {
+				if done[i] && jobs[i].cell.Dataset == d.Name {
+					out = append(out, rows[i])
+				}
+			}
+		}
+		return out
+	}
+	save := func() error {
+		finished := merged()
 		var rb, tb bytes.Buffer
 		if err := EncodeRuns(&rb, finished); err != nil {
 			return err
@@ -212,9 +264,9 @@ func (r *runner) run(ctx context.Context, cfg *Config, dir string, opt Options) 
 	if err := save(); err != nil {
 		return nil, err
 	}
-	rep.Rows = rows
+	rep.Rows = merged()
 	rep.Files = []string{runsPath, timingsPath}
-	files, err := writeReports(cfg, dir, rows, rep.Timings)
+	files, err := writeReports(cfg, dir, rep.Rows, rep.Timings)
 	if err != nil {
 		return nil, err
 	}
@@ -549,6 +601,19 @@ func calibrationData(in *input, part *federation.Partition) (*calib.Set, *federa
 		}
 	}
 	return data, &compact
+}
+
+// unlisted returns, in order of appearance, the datasets of rows that
+// cfg does not list.
+func unlisted(cfg *Config, rows []Row) []string {
+	var out []string
+	for _, r := range rows {
+		listed := slices.ContainsFunc(cfg.Datasets, func(d Dataset) bool { return d.Name == r.Dataset })
+		if !listed && !slices.Contains(out, r.Dataset) {
+			out = append(out, r.Dataset)
+		}
+	}
+	return out
 }
 
 // writeReports writes summary.md, timings.md and the plots of rows to dir
