@@ -27,12 +27,14 @@ type fedFlags struct {
 	clip, clipPos, clipNeg     float64
 	alphaZ                     float64
 	quiet                      bool
+	ledger                     ledgerFlags
 }
 
 // fedFlagNames lists the flags that only federated runs take.
 var fedFlagNames = []string{
 	"partition", "clients", "beta", "rounds", "sample-rate", "clients-per-round", "weighting",
 	"server-lr", "epsilon", "delta", "clip", "clip-pos", "clip-neg", "dp-alpha-z", "accountant", "workers",
+	"ledger", "budget",
 }
 
 const fedCalibrateHelp = `
@@ -102,6 +104,7 @@ func (ff *fedFlags) register(cmd *cobra.Command) {
 	f.StringVar(&ff.accountant, "accountant", "zcdp", "privacy accounting: zcdp (the paper's) or rdp (credits client sampling)")
 	f.IntVar(&ff.workers, "workers", 0, "goroutines running clients (0: one per CPU); results do not depend on it")
 	f.BoolVarP(&ff.quiet, "quiet", "q", false, "print no per-round progress (federated runs; central fits have none)")
+	ff.ledger.register(cmd, f)
 }
 
 // dispatch runs calibrate without --central as a federated fit and
@@ -195,12 +198,15 @@ func (ff *fedFlags) check(cmd *cobra.Command, fl *calibrateFlags) error {
 	if err := ff.checkPrivacy(changed); err != nil {
 		return err
 	}
-	return checkOut(fl.out, fl.logits, ff.partition)
+	return checkOut("--out", fl.out, calibratorOut, fl.logits, ff.partition)
 }
 
 // run is a federated calibrate run.
 func (ff *fedFlags) run(cmd *cobra.Command, fl *calibrateFlags) error {
 	if err := ff.check(cmd, fl); err != nil {
+		return err
+	}
+	if err := ff.ledger.check(cmd.Flags().Changed); err != nil {
 		return err
 	}
 	changed := cmd.Flags().Changed
@@ -239,9 +245,19 @@ func (ff *fedFlags) run(cmd *cobra.Command, fl *calibrateFlags) error {
 	if !ff.quiet {
 		rounds.Progress = progressPrinter(cmd.ErrOrStderr(), ff.rounds)
 	}
+	// The ledger admits the run on its plan before the fit and records it
+	// after, holding its lock in between.
+	reservation, err := ff.ledger.reserve(spec, data, fl.logits, fl.out, rounds)
+	if err != nil {
+		return err
+	}
+	defer reservation.Cancel()
 	res, err := fitter.Fit(cmd.Context(), pop, rounds)
 	if err != nil {
 		return fmt.Errorf("%s: %w", fl.logits, err)
+	}
+	if err := ff.ledger.commit(cmd.ErrOrStderr(), reservation); err != nil {
+		return err
 	}
 	prov := calib.Provenance{
 		Data:     fmt.Sprintf("%s: calibration rows of %d clients (%s)", filepath.Base(fl.logits), p.Len(), source),
@@ -297,9 +313,11 @@ func progressPrinter(w io.Writer, total int) func(federation.RoundStats) {
 }
 
 // fedSummary is the one line a federated run prints: cwECE and accuracy
-// before and after on the global test split, and the ε spent.
+// before and after on the global test split, the ε spent, and a warning
+// when accuracy drops by more than a point (dropWarning).
 func fedSummary(fl *calibrateFlags, data *calib.Set, p *federation.Partition, res *federation.Result, r federation.Rounds) (string, error) {
 	var b strings.Builder
+	warning := ""
 	fmt.Fprintf(&b, "%s: %s over %d clients, %s, p = %.4g", fl.out, res.Protocol, p.Len(), plural(r.T, "round"), r.SampleRate)
 	if test := p.Rows(federation.Test); len(test) == 0 {
 		b.WriteString("; no test rows to evaluate")
@@ -315,12 +333,14 @@ func fedSummary(fl *calibrateFlags, data *calib.Set, p *federation.Partition, re
 		}
 		fmt.Fprintf(&b, "; test (%d rows) cwECE %.3f%% → %.3f%%, accuracy %.2f%% → %.2f%%",
 			len(test), 100*before.CWECE, 100*after.CWECE, 100*before.Accuracy, 100*after.Accuracy)
+		warning = dropWarning(before, after, "the test rows")
 	}
 	if pr := res.Privacy; pr != nil {
 		fmt.Fprintf(&b, "; ε = %.4g spent (δ = %g, %s, σ = %.4g)", pr.Epsilon, pr.Delta, pr.Accountant, pr.Sigma)
 	} else {
 		b.WriteString("; not private")
 	}
+	b.WriteString(warning)
 	return b.String(), nil
 }
 
