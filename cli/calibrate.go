@@ -120,8 +120,12 @@ func runCalibrate(cmd *cobra.Command, fl *calibrateFlags) error {
 	if t, ok := c.(*calib.Temperature); ok {
 		detail = fmt.Sprintf(", T = %.4g", t.T)
 	}
-	_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: %s fitted on %s of %s, %d classes%s; cwECE on them %.3f%% → %.3f%%\n",
-		fl.out, fl.method, desc, fl.logits, s.Classes, detail, 100*before.CWECE, 100*after.CWECE)
+	warning, err := accuracyWarning(f, rows, c)
+	if err != nil {
+		return fmt.Errorf("%s: %w", fl.logits, err)
+	}
+	_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: %s fitted on %s of %s, %d classes%s; cwECE on them %.3f%% → %.3f%%%s\n",
+		fl.out, fl.method, desc, fl.logits, s.Classes, detail, 100*before.CWECE, 100*after.CWECE, warning)
 	return err
 }
 
@@ -148,7 +152,7 @@ func checkCalibrateFlags(cmd *cobra.Command, fl *calibrateFlags) error {
 	if binning && (fl.binsExp < 1 || fl.binsExp > calib.MaxMexp) {
 		return fmt.Errorf("--bins-exp %d: want M in [1, %d] (2^M bins)", fl.binsExp, calib.MaxMexp)
 	}
-	return checkOut(fl.out, fl.logits)
+	return checkOut("--out", fl.out, calibratorOut, fl.logits)
 }
 
 // methodHelp lists the registry's methods, one a line, for help texts.

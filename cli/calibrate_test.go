@@ -213,8 +213,8 @@ func TestCalibrateErrors(t *testing.T) {
 		{"bins-exp for temp", []string{"--central", "--method", "temp", "--bins-exp", "5", "--logits", path, "--out", out}, "not of temp"},
 		{"missing logits", []string{"--central", "--method", "temp", "--logits", filepath.Join(dir, "none.npz"), "--out", out}, "none.npz"},
 		{"no calibration rows", []string{"--central", "--method", "temp", "--logits", noCal, "--out", out}, "no calibration rows"},
-		{"out is the input", []string{"--central", "--method", "temp", "--logits", path, "--out", path}, "is an input"},
-		{"out directory missing", []string{"--central", "--method", "temp", "--logits", path, "--out", filepath.Join(dir, "no", "c.json")}, "writing"},
+		{"out is the input", []string{"--central", "--method", "temp", "--logits", path, "--out", path}, "a calibrator file must end in .json"},
+		{"out directory missing", []string{"--central", "--method", "temp", "--logits", path, "--out", filepath.Join(dir, "no", "c.json")}, "does not exist: create it first"},
 		{"stray argument", []string{"--central", "--method", "temp", "--logits", path, "--out", out, "extra"}, "unknown command"},
 	} {
 		code, stdout, stderr := runCalibrateCmd(tc.args...)

@@ -72,6 +72,11 @@ drop of more than 1 point (the paper's asterisk); --json then prints
 			if bins < 1 {
 				return fmt.Errorf("--bins is %d: want a positive number of bins", bins)
 			}
+			if plotDir != "" {
+				if err := checkOutDir("--plot", plotDir, append([]string{logitsPath, partPath}, calibPaths...)...); err != nil {
+					return err
+				}
+			}
 			f, err := logits.Read(logitsPath)
 			if err != nil {
 				return err
@@ -86,12 +91,19 @@ drop of more than 1 point (the paper's asterisk); --json then prints
 				return err
 			}
 			s := f.Set(rows)
+			b := terminalBar(cmd.ErrOrStderr(), "eval", "")
+			defer b.finish()
 			if len(calibPaths) > 1 {
 				if plotDir != "" {
 					return fmt.Errorf("--plot draws one calibrator: give --calibrator once")
 				}
-				return compareCalibrators(cmd.OutOrStdout(), s, calibPaths, bins, asJSON, logitsPath, splitName)
+				return compareCalibrators(cmd.OutOrStdout(), b, s, calibPaths, bins, asJSON, logitsPath, splitName)
 			}
+			steps := 1 + len(calibPaths)
+			if plotDir != "" {
+				steps++
+			}
+			b.set(0, steps)
 			var c calib.Calibrator
 			if len(calibPaths) == 1 {
 				calibPath := calibPaths[0]
@@ -104,16 +116,20 @@ drop of more than 1 point (the paper's asterisk); --json then prints
 				return fmt.Errorf("%s: %w", logitsPath, err)
 			}
 			rep.Split = splitName
+			b.set(1+len(calibPaths), steps)
 			out := cmd.OutOrStdout()
 			if plotDir != "" {
+				b.describe("eval: plotting")
 				paths, err := plotReliability(plotDir, s, c, bins)
 				if err != nil {
 					return err
 				}
+				b.set(steps, steps)
 				if !asJSON {
 					fmt.Fprintf(out, "reliability diagrams: %s\n", strings.Join(paths, ", "))
 				}
 			}
+			b.finish()
 			if asJSON {
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
@@ -207,12 +223,14 @@ type calibratorRow struct {
 }
 
 // compareCalibrators evaluates several calibrator files on s and prints
-// one row each.
-func compareCalibrators(w io.Writer, s *calib.Set, paths []string, bins int, asJSON bool, logitsPath, split string) error {
+// one row each, showing its progress on b (which may be nil).
+func compareCalibrators(w io.Writer, b *bar, s *calib.Set, paths []string, bins int, asJSON bool, logitsPath, split string) error {
+	b.set(0, 1+len(paths))
 	before, err := calib.EvaluateSet(s, nil, bins)
 	if err != nil {
 		return fmt.Errorf("%s: %w", logitsPath, err)
 	}
+	b.set(1, 1+len(paths))
 	rows := make([]calibratorRow, len(paths))
 	for i, path := range paths {
 		c, file, err := calib.ReadFile(path)
@@ -227,11 +245,13 @@ func compareCalibrators(w io.Writer, s *calib.Set, paths []string, bins int, asJ
 			return fmt.Errorf("%s: %w", path, err)
 		}
 		rows[i] = calibratorRow{File: path, Method: c.Method(), Metrics: m}
+		b.set(2+i, 1+len(paths))
 		if file.Privacy != nil {
 			eps := file.Privacy.Epsilon
 			rows[i].Epsilon = &eps
 		}
 	}
+	b.finish()
 	if asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -302,4 +322,35 @@ func printEval(w io.Writer, path string, rep *evalReport) error {
 		row(rep.Method, rep.Metrics)
 	}
 	return tw.Flush()
+}
+
+// dropWarning returns the warning that ends calibrate's summary line when
+// accuracy measured on the rows named by on drops from before to after by
+// more than calib.AccuracyDropMark (calib.AccuracyDropped), else "".
+func dropWarning(before, after calib.Metrics, on string) string {
+	if !calib.AccuracyDropped(before, after) {
+		return ""
+	}
+	return fmt.Sprintf("; WARNING: accuracy on %s drops from %.2f%% to %.2f%%, by more than %g point",
+		on, 100*before.Accuracy, 100*after.Accuracy, 100*calib.AccuracyDropMark)
+}
+
+// accuracyWarning is dropWarning for calibrator c fitted centrally on the
+// rows fitted of f: measured on f's test rows, or on the fitted rows when
+// f has no split column or no test rows.
+func accuracyWarning(f *logits.File, fitted []int, c calib.Calibrator) (string, error) {
+	rows, on := fitted, "the fitted rows"
+	if test := f.Rows(logits.SplitTest); f.Split != nil && len(test) > 0 {
+		rows, on = test, "the test rows"
+	}
+	s := f.Set(rows)
+	before, err := calib.EvaluateSet(s, nil, 0)
+	if err != nil {
+		return "", err
+	}
+	after, err := calib.EvaluateSet(s, c, 0)
+	if err != nil {
+		return "", err
+	}
+	return dropWarning(before, after, on), nil
 }

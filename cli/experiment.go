@@ -64,8 +64,8 @@ A progress bar is drawn on a terminal unless --quiet.`,
 			case workers < 0 || workers > federation.MaxWorkers:
 				return fmt.Errorf("--workers is %d: want 0 to %d (0 means one per CPU)", workers, federation.MaxWorkers)
 			}
-			if fi, err := os.Stat(out); err == nil && !fi.IsDir() {
-				return fmt.Errorf("--out %s is a file: give a directory", out)
+			if err := checkOutDir("--out", out, configPath); err != nil {
+				return err
 			}
 			cfg, err := experiment.ReadConfig(configPath)
 			if err != nil {

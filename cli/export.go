@@ -27,14 +27,17 @@ metadata_props record the method, the privacy parameters and the whole
 calibrator file. Only the graph's new parts are written fresh: every other
 byte of the model is kept as it was.
 
-Before writing, ONNX Runtime runs the result twice: the calibrator alone on
+ONNX Runtime first runs the model alone on random inputs: its logits output
+must be [batch, classes] with the calibrator's classes, as declared, and
+finite. Before writing, it runs the result twice: the calibrator alone on
 a probe set covering every bin of a binning calibrator and extreme logits,
 and the whole model on random inputs. Its probabilities must equal the Go
 calibrator's to 1e-5, or nothing is written. The write is atomic and the
 input model is never modified.
 
---sidecar writes no ONNX: it checks the calibrator against the model's
-logits output and writes the calibrator file (with the model's sha256 in
+--sidecar writes no ONNX: it runs the model on random inputs, checks the
+calibrator against the logits it really gives (shape, classes, finite
+values), and writes the calibrator file (with the model's sha256 in
 its provenance) to --out, for serving stacks that apply it themselves (Go:
 package export/sidecar). --standalone writes an ONNX model of the
 calibrator alone (input "logits" [batch, classes], output "probabilities").`,
@@ -49,11 +52,25 @@ calibrator alone (input "logits" [batch, classes], output "probabilities").`,
 			if modelPath == "" && !standalone {
 				return fmt.Errorf("export needs --model M.onnx (or --standalone for the calibrator alone)")
 			}
+			kind := modelOut
+			if sidecar {
+				kind = sidecarOut
+			}
+			if err := checkOut("--out", outPath, kind, calibPath, modelPath); err != nil {
+				return err
+			}
 			c, file, err := calib.ReadFile(calibPath)
 			if err != nil {
 				return err
 			}
-			opt := export.Options{Logits: logitsOut, Output: probsOut, Runtime: ortLib, Seed: seed}
+			ctx := cmd.Context()
+			b := terminalBar(cmd.ErrOrStderr(), "export", "")
+			defer b.finish()
+			opt := export.Options{Logits: logitsOut, Output: probsOut, Runtime: ortLib, Seed: seed,
+				Progress: func(p export.Progress) {
+					b.describe(p.Stage)
+					b.set(p.Done, p.Total)
+				}}
 			out := cmd.OutOrStdout()
 			switch {
 			case standalone:
@@ -64,27 +81,33 @@ calibrator alone (input "logits" [batch, classes], output "probabilities").`,
 				if err := export.Verify(c, export.Probe(c, seed), opt); err != nil {
 					return err
 				}
-				if err := m.WriteFile(outPath); err != nil {
+				if err := fileio.WriteContext(ctx, outPath, m.Bytes()); err != nil {
 					return err
 				}
+				b.finish()
 				fmt.Fprintf(out, "wrote %s: %s calibrator for %d classes as ONNX (verified against Go to %g)\n", outPath, c.Method(), c.Classes(), export.Tolerance)
 			case sidecar:
 				sum, err := fileio.SHA256(modelPath)
 				if err != nil {
 					return err
 				}
-				if err := export.CheckSidecar(modelPath, c, opt); err != nil {
+				if err := export.CheckModel(ctx, modelPath, c, opt); err != nil {
+					return err
+				}
+				if err := ctx.Err(); err != nil {
 					return err
 				}
 				file.Provenance.ModelSHA256 = sum
 				if err := calib.WriteFile(outPath, c, file.Privacy, file.Provenance); err != nil {
 					return err
 				}
+				b.finish()
 				fmt.Fprintf(out, "wrote %s: %s calibrator sidecar for %s (sha256 %s…)\n", outPath, c.Method(), filepath.Base(modelPath), sum[:12])
 			default:
-				if err := export.Export(modelPath, outPath, c, file, opt); err != nil {
+				if err := export.ExportContext(ctx, modelPath, outPath, c, file, opt); err != nil {
 					return err
 				}
+				b.finish()
 				fmt.Fprintf(out, "wrote %s: %s with a %s calibrator appended (verified in ONNX Runtime against Go to %g)\n", outPath, filepath.Base(modelPath), c.Method(), export.Tolerance)
 			}
 			return nil
@@ -92,14 +115,14 @@ calibrator alone (input "logits" [batch, classes], output "probabilities").`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&modelPath, "model", "", "the ONNX model to calibrate (never modified)")
-	f.StringVar(&calibPath, "calibrator", "", "the calibrator file written by `fedcalib calibrate`")
+	f.StringVar(&calibPath, "calibrator", "", `the calibrator file written by "fedcalib calibrate"`)
 	f.StringVar(&outPath, "out", "", "where to write the calibrated model (or the sidecar, or the standalone model)")
 	f.StringVar(&logitsOut, "logits-output", "", "the model output holding the logits (default: the first float32 output)")
 	f.StringVar(&probsOut, "output-name", export.DefaultOutput, "name of the added probabilities output")
 	f.BoolVar(&sidecar, "sidecar", false, "write the calibrator file for serving beside the model instead of editing the graph")
 	f.BoolVar(&standalone, "standalone", false, "write an ONNX model of the calibrator alone (logits in, probabilities out)")
 	f.Uint64Var(&seed, "seed", 1, "seed of the verification probe set and random test inputs")
-	f.StringVar(&ortLib, "ort-lib", "", "path to libonnxruntime.so (default: $ONNXRUNTIME_SHARED_LIBRARY_PATH, then the cache of `fedcalib setup`)")
+	f.StringVar(&ortLib, "ort-lib", "", `path to libonnxruntime.so (default: $ONNXRUNTIME_SHARED_LIBRARY_PATH, then the cache of "fedcalib setup")`)
 	cmd.MarkFlagsMutuallyExclusive("sidecar", "standalone")
 	return cmd
 }

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -89,10 +88,9 @@ else the cache "fedcalib setup" fills.
 				}
 				opt.Preprocess[o.key] = overrides[i]
 			}
-			for _, spec := range specs {
-				if err := checkInferPaths(model, spec, out); err != nil {
-					return err
-				}
+			// The model, the specs, and the paths inside a spec.
+			if err := checkOut("--out", out, logitsOut, append([]string{model}, specs...)...); err != nil {
+				return err
 			}
 			finish := func() {}
 			if !quiet && isTerminal(stderr) {
@@ -143,27 +141,71 @@ else the cache "fedcalib setup" fills.
 // inferBar returns an infer.Options.Progress callback that draws a
 // progress bar on w, and a function that clears it when inference ends.
 func inferBar(w io.Writer) (progress func(infer.Progress), finish func()) {
-	var bar *progressbar.ProgressBar
-	progress = func(p infer.Progress) {
-		if bar == nil {
-			bar = progressbar.NewOptions64(int64(p.Total),
-				progressbar.OptionSetWriter(w),
-				progressbar.OptionSetDescription("infer"),
-				progressbar.OptionSetItsString("records"),
-				progressbar.OptionShowIts(),
-				progressbar.OptionShowCount(),
-				progressbar.OptionThrottle(200*time.Millisecond),
-				progressbar.OptionClearOnFinish(),
-			)
-		}
-		bar.Set64(int64(p.Done))
+	b := newBar(w, "infer", "records")
+	return func(p infer.Progress) { b.set(p.Done, p.Total) }, b.finish
+}
+
+// A bar is a progress bar drawn on a terminal, made when the total is
+// first known and cleared by finish. Its methods do nothing on a nil *bar,
+// so commands call them whether or not they draw one.
+type bar struct {
+	w          io.Writer
+	desc, unit string
+	pb         *progressbar.ProgressBar
+}
+
+// newBar returns a bar drawn on w, described as desc, counting unit and
+// showing its rate; an empty unit counts steps and shows no rate.
+func newBar(w io.Writer, desc, unit string) *bar {
+	return &bar{w: w, desc: desc, unit: unit}
+}
+
+// terminalBar returns newBar(w, desc, unit) when w is a terminal, else nil.
+func terminalBar(w io.Writer, desc, unit string) *bar {
+	if !isTerminal(w) {
+		return nil
 	}
-	finish = func() {
-		if bar != nil {
-			bar.Finish()
-		}
+	return newBar(w, desc, unit)
+}
+
+// set draws done of total units (total < 0: unknown).
+func (b *bar) set(done, total int) {
+	if b == nil {
+		return
 	}
-	return progress, finish
+	if b.pb == nil {
+		opts := []progressbar.Option{
+			progressbar.OptionSetWriter(b.w),
+			progressbar.OptionSetDescription(b.desc),
+			progressbar.OptionShowCount(),
+			progressbar.OptionThrottle(200 * time.Millisecond),
+			progressbar.OptionClearOnFinish(),
+		}
+		if b.unit != "" {
+			opts = append(opts, progressbar.OptionSetItsString(b.unit), progressbar.OptionShowIts())
+		}
+		b.pb = progressbar.NewOptions64(int64(total), opts...)
+	}
+	b.pb.Set64(int64(done))
+}
+
+// describe changes the description drawn before the bar.
+func (b *bar) describe(desc string) {
+	if b == nil {
+		return
+	}
+	b.desc = desc
+	if b.pb != nil {
+		b.pb.Describe(desc)
+	}
+}
+
+// finish clears the bar; set draws a new one.
+func (b *bar) finish() {
+	if b != nil && b.pb != nil {
+		b.pb.Finish()
+		b.pb = nil
+	}
 }
 
 // openSession opens a model for runInfer; tests replace it to count the
@@ -210,19 +252,6 @@ func runInfer(ctx context.Context, model, spec string, opt infer.Options, specs 
 		return nil, fmt.Errorf("%s on %s: %w", model, spec, err)
 	}
 	return res, nil
-}
-
-// checkInferPaths refuses an output file that is one of the inputs.
-func checkInferPaths(model, spec, out string) error {
-	if strings.TrimSpace(out) == "" {
-		return errors.New("--out is empty: name the .npz logits file to write")
-	}
-	if !strings.HasSuffix(strings.ToLower(out), ".npz") {
-		return fmt.Errorf("--out %s: a logits file must end in .npz", out)
-	}
-	// The model, the spec, and the paths inside a spec:
-	// FORMAT:PATH[:OPTION] and PATH,PATH lists.
-	return checkOut(out, model, spec)
 }
 
 // isTerminal reports whether w is a terminal.

@@ -10,7 +10,6 @@ import (
 
 	"github.com/fedcalib/fedcalib/federation"
 	"github.com/fedcalib/fedcalib/infer"
-	"github.com/fedcalib/fedcalib/internal/fileio"
 )
 
 // partitionFlags are the flags of `fedcalib partition`.
@@ -92,7 +91,7 @@ randomness comes from --seed.`,
 
 // makePartition reads the input and partitions it as fl says.
 func makePartition(fl *partitionFlags, betaSet bool) (*federation.Partition, error) {
-	if err := checkOut(fl.out, fl.input); err != nil {
+	if err := checkOut("--out", fl.out, partitionOut, fl.input); err != nil {
 		return nil, err
 	}
 	frac, err := parseFractions(fl.fractions)
@@ -193,15 +192,4 @@ func parseFractions(s string) (federation.Fractions, error) {
 		v[i] = x
 	}
 	return federation.Fractions{Train: v[0], Calibration: v[1], Test: v[2]}, nil
-}
-
-// checkOut refuses an empty output path and one that is an input.
-func checkOut(out string, inputs ...string) error {
-	if strings.TrimSpace(out) == "" {
-		return errors.New("--out is empty: name the file to write")
-	}
-	if err := fileio.CheckOutput(out, inputs...); err != nil {
-		return fmt.Errorf("--out %w", err)
-	}
-	return nil
 }

@@ -123,7 +123,7 @@ func TestPartitionCommandErrors(t *testing.T) {
 		t.Error("a failed partition wrote its output")
 	}
 	_, stderr, code := runCLI(t, "partition", "--data-or-logits", in, "--out", in, "--scheme", "iid", "--clients", "2")
-	if code != 2 || !strings.Contains(stderr, "is an input") {
+	if code != 2 || !strings.Contains(stderr, "a partition file must end in .json") {
 		t.Errorf("overwriting the input: exit %d, %q", code, stderr)
 	}
 }

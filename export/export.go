@@ -2,10 +2,10 @@ package export
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -37,8 +37,9 @@ const Tolerance = 1e-5
 // Options.Output is empty.
 const DefaultOutput = "probabilities"
 
-// Options configures Append and Export. The zero value calibrates the
-// model's first float32 output into a new output named DefaultOutput.
+// Options configures Append, Verify, CheckModel and ExportContext. The
+// zero value calibrates the model's first float32 output into a new
+// output named DefaultOutput, reporting no progress.
 type Options struct {
 	// Logits names the model output holding the logits. Empty means the
 	// first float32 output.
@@ -51,6 +52,10 @@ type Options struct {
 	Runtime string
 	// Seed seeds the probe set and the random model inputs of Verify.
 	Seed uint64
+	// Progress, when not nil, is called as each stage of ExportContext
+	// or CheckModel begins, and once more when all are done. Nil reports
+	// nothing.
+	Progress func(Progress)
 }
 
 const prefix = "fedcalib_"
@@ -331,14 +336,64 @@ func graphOptions(runtime string, inputs, outputs []string) infer.GraphOptions {
 	return infer.GraphOptions{Runtime: runtime, Threads: 1, Inputs: inputs, Outputs: outputs}
 }
 
-// Export reads the model at modelPath, appends calibrator c, verifies the
-// result (the calibrator alone on its probe set, and the whole model on
-// random inputs: its probabilities output must equal c applied to its
-// logits output), and writes it atomically to outPath. The input model is
-// never modified; on any failure nothing is written.
+// Stages of ExportContext and CheckModel, as Progress.Stage names them.
+const (
+	StageModel      = "running the model"              // the model alone, on random inputs
+	StageCalibrator = "verifying the calibrator"       // the calibrator alone, on its probe set
+	StageWrite      = "writing"                        // the calibrated model, to a temporary file
+	StageCalibrated = "verifying the calibrated model" // the whole calibrated model
+)
+
+// Progress says how far ExportContext or CheckModel is: Done of Total
+// stages are finished and Stage, one of the Stage* constants, runs now;
+// Stage is empty once all are done. The zero value is the start of an
+// unknown amount of work.
+type Progress struct {
+	Stage       string
+	Done, Total int
+}
+
+// stages returns a function reporting the start of each of total stages
+// to report, which may be nil; called with "" it reports the end.
+func stages(report func(Progress), total int) func(stage string) {
+	done := -1
+	return func(stage string) {
+		done++
+		if stage == "" {
+			done = total
+		}
+		if report != nil {
+			report(Progress{Stage: stage, Done: done, Total: total})
+		}
+	}
+}
+
+// Export is ExportContext without cancellation.
 func Export(modelPath, outPath string, c calib.Calibrator, file *calib.File, opt Options) error {
+	return ExportContext(context.Background(), modelPath, outPath, c, file, opt)
+}
+
+// ExportContext checks that calibrator c fits the model at modelPath as
+// CheckModel does, appends c to it, verifies the result (the calibrator
+// alone on its probe set, and the whole model on random inputs: its
+// probabilities output must equal c applied to its logits output), and
+// writes it atomically to outPath. The input model is never modified; on
+// any failure, or when ctx is cancelled, nothing is written and no
+// temporary file is left. ctx is checked between stages: a stage running
+// in ONNX Runtime finishes first.
+//
+// A self-contained model is verified from memory before anything is
+// written. A model with external data is verified from the temporary
+// file of outPath, which must then be in the model's directory, and that
+// file becomes outPath when verification passes.
+func ExportContext(ctx context.Context, modelPath, outPath string, c calib.Calibrator, file *calib.File, opt Options) error {
 	if fileio.Same(modelPath, outPath) {
 		return fmt.Errorf("%s is the input model: write the calibrated model to a new file", outPath)
+	}
+	stage := stages(opt.Progress, 4)
+	stage(StageModel)
+	if err := CheckModel(ctx, modelPath, c, opt); err != nil {
+		return err
 	}
 	m, err := onnx.ReadFile(modelPath)
 	if err != nil {
@@ -348,20 +403,66 @@ func Export(modelPath, outPath string, c calib.Calibrator, file *calib.File, opt
 	if err != nil {
 		return fmt.Errorf("%s: %w", modelPath, err)
 	}
+	external := externalData(m)
+	if len(external) > 0 {
+		if dir, outDir := filepath.Dir(modelPath), filepath.Dir(outPath); !fileio.Same(dir, outDir) {
+			return fmt.Errorf("%s keeps its weights in external files (%s), which the calibrated model refers to by relative path: write it into %s too", modelPath, strings.Join(external, ", "), dir)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	stage(StageCalibrator)
 	if err := Verify(c, Probe(c, opt.Seed), opt); err != nil {
 		return err
 	}
-	dir := ""
-	if ext := externalData(m); len(ext) > 0 {
-		dir = filepath.Dir(modelPath)
-		if outDir := filepath.Dir(outPath); !fileio.Same(dir, outDir) {
-			return fmt.Errorf("%s keeps its weights in external files (%s), which the calibrated model refers to by relative path: write it into %s too", modelPath, strings.Join(ext, ", "), dir)
-		}
-	}
-	if err := verifyModel(m, dir, logitsName, outName, c, opt); err != nil {
+	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return m.WriteFile(outPath)
+	if len(external) == 0 {
+		stage(StageCalibrated)
+		if err := verifyModel(m, "", logitsName, outName, c, opt); err != nil {
+			return err
+		}
+		stage(StageWrite)
+		if err := fileio.WriteContext(ctx, outPath, m.Bytes()); err != nil {
+			return err
+		}
+		stage("")
+		return nil
+	}
+	// External data resolve against the model file's directory, so
+	// ONNX Runtime must load the candidate from a file there: the
+	// temporary file of outPath.
+	stage(StageWrite)
+	tmp, err := writeTemp(ctx, outPath, m.Bytes())
+	if err != nil {
+		return err
+	}
+	defer tmp.Abort()
+	stage(StageCalibrated)
+	if err := verifyModel(m, tmp.Name(), logitsName, outName, c, opt); err != nil {
+		return err
+	}
+	if err := tmp.Commit(ctx); err != nil {
+		return err
+	}
+	stage("")
+	return nil
+}
+
+// writeTemp writes data to a new temporary file of path, leaving it to
+// the caller to commit or abort.
+func writeTemp(ctx context.Context, path string, data []byte) (*fileio.Temp, error) {
+	tmp, err := fileio.Create(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Abort()
+		return nil, err
+	}
+	return tmp, nil
 }
 
 // externalData returns the external data files the model's initializers
@@ -384,18 +485,55 @@ func externalData(m *onnx.Model) []string {
 // verifyModel runs the whole calibrated model on a few random inputs and
 // checks its probabilities against c applied to its own logits.
 //
-// A model with external data is run from a temporary file in dir, its
-// directory; dir is "" for a self-contained model, which runs from memory.
-func verifyModel(m *onnx.Model, dir, logitsName, outName string, c calib.Calibrator, opt Options) error {
-	if _, err := infer.InitRuntime(opt.Runtime); err != nil {
-		return err
+// The model is loaded from path, a file holding exactly m (for a model
+// with external data, in its directory); path is "" for a self-contained
+// model, which runs from memory.
+func verifyModel(m *onnx.Model, path, logitsName, outName string, c calib.Calibrator, opt Options) error {
+	outs, err := runModel(m, path, []string{logitsName, outName}, opt)
+	if err != nil {
+		return fmt.Errorf("verify: ONNX Runtime cannot run the calibrated model: %w", err)
 	}
+	return compare(c, outs[0], outs[1])
+}
+
+// runModel runs m (from path, or from memory when path is "") on the
+// random inputs of randomInputs and returns the named float32 outputs.
+// Errors do not name path, which is a temporary file.
+func runModel(m *onnx.Model, path string, outputs []string, opt Options) ([][]float32, error) {
+	if _, err := infer.InitRuntime(opt.Runtime); err != nil {
+		return nil, err
+	}
+	names, vals, err := randomInputs(m, opt.Seed)
+	if err != nil {
+		return nil, err
+	}
+	gopt := graphOptions(opt.Runtime, names, outputs)
+	var g *infer.Graph
+	if path != "" {
+		g, err = infer.OpenGraphFile(path, gopt)
+	} else {
+		g, err = infer.OpenGraph(m.Bytes(), gopt)
+	}
+	if err != nil {
+		return nil, hidePath(err, path)
+	}
+	defer g.Close()
+	outs, err := g.Run(vals...)
+	return outs, hidePath(err, path)
+}
+
+// randomBatch is the batch size of the random inputs of runModel.
+const randomBatch = 4
+
+// randomInputs returns the names of m's inputs and a random batch of
+// randomBatch rows for each, drawn from seed: float32 inputs uniform in
+// [0, 1), int64 inputs zero.
+func randomInputs(m *onnx.Model, seed uint64) ([]string, []*infer.Batch, error) {
 	ins := m.Inputs()
 	if len(ins) == 0 {
-		return fmt.Errorf("verify: the model has no inputs")
+		return nil, nil, fmt.Errorf("verify: the model has no inputs")
 	}
-	rng := rand.New(rand.NewPCG(opt.Seed, 0x696e707574)) // "input"
-	const batch = 4
+	rng := rand.New(rand.NewPCG(seed, 0x696e707574)) // "input"
 	names := make([]string, len(ins))
 	vals := make([]*infer.Batch, len(ins))
 	for i, in := range ins {
@@ -405,11 +543,11 @@ func verifyModel(m *onnx.Model, dir, logitsName, outName string, c calib.Calibra
 		for d, dim := range in.Shape {
 			switch {
 			case d == 0 && !dim.Known():
-				shape[d] = batch
+				shape[d] = randomBatch
 			case dim.Known():
 				shape[d] = dim.Value
 			default:
-				return fmt.Errorf("verify: input %q has the symbolic dimension %s beyond the batch axis; fedcalib cannot make a test input for it", in.Name, dim)
+				return nil, nil, fmt.Errorf("verify: input %q has the symbolic dimension %s beyond the batch axis; fedcalib cannot make a test input for it", in.Name, dim)
 			}
 			n *= shape[d]
 		}
@@ -423,56 +561,27 @@ func verifyModel(m *onnx.Model, dir, logitsName, outName string, c calib.Calibra
 		case onnx.Int64:
 			v.Int = make([]int64, n)
 		default:
-			return fmt.Errorf("verify: input %q has element type %s, which fedcalib cannot generate", in.Name, in.Type)
+			return nil, nil, fmt.Errorf("verify: input %q has element type %s, which fedcalib cannot generate", in.Name, in.Type)
 		}
 		vals[i] = v
 	}
-	gopt := graphOptions(opt.Runtime, names, []string{logitsName, outName})
-	var g *infer.Graph
-	var err error
-	if dir != "" {
-		// External data resolve against the model file's directory, so
-		// ONNX Runtime must load the candidate from a file there.
-		tmp, terr := os.CreateTemp(dir, ".fedcalib-verify-*.onnx")
-		if terr != nil {
-			return terr
-		}
-		defer os.Remove(tmp.Name())
-		if _, terr = tmp.Write(m.Bytes()); terr == nil {
-			terr = tmp.Close()
-		}
-		if terr != nil {
-			return terr
-		}
-		g, err = infer.OpenGraphFile(tmp.Name(), gopt)
-	} else {
-		g, err = infer.OpenGraph(m.Bytes(), gopt)
-	}
-	var outs [][]float32
-	if err == nil {
-		defer g.Close()
-		outs, err = g.Run(vals...)
-	}
-	if err != nil {
-		return fmt.Errorf("verify: ONNX Runtime cannot run the calibrated model: %w", err)
-	}
-	return compare(c, outs[0], outs[1])
+	return names, vals, nil
 }
 
-// CheckSidecar checks that calibrator c fits the model at modelPath for
-// sidecar serving: the model parses, has a float32 logits output (named by
-// opt.Logits, or the first one) whose known class count equals c's.
-func CheckSidecar(modelPath string, c calib.Calibrator, opt Options) error {
-	m, err := onnx.ReadFile(modelPath)
-	if err != nil {
+// pathHidden is an error whose message leaves out a temporary file's name.
+type pathHidden struct {
+	err error
+	msg string
+}
+
+func (e *pathHidden) Error() string { return e.msg }
+func (e *pathHidden) Unwrap() error { return e.err }
+
+// hidePath returns err with "path: " and path removed from its message.
+func hidePath(err error, path string) error {
+	if err == nil || path == "" || !strings.Contains(err.Error(), path) {
 		return err
 	}
-	name, err := logitsOutput(m, opt.Logits)
-	if err != nil {
-		return fmt.Errorf("%s: %w", modelPath, err)
-	}
-	if k := outputClasses(m, name); k > 0 && k != c.Classes() {
-		return fmt.Errorf("%s: output %q has %d classes but the calibrator has %d", modelPath, name, k, c.Classes())
-	}
-	return nil
+	msg := strings.ReplaceAll(err.Error(), path+": ", "")
+	return &pathHidden{err: err, msg: strings.ReplaceAll(msg, path, "the model")}
 }

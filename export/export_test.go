@@ -1,6 +1,7 @@
 package export
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -8,12 +9,14 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/dp"
 	"github.com/fedcalib/fedcalib/infer"
 	"github.com/fedcalib/fedcalib/onnx"
 	"github.com/fedcalib/fedcalib/onnx/onnxpb"
@@ -200,7 +203,8 @@ func TestExportTinyModel(t *testing.T) {
 	dir := t.TempDir()
 	for name, cal := range fitted(t, classes) {
 		out := filepath.Join(dir, name+".onnx")
-		file := &calib.File{Privacy: &calib.Privacy{Epsilon: 1, Delta: 1e-5}, Provenance: calib.Provenance{Seed: 3}}
+		priv := privacyRecord(t, cal.Method(), classes)
+		file := &calib.File{Privacy: priv, Provenance: calib.Provenance{Seed: 3}}
 		if err := Export(src, out, cal, file, Options{}); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -211,7 +215,7 @@ func TestExportTinyModel(t *testing.T) {
 		if v, _ := m.MetadataValue(KeyMethod); v != cal.Method() {
 			t.Errorf("%s: method metadata %q", name, v)
 		}
-		if v, _ := m.MetadataValue(KeyEpsilon); v != "1" {
+		if v, _ := m.MetadataValue(KeyEpsilon); v != fmt.Sprint(priv.Epsilon) {
 			t.Errorf("%s: epsilon metadata %q", name, v)
 		}
 		sc, _ := m.MetadataValue(KeySidecar)
@@ -231,6 +235,35 @@ func TestExportTinyModel(t *testing.T) {
 	if after, _ := os.ReadFile(src); string(after) != string(orig) {
 		t.Fatal("Export modified its input model")
 	}
+}
+
+// privacyRecord returns a consistent privacy record (calib.Privacy.Check)
+// of a fit of method over classes classes: 2 rounds of noise multiplier 1
+// on every client, zCDP at δ = 1e-5.
+func privacyRecord(t *testing.T, method string, classes int) *calib.Privacy {
+	t.Helper()
+	m, err := calib.LookupMethod(method)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &calib.Privacy{Sigma: 1, Delta: 1e-5, Accountant: "zcdp", Rounds: 2, SampleRate: 1}
+	mechs := 1.0
+	if m.Family == calib.Binning {
+		p.ClipPos, p.ClipNeg, mechs = 1, 1, 2*float64(classes)
+	} else {
+		p.Clip = 1
+	}
+	z := 1 / math.Sqrt(mechs)
+	p.Rho = float64(p.Rounds) * dp.GaussianRho(z)
+	spent, err := dp.SpentBy(dp.ZCDP, z, p.Rounds, p.SampleRate, p.Delta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Epsilon = spent.Epsilon
+	if err := p.Check(method, classes); err != nil {
+		t.Fatalf("privacyRecord: %v", err)
+	}
+	return p
 }
 
 func TestExportErrors(t *testing.T) {
@@ -342,7 +375,7 @@ func TestExportExternalData(t *testing.T) {
 	if got := externalData(m); len(got) != 1 || got[0] != "weights.bin" {
 		t.Errorf("external data of the export: %v", got)
 	}
-	if err := verifyModel(m, dir, "logits", DefaultOutput, cal, Options{Seed: 4}); err != nil {
+	if err := verifyModel(m, out, "logits", DefaultOutput, cal, Options{Seed: 4}); err != nil {
 		t.Errorf("reloaded: %v", err)
 	}
 	other := filepath.Join(t.TempDir(), "elsewhere.onnx")
@@ -352,8 +385,160 @@ func TestExportExternalData(t *testing.T) {
 	}
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), ".fedcalib-verify") {
+		if strings.HasPrefix(e.Name(), ".") {
 			t.Errorf("left %s behind", e.Name())
 		}
 	}
+}
+
+// TestCheckModel runs the committed bad models (see fixtures) and the
+// tiny model through CheckModel: each bad one is refused for what it
+// really gives, in our words, not ONNX Runtime's.
+func TestCheckModel(t *testing.T) {
+	needRuntime(t)
+	tests := []struct {
+		model   string
+		classes int
+		want    string // "" for no error
+	}{
+		{"../infer/testdata/tiny.onnx", 3, ""},
+		{"../infer/testdata/tiny.onnx", 5, `output "logits" has 3 classes but the calibrator has 5`},
+		{"testdata/liar.onnx", 10, `output "logits" has 3 classes (though it declares 10) but the calibrator has 10`},
+		{"testdata/liar.onnx", 3, `output "logits" is declared with 10 classes but has 3: the model's declared output shape is wrong`},
+		{"testdata/nan.onnx", 3, `output "logits" gives NaN (row 0, class 2) on random inputs: the model, not the calibrator, is at fault`},
+		{"testdata/rank3.onnx", 3, `output "logits" has rank 3, shape [4, 2, 3]`},
+		{"testdata/rank3_declared.onnx", 3, `output "logits" is declared with rank 3, [batch,2,3]`},
+	}
+	for _, tt := range tests {
+		err := CheckModel(context.Background(), tt.model, calib.NewTemperature(tt.classes), Options{Seed: 1})
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("%s, %d classes: %v", tt.model, tt.classes, err)
+		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("%s, %d classes: error %v, want %q", tt.model, tt.classes, err, tt.want)
+		case err != nil && !strings.HasPrefix(err.Error(), tt.model+": "):
+			t.Errorf("%s, %d classes: error %q does not start with the model's path", tt.model, tt.classes, err)
+		}
+	}
+}
+
+// TestExportRefusesBadModels exports calibrators into the bad models:
+// before CheckModel, matrix scaling into the liar gave ONNX Runtime's
+// ShapeInferenceError and temperature scaling into the NaN model blamed
+// the calibrator. Nothing may be written, not even a temporary file.
+func TestExportRefusesBadModels(t *testing.T) {
+	needRuntime(t)
+	tests := []struct {
+		model string
+		cal   calib.Calibrator
+		want  string
+	}{
+		{"testdata/liar.onnx", calib.NewMatrix(10), "has 3 classes (though it declares 10) but the calibrator has 10"},
+		{"testdata/liar.onnx", calib.NewMatrix(3), "is declared with 10 classes but has 3"},
+		{"testdata/nan.onnx", calib.NewTemperature(3), "the model, not the calibrator, is at fault"},
+		{"testdata/rank3.onnx", calib.NewVector(3), "has rank 3"},
+	}
+	for _, tt := range tests {
+		dir := t.TempDir()
+		out := filepath.Join(dir, "out.onnx")
+		err := Export(tt.model, out, tt.cal, nil, Options{})
+		if err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "ShapeInference") {
+			t.Errorf("%s, %s: error %v, want %q", tt.model, tt.cal.Method(), err, tt.want)
+		}
+		if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+			t.Errorf("%s, %s: left %v behind", tt.model, tt.cal.Method(), entries)
+		}
+	}
+}
+
+func TestCheckLogits(t *testing.T) {
+	batch := onnx.Shape{{Param: "batch"}, {Value: 2}}
+	tests := []struct {
+		name     string
+		declared onnx.Shape
+		shape    []int64
+		rows     int64
+		values   []float32
+		want     string
+	}{
+		{"fine", batch, []int64{2, 2}, 2, []float32{1, 2, 3, 4}, ""},
+		{"undeclared", nil, []int64{2, 2}, -1, []float32{1, 2, 3, 4}, ""},
+		{"rank 1", nil, []int64{4}, 2, []float32{1, 2, 3, 4}, "has rank 1, shape [4]"},
+		{"rows", batch, []int64{1, 2}, 2, []float32{1, 2}, "has 1 rows for a batch of 2 inputs"},
+		{"classes", nil, []int64{2, 1}, 2, []float32{1, 2}, "has 1 classes but the calibrator has 2"},
+		{"+Inf", batch, []int64{2, 2}, 2, []float32{1, 2, 3, float32(math.Inf(1))}, "gives +Inf (row 1, class 1)"},
+	}
+	for _, tt := range tests {
+		err := checkLogits("z", tt.declared, tt.shape, tt.rows, tt.values, 2)
+		if (tt.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.want)) {
+			t.Errorf("%s: %v, want %q", tt.name, err, tt.want)
+		}
+	}
+}
+
+// TestExportProgress checks the stages ExportContext reports, and that
+// cancelling it at any stage writes nothing and leaves no temporary file.
+func TestExportProgress(t *testing.T) {
+	needRuntime(t)
+	cal := calib.NewTemperature(3)
+	cal.T = 2
+	for _, external := range []bool{false, true} {
+		dir := t.TempDir()
+		src := "../infer/testdata/tiny.onnx"
+		want := []Progress{{StageModel, 0, 4}, {StageCalibrator, 1, 4}, {StageCalibrated, 2, 4}, {StageWrite, 3, 4}, {"", 4, 4}}
+		if external {
+			src = externalTiny(t, dir)
+			want[2].Stage, want[3].Stage = StageWrite, StageCalibrated
+		}
+		out := filepath.Join(dir, "out.onnx")
+		var got []Progress
+		opt := Options{Progress: func(p Progress) { got = append(got, p) }}
+		if err := ExportContext(context.Background(), src, out, cal, nil, opt); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("external %v: progress %v, want %v", external, got, want)
+		}
+		if err := os.Remove(out); err != nil {
+			t.Fatal(err)
+		}
+		before := names(t, dir)
+		for _, stop := range want {
+			ctx, cancel := context.WithCancel(context.Background())
+			opt.Progress = func(p Progress) {
+				if p == stop {
+					cancel()
+				}
+			}
+			err := ExportContext(ctx, src, out, cal, nil, opt)
+			cancel()
+			if stop.Stage == "" { // cancelled after the end: written
+				if err != nil {
+					t.Errorf("external %v: cancelled when done: %v", external, err)
+				}
+				os.Remove(out)
+				continue
+			}
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("external %v: cancelled at %q: %v, want context.Canceled", external, stop.Stage, err)
+			}
+			if after := names(t, dir); !slices.Equal(after, before) {
+				t.Errorf("external %v: cancelled at %q: directory holds %v, want %v", external, stop.Stage, after, before)
+			}
+		}
+	}
+}
+
+// names lists the entries of dir.
+func names(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s []string
+	for _, e := range entries {
+		s = append(s, e.Name())
+	}
+	return s
 }
