@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/fedcalib/fedcalib/secagg"
 )
@@ -35,6 +36,18 @@ type drops struct {
 type view struct {
 	keys, shares, masked, unmask map[uint32][]byte
 	bytesPerClient               map[uint32]int // sent and received
+	server                       time.Duration  // wall time spent in Server methods
+	serverCPU                    time.Duration  // thread CPU time spent in them
+}
+
+// timed runs f and adds its wall and thread CPU durations to *d and
+// *cpu.
+func timed(d, cpu *time.Duration, f func() error) error {
+	t0, c0 := time.Now(), threadCPU()
+	err := f()
+	*d += time.Since(t0)
+	*cpu += threadCPU() - c0
+	return err
 }
 
 // wire encodes m and decodes it into out, as a transport would, and
@@ -75,12 +88,12 @@ func run(t testing.TB, r *secagg.Round, inputs map[uint32][]uint64, d drops, see
 		var got secagg.AdvertiseKeys
 		v.keys[id] = wire(t, m, &got)
 		v.bytesPerClient[id] += len(v.keys[id])
-		if err := s.ReceiveKeys(&got); err != nil {
+		if err := timed(&v.server, &v.serverCPU, func() error { return s.ReceiveKeys(&got) }); err != nil {
 			t.Fatal(err)
 		}
 	}
-	nk, err := s.CloseKeys()
-	if err != nil {
+	var nk map[uint32]*secagg.NeighbourKeys
+	if err := timed(&v.server, &v.serverCPU, func() (err error) { nk, err = s.CloseKeys(); return }); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range d.beforeShare {
@@ -96,12 +109,12 @@ func run(t testing.TB, r *secagg.Round, inputs map[uint32][]uint64, d drops, see
 		var sk secagg.ShareKeys
 		v.shares[id] = wire(t, m, &sk)
 		v.bytesPerClient[id] += len(v.shares[id])
-		if err := s.ReceiveShares(&sk); err != nil {
+		if err := timed(&v.server, &v.serverCPU, func() error { return s.ReceiveShares(&sk) }); err != nil {
 			t.Fatal(err)
 		}
 	}
-	rs, err := s.CloseShares()
-	if err != nil {
+	var rs map[uint32]*secagg.RoutedShares
+	if err := timed(&v.server, &v.serverCPU, func() (err error) { rs, err = s.CloseShares(); return }); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range d.beforeMask {
@@ -117,12 +130,12 @@ func run(t testing.TB, r *secagg.Round, inputs map[uint32][]uint64, d drops, see
 		var mi secagg.MaskedInput
 		v.masked[id] = wire(t, m, &mi)
 		v.bytesPerClient[id] += len(v.masked[id])
-		if err := s.ReceiveMasked(&mi); err != nil {
+		if err := timed(&v.server, &v.serverCPU, func() error { return s.ReceiveMasked(&mi) }); err != nil {
 			t.Fatal(err)
 		}
 	}
-	reqs, err := s.CloseMasked()
-	if err != nil {
+	var reqs map[uint32]*secagg.UnmaskRequest
+	if err := timed(&v.server, &v.serverCPU, func() (err error) { reqs, err = s.CloseMasked(); return }); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range d.beforeUnmask {
@@ -138,12 +151,12 @@ func run(t testing.TB, r *secagg.Round, inputs map[uint32][]uint64, d drops, see
 		var ur secagg.UnmaskResponse
 		v.unmask[id] = wire(t, m, &ur)
 		v.bytesPerClient[id] += len(v.unmask[id])
-		if err := s.ReceiveUnmask(&ur); err != nil {
+		if err := timed(&v.server, &v.serverCPU, func() error { return s.ReceiveUnmask(&ur) }); err != nil {
 			t.Fatal(err)
 		}
 	}
-	sum, err := s.Sum()
-	if err != nil {
+	var sum []uint64
+	if err := timed(&v.server, &v.serverCPU, func() (err error) { sum, err = s.Sum(); return }); err != nil {
 		t.Fatal(err)
 	}
 	return sum, s, v
