@@ -30,7 +30,8 @@ type Config struct {
 
 // A Round is a validated Config with its neighbour graph. Create one with
 // NewRound; it is immutable and safe for concurrent use, so one Round can
-// serve the server and many in-process clients.
+// serve the server and many in-process clients. The zero value is not
+// usable.
 type Round struct {
 	cfg   Config
 	graph *Graph
