@@ -133,9 +133,9 @@ drop of exactly --max-accuracy-drop passes). What is checked:
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&modelPath, "model", "", "an ONNX model: calibrated by `fedcalib export`, or plain with --calibrator")
+	f.StringVar(&modelPath, "model", "", `an ONNX model: calibrated by "fedcalib export", or plain with --calibrator`)
 	f.StringVar(&calibPath, "calibrator", "", "a calibrator file to apply (with a plain --model, or with --logits)")
-	f.StringVar(&spec, "data", "", "labelled data for --model, FORMAT:PATH[:OPTION] as for `fedcalib infer`")
+	f.StringVar(&spec, "data", "", `labelled data for --model, FORMAT:PATH[:OPTION] as for "fedcalib infer"`)
 	f.StringVar(&logitsPath, "logits", "", "check precomputed logits (.npz) instead of running a model")
 	f.StringVar(&split, "split", "", "with --logits: rows to check, test, calibration or all (default test when there is a split column)")
 	f.Float64Var(&maxDrop, "max-accuracy-drop", calib.AccuracyDropMark, "largest allowed accuracy drop, as a fraction (0.01 = 1 point)")

@@ -1,24 +1,34 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"runtime/debug"
+	"time"
 
 	"github.com/spf13/cobra"
+	ort "github.com/yalue/onnxruntime_go"
 
 	"github.com/fedcalib/fedcalib/infer"
+	"github.com/fedcalib/fedcalib/internal/fileio"
 )
 
 // Exit statuses returned by Main (README.md, "Exit status").
 const (
-	ExitOK          = 0 // success
-	ExitFailed      = 1 // a check ran and failed its bar
-	ExitUsage       = 2 // bad usage or bad input
-	ExitEnvironment = 3 // the environment failed: ONNX Runtime missing or unloadable, npm unreachable in setup
+	ExitOK          = 0   // success
+	ExitFailed      = 1   // a check ran and failed its bar
+	ExitUsage       = 2   // bad usage or bad input
+	ExitEnvironment = 3   // the environment failed: ONNX Runtime missing or unloadable, npm unreachable in setup
+	ExitInterrupted = 130 // SIGINT or SIGTERM stopped the command (128 + SIGINT, as shells report it)
 	exitUnknown     = 2
 )
+
+// interruptGrace is how long MainContext waits, once its context is
+// cancelled, for the command to stop and clean up by itself.
+const interruptGrace = 2 * time.Second
 
 // ErrCheckFailed is wrapped by errors that mean "the command ran correctly
 // and the thing it checked did not pass"; Main maps them to ExitFailed.
@@ -28,13 +38,42 @@ var ErrCheckFailed = errors.New("check failed")
 // writing to stdout and stderr, and returns the process exit status:
 // ExitFailed for errors wrapping ErrCheckFailed, ExitEnvironment for
 // those wrapping infer.ErrRuntimeNotFound or infer.ErrFetch, ExitUsage for
-// any other.
+// any other. It is MainContext with a context never cancelled.
 func Main(args []string, stdout, stderr io.Writer) int {
+	return MainContext(context.Background(), args, stdout, stderr)
+}
+
+// MainContext is Main with a context, which the command gets as its
+// cmd.Context(); the fedcalib binary cancels it on SIGINT and SIGTERM.
+// Once ctx is cancelled, MainContext waits up to 2 seconds for the
+// command to stop (commands check ctx between steps; a step running in
+// ONNX Runtime cannot be stopped), removes every temporary file still
+// open (fileio.RemoveTemps), prints one line saying so and returns
+// ExitInterrupted; the command may still be running when it returns, so
+// the caller should exit. A command that completes despite the signal
+// gets its own status.
+func MainContext(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root := newRootCmd(stdout, stderr)
 	root.SetArgs(args)
-	err := root.Execute()
-	if err == nil {
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		select {
+		case err = <-done:
+		case <-time.After(interruptGrace):
+			err = context.Cause(ctx)
+		}
+		fileio.RemoveTemps()
+	}
+	switch {
+	case err == nil:
 		return ExitOK
+	case ctx.Err() != nil:
+		fmt.Fprintf(stderr, "fedcalib: stopped (%v): no partial output was left behind\n", context.Cause(ctx))
+		return ExitInterrupted
 	}
 	fmt.Fprintf(stderr, "fedcalib: %v\n", err)
 	return exitStatus(err)
@@ -54,6 +93,7 @@ func exitStatus(err error) int {
 }
 
 func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
+	var version bool
 	root := &cobra.Command{
 		Use:   "fedcalib",
 		Short: "Federated, private post-hoc calibration of ONNX classifiers",
@@ -62,14 +102,23 @@ calibrators federatedly (optionally under user-level differential privacy),
 measures calibration, and exports calibrated models.
 
 Exit status:
-  0  success
-  1  a check ran and failed its bar (fedcalib check)
-  2  bad usage or bad input (a flag, a file, a value); nothing was written
-  3  the environment failed: ONNX Runtime is missing or cannot be loaded
-     (run "fedcalib setup"), or npm could not fetch it during setup`,
+  0    success
+  1    a check ran and failed its bar (fedcalib check)
+  2    bad usage or bad input (a flag, a file, a value); nothing was written
+  3    the environment failed: ONNX Runtime is missing or cannot be loaded
+       (run "fedcalib setup"), or npm could not fetch it during setup
+  130  interrupted by SIGINT or SIGTERM; no partial output was left behind`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !version {
+				return cmd.Help()
+			}
+			return printVersion(cmd.OutOrStdout())
+		},
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.Flags().BoolVar(&version, "version", false, "print the version, commit, Go version and ONNX Runtime version")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.CompletionOptions.DisableDefaultCmd = true
@@ -97,15 +146,66 @@ func Version() string {
 	return "devel"
 }
 
+// commit returns the VCS revision the binary was built from, marked
+// "(modified)" when the tree had changes, or "unknown" when the build
+// recorded none (go run, go test).
+func commit() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	var rev, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = " (modified)"
+			}
+		}
+	}
+	if rev == "" {
+		return "unknown"
+	}
+	return rev + modified
+}
+
+// runtimeVersion returns the version of the ONNX Runtime library a
+// command would load, and its path: the pinned RuntimeVersion for the
+// verified cached copy, else the version the library reports once
+// loaded. It returns "not installed" and the reason when there is none.
+func runtimeVersion() (version, where string) {
+	path, err := infer.ResolveRuntime("")
+	if err != nil {
+		return "not installed", err.Error()
+	}
+	if cached, err := infer.CachedRuntimePath(); err == nil && fileio.Same(path, cached) {
+		return infer.RuntimeVersion, path // ResolveRuntime checked its sha256
+	}
+	if _, err := infer.InitRuntime(""); err != nil {
+		return "not loadable", err.Error()
+	}
+	return ort.GetVersion(), path
+}
+
+// printVersion writes what `fedcalib --version` and `fedcalib version`
+// print.
+func printVersion(w io.Writer) error {
+	ortVersion, where := runtimeVersion()
+	_, err := fmt.Fprintf(w, "fedcalib %s\ncommit: %s\ngo: %s %s/%s\nONNX Runtime: %s (%s)\n",
+		Version(), commit(), runtime.Version(), runtime.GOOS, runtime.GOARCH, ortVersion, where)
+	return err
+}
+
 func newVersionCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:     "version",
-		Short:   "Print the fedcalib version",
-		Example: "  fedcalib version",
+		Short:   "Print the fedcalib version, commit, Go version and ONNX Runtime version",
+		Example: "  fedcalib version\n  fedcalib --version",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "fedcalib %s\n", Version())
-			return err
+			return printVersion(cmd.OutOrStdout())
 		},
 	}
 }

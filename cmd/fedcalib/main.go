@@ -2,16 +2,23 @@
 //
 // Run "fedcalib --help" for the commands; they live in package cli. The
 // exit status is 0 on success, 1 when a check fails its bar, 2 on bad
-// usage or input and 3 when the environment fails (ONNX Runtime missing or
-// unloadable, npm unreachable during setup): see cli.Main.
+// usage or input, 3 when the environment fails (ONNX Runtime missing or
+// unloadable, npm unreachable during setup) and 130 when SIGINT or SIGTERM
+// stopped it: see cli.MainContext.
 package main
 
 import (
+	"context"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/fedcalib/fedcalib/cli"
 )
 
 func main() {
-	os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := cli.MainContext(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }
