@@ -13,11 +13,16 @@
 // computes, so the exported model agrees with the Go calibrator to
 // rounding.
 //
+// CheckModel runs the model alone in ONNX Runtime on random inputs and
+// checks that its logits output really is [batch, classes], with the
+// calibrator's classes and the declared ones, and finite (a model giving
+// NaN is at fault, not the calibrator); a sidecar export needs no more.
 // Append splices the nodes into a model, keeping its logits output and
 // adding a probabilities output, and records the calibrator in the model's
 // metadata_props. Verify runs the result with ONNX Runtime against the Go
 // calibrator on a probe set covering every bin and extreme logits (and on
 // the model's own outputs), through package infer's Graph (infer owns
-// ONNX Runtime), and Export does all three and writes the file atomically
-// only when verification passes.
+// ONNX Runtime), and ExportContext does all of these, reporting its stages
+// through Options.Progress and stopping when its context is cancelled,
+// and writes the file atomically only when verification passes.
 package export
