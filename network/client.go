@@ -203,7 +203,7 @@ func request(ctx context.Context, nc *nats.Conn, fed, pub string, req any, wait 
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	for {
-		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
 		m, err := nc.RequestWithContext(rctx, subjEnrol(fed, pub), b)
 		rcancel()
 		select {

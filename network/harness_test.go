@@ -5,7 +5,6 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
-	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -185,4 +184,4 @@ func permissionError(errs <-chan error) error {
 	}
 }
 
-var _ = reflect.DeepEqual
+

@@ -3,7 +3,6 @@ package network
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -166,14 +165,4 @@ func ClientPermissions(fed, pub string) *server.Permissions {
 		Publish:   &server.SubjectPermission{Allow: []string{subjEnrol(fed, pub), subjUpdate(fed, pub)}},
 		Subscribe: &server.SubjectPermission{Allow: []string{subjRound(fed), inboxPrefix(fed, pub) + ".>"}},
 	}
-}
-
-// errIs reports whether err is, or wraps, any of targets.
-func errIs(err error, targets ...error) bool {
-	for _, t := range targets {
-		if errors.Is(err, t) {
-			return true
-		}
-	}
-	return false
 }

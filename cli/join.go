@@ -1,0 +1,193 @@
+package cli
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/federation"
+	"github.com/fedcalib/fedcalib/infer"
+	"github.com/fedcalib/fedcalib/infer/logits"
+	"github.com/fedcalib/fedcalib/network"
+)
+
+// joinFlags are the flags of fedcalib join.
+type joinFlags struct {
+	server, key, fingerprint, ca, federation string
+	insecure, quiet                          bool
+	model, data                              string
+	logits, partition                        string
+	clientID                                 int
+	enrolTimeout                             time.Duration
+}
+
+func newJoinCmd() *cobra.Command {
+	var fl joinFlags
+	cmd := &cobra.Command{
+		Use:   "join --server URL --key F.nkey (--model M.onnx --data SPEC | --logits F.npz [--partition P.json] [--client-id i])",
+		Short: "Take part in a networked federated calibration as a client",
+		Long: `join is a client of a "fedcalib serve" coordinator. It connects with its
+key (from "fedcalib keys new"; its public key must be on the coordinator's
+allow-list), enrols, and in every round that samples it computes its
+update from its own calibration data — exactly as the simulation does —
+and sends only that clipped update. Logits and labels never leave the
+machine.
+
+The local data is either a model and a dataset (--model M.onnx --data
+SPEC: ONNX Runtime runs the model here; every record is calibration data),
+or a logits file: with --partition, or a client column in the file, the
+calibration rows of client --client-id of that partition (default: this
+client's index k in the federation, its line in the allow-list) — the
+rows "fedcalib calibrate" gives client k — and otherwise the file's
+calibration rows (split 1, or every row without a split column).
+
+TLS: pin the coordinator's development certificate with
+--tls-fingerprint (serve prints it), or verify a user certificate with
+--ca (or the system's roots for a tls:// URL). Plaintext nats:// URLs are
+accepted for loopback only, unless --insecure.
+
+It exits when the coordinator announces the end of the run.`,
+		Example: `  fedcalib join --server tls://coord.example:4222 --tls-fingerprint 3f9a… --key site-a.nkey \
+      --model model.onnx --data mnist:/data/mnist
+  fedcalib join --server tls://127.0.0.1:4222 --tls-fingerprint 3f9a… --key c7.nkey \
+      --logits cifar10.npz --partition p.json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runJoin(cmd, &fl)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&fl.server, "server", "", "the coordinator's NATS URL(s), tls://host:port or nats://host:port (required)")
+	f.StringVar(&fl.key, "key", "", "the client's key file from \"fedcalib keys new\", or a NATS credentials file (required)")
+	f.StringVar(&fl.fingerprint, "tls-fingerprint", "", "pin the server's TLS certificate by its SHA-256 fingerprint (serve prints it)")
+	f.StringVar(&fl.ca, "ca", "", "PEM file of the certificate authority that signed the server's certificate")
+	f.BoolVar(&fl.insecure, "insecure", false, "allow a plaintext nats:// connection to a non-loopback server")
+	f.StringVar(&fl.federation, "federation", network.DefaultFederation, "name of the federation to join")
+	f.StringVar(&fl.model, "model", "", "ONNX model to run on --data")
+	f.StringVar(&fl.data, "data", "", "dataset spec of the local data (see \"fedcalib infer --help\")")
+	f.StringVar(&fl.logits, "logits", "", "logits file of the local data (.npz)")
+	f.StringVar(&fl.partition, "partition", "", "with --logits: partition file giving the clients' rows")
+	f.IntVar(&fl.clientID, "client-id", -1, "with --logits: the partition's client to be (default: this client's index in the federation)")
+	f.DurationVar(&fl.enrolTimeout, "enrol-timeout", 30*time.Second, "how long to wait for the coordinator to answer")
+	f.BoolVarP(&fl.quiet, "quiet", "q", false, "print no per-round lines")
+	return cmd
+}
+
+func checkJoinFlags(cmd *cobra.Command, fl *joinFlags) error {
+	changed := cmd.Flags().Changed
+	switch {
+	case fl.server == "":
+		return errors.New("join needs --server URL, the coordinator's address (tls://host:port)")
+	case fl.key == "":
+		return errors.New("join needs --key F, the client's key file (\"fedcalib keys new\" makes one)")
+	case (fl.model != "") != (fl.data != ""):
+		return errors.New("--model and --data go together")
+	case (fl.model != "") == (fl.logits != ""):
+		return errors.New("join needs its local data: --model M.onnx --data SPEC, or --logits F.npz")
+	case fl.logits == "" && (fl.partition != "" || changed("client-id")):
+		return errors.New("--partition and --client-id go with --logits")
+	case changed("client-id") && fl.clientID < 0:
+		return fmt.Errorf("--client-id %d: want a client index ≥ 0", fl.clientID)
+	case fl.fingerprint != "" && fl.ca != "":
+		return errors.New("--tls-fingerprint and --ca both say which certificate to trust: give one")
+	case fl.enrolTimeout <= 0:
+		return errors.New("--enrol-timeout must be positive, e.g. 30s")
+	}
+	return network.ValidFederation(fl.federation)
+}
+
+func runJoin(cmd *cobra.Command, fl *joinFlags) error {
+	if err := checkJoinFlags(cmd, fl); err != nil {
+		return err
+	}
+	key, err := network.ReadKey(fl.key)
+	if err != nil {
+		return fmt.Errorf("--key %w", err)
+	}
+	d := network.Dial{URL: fl.server, Fingerprint: fl.fingerprint, Insecure: fl.insecure, Name: "fedcalib join " + key.Public}
+	if fl.ca != "" {
+		pem, err := os.ReadFile(fl.ca)
+		if err != nil {
+			return fmt.Errorf("--ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("--ca %s holds no PEM certificate", fl.ca)
+		}
+		d.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	stderr := cmd.ErrOrStderr()
+	level := slog.LevelInfo
+	if fl.quiet {
+		level = slog.LevelWarn
+	}
+	cfg := network.ClientConfig{
+		Federation:   fl.federation,
+		Key:          key,
+		EnrolTimeout: fl.enrolTimeout,
+		Log:          slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level, ReplaceAttr: dropTime})),
+		Data: func(w network.Welcome) (*calib.Set, error) {
+			if !fl.quiet {
+				fmt.Fprintf(stderr, "enrolled as client %d of %d in federation %s: %s, %s\n", w.Client, w.Clients, w.Federation, w.Spec.Method, plural(w.Rounds, "round"))
+			}
+			return joinData(cmd, fl, w)
+		},
+	}
+	rep, err := network.Join(cmd.Context(), d, cfg)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(cmd.OutOrStdout(), "client %d of federation %s: sent updates in %d of %s\n",
+		rep.Welcome.Client, rep.Welcome.Federation, len(rep.Answered), plural(rep.Welcome.Rounds, "round"))
+	return err
+}
+
+// joinData returns the client's calibration rows.
+func joinData(cmd *cobra.Command, fl *joinFlags, w network.Welcome) (*calib.Set, error) {
+	if fl.model != "" {
+		res, err := runInfer(cmd.Context(), fl.model, fl.data, infer.Options{Batch: infer.DefaultBatch, Threads: runtime.GOMAXPROCS(0)})
+		if err != nil {
+			return nil, err
+		}
+		return res.File().Set(nil), nil
+	}
+	f, err := logits.Read(fl.logits)
+	if err != nil {
+		return nil, err
+	}
+	if fl.partition == "" && f.Client == nil {
+		rows := f.Rows(logits.SplitCalibration)
+		if rows != nil && len(rows) == 0 {
+			return nil, fmt.Errorf("%s has no calibration rows (split %d)", fl.logits, logits.SplitCalibration)
+		}
+		return f.Set(rows), nil
+	}
+	// The population code of federated calibrate: the same partition
+	// gives client i the same rows.
+	data := f.Set(nil)
+	src := federation.Source{File: fl.partition, Seed: w.Seed}
+	p, _, err := src.Partition(data.Labels, data.Classes, f.Client, f.Split)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", fl.logits, err)
+	}
+	pop, err := federation.NewPopulation(data, p, federation.Calibration)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", fl.logits, err)
+	}
+	id := w.Client
+	if fl.clientID >= 0 {
+		id = fl.clientID
+	}
+	if id >= pop.Len() {
+		return nil, fmt.Errorf("client %d: the partition has %d clients (--client-id)", id, pop.Len())
+	}
+	return pop.Client(id)
+}

@@ -1,0 +1,320 @@
+package cli
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/federation"
+	"github.com/fedcalib/fedcalib/network"
+)
+
+// serveFlags are the flags of fedcalib serve.
+type serveFlags struct {
+	cal calibrateFlags // method, bins-exp, seed, out and the protocol flags of calibrate
+	// Transport.
+	listen, natsURL, creds, store string
+	tlsCert, tlsKey               string
+	plaintext, insecure           bool
+	federation                    string
+	replicas                      int
+	// Clients and rounds.
+	clients                    string
+	classes, minClients        int
+	maxAttempts                int
+	roundTimeout, enrolTimeout time.Duration
+}
+
+// serveProtocolFlags are the flags serve takes from federated calibrate,
+// with their definitions, defaults and checks.
+var serveProtocolFlags = []string{
+	"rounds", "sample-rate", "clients-per-round", "weighting", "server-lr",
+	"epsilon", "delta", "clip", "clip-pos", "clip-neg", "dp-alpha-z", "accountant",
+}
+
+func newServeCmd() *cobra.Command {
+	var fl serveFlags
+	// The protocol flags are calibrate's own: registered on a scratch
+	// command, then lent to serve, so that their definitions and the
+	// checks of fedFlags.check are shared.
+	scratch := &cobra.Command{}
+	cmd := &cobra.Command{
+		Use:   "serve --method METHOD --clients ALLOW.txt (--listen HOST:PORT --store DIR | --nats URL --creds F) --out C.json",
+		Short: "Coordinate a federated calibration across machines (NATS JetStream)",
+		Long: `serve is the coordinator of a federated fit whose clients run "fedcalib
+join" on their own machines, next to their data; only clipped updates
+reach the coordinator. It takes the method, weighting, rounds, sampling
+and privacy flags of "fedcalib calibrate" and runs the same protocol.
+
+By default it embeds a NATS server with JetStream (--listen, storage in
+--store) that admits only the keys of the allow-list --clients (one NKey
+public key a line, from "fedcalib keys new"; the client on line k, from 0,
+is client k, as in a simulation over the same partition) with per-client
+permissions: a client can publish only its own updates and read only the
+round announcements and its own inbox. The listener serves TLS with
+--tls-cert/--tls-key, or with a development certificate generated into
+--store whose SHA-256 fingerprint is printed for clients to pin
+(--tls-fingerprint); --plaintext is allowed on loopback only, or anywhere
+with --insecure. With --nats URL --creds F it uses an existing NATS
+deployment instead, which must grant the same permissions.
+
+It waits until every allow-listed client enrolled or --enrol-timeout
+passed (and fails unless --min-clients did), then runs --rounds rounds:
+each samples its participants (Poisson, rate p, over the allow-list),
+announces them, and closes when all answered or --round-timeout passed,
+with at least --min-clients accepted updates (or all participants, when
+fewer were sampled); otherwise the round is announced again, at most
+--max-attempts times, and nothing is released meanwhile: noise is added
+and the privacy ledger charged only when a round closes. An update of the
+wrong shape, with NaN or infinite values, negative counts, or above the
+clip norm is refused and logged, and that client counts as a dropout.
+
+After every round the server's state, with the privacy ledger, is
+committed to JetStream; killed and restarted on the same --store (or
+--nats), serve resumes where it stopped and never resets the ledger.
+
+Noise: without --seed the run's seed is drawn at random and the noise of a
+private fit comes from crypto/rand, as any release of real data must.
+--seed fixes both the sampling and the noise, reproducibly, so that the
+calibrator equals "fedcalib calibrate" with the same seed bit for bit —
+but every client learns the seed and so the noise: use --seed for tests
+only. Non-private weighted binning (--weighting all or changed without
+--epsilon) needs each class's number of calibration examples: clients send
+their class counts at enrolment, in the clear, in that mode only.
+
+Progress is printed per round on stderr. The output is a calibrator file
+with the privacy record and the list of rounds with their participants
+and dropouts.`,
+		Example: `  fedcalib keys new --out alice.nkey      # on each client machine; collect the public keys
+  fedcalib serve --method bbq --weighting all --epsilon 1 --rounds 12 --clients-per-round 10 \
+      --clients allow.txt --listen 0.0.0.0:4222 --store coord --out fedbbq.json
+  fedcalib join --server tls://coord.example:4222 --tls-fingerprint 3f9a… --key alice.nkey \
+      --model model.onnx --data mnist:/data/mnist`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runServe(cmd, scratch, &fl)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&fl.cal.method, "method", "", "calibrator: "+strings.Join(calib.MethodNames(), ", ")+" (required)")
+	f.IntVar(&fl.cal.binsExp, "bins-exp", calib.DefaultMexp, fmt.Sprintf("binning methods only: use 2^M bins per class, M in [1, %d]", calib.MaxMexp))
+	f.Var((*seedValue)(&fl.cal.seed), "seed", "fix the run's seed, 0 to 2^64−1: sampling, client streams and noise become reproducible and known to every client (tests only); without it the seed is random and the noise comes from crypto/rand")
+	f.StringVar(&fl.cal.out, "out", "", "calibrator file (JSON) to write at the end (required)")
+	fl.cal.fed.register(scratch)
+	for _, name := range serveProtocolFlags {
+		f.AddFlag(scratch.Flags().Lookup(name))
+	}
+	for _, name := range []string{"method", "bins-exp", "seed", "out"} {
+		scratch.Flags().AddFlag(f.Lookup(name)) // for fedFlags.check
+	}
+	f.StringVar(&fl.clients, "clients", "", "allow-list: one client NKey public key a line; line k (from 0) is client k (required)")
+	f.StringVar(&fl.listen, "listen", "127.0.0.1:4222", "host:port of the embedded NATS server's client listener")
+	f.StringVar(&fl.store, "store", "", "directory of the embedded server's JetStream storage, the coordinator's checkpoints and the development certificate (required without --nats)")
+	f.StringVar(&fl.natsURL, "nats", "", "use this external NATS deployment (comma-separated URLs) instead of an embedded server")
+	f.StringVar(&fl.creds, "creds", "", "with --nats: the coordinator's NATS credentials file")
+	f.StringVar(&fl.tlsCert, "tls-cert", "", "PEM certificate of the TLS listener (with --tls-key); default: a development certificate in --store")
+	f.StringVar(&fl.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
+	f.BoolVar(&fl.plaintext, "plaintext", false, "serve without TLS: loopback addresses only, unless --insecure")
+	f.BoolVar(&fl.insecure, "insecure", false, "allow --plaintext on a non-loopback address")
+	f.StringVar(&fl.federation, "federation", network.DefaultFederation, "name of the federation (letters, digits, - and _)")
+	f.IntVar(&fl.replicas, "replicas", 1, "JetStream replicas of the update stream and the checkpoint bucket (3 on a three-node cluster)")
+	f.IntVar(&fl.classes, "classes", 0, "number of classes C; 0: that of the first client to enrol (all must agree)")
+	f.IntVar(&fl.minClients, "min-clients", 1, "clients that must enrol, and accepted updates a round needs to close")
+	f.IntVar(&fl.maxAttempts, "max-attempts", 3, "announcements of a round that stays short of --min-clients before serve gives up")
+	f.DurationVar(&fl.roundTimeout, "round-timeout", time.Minute, "how long a round waits for updates")
+	f.DurationVar(&fl.enrolTimeout, "enrol-timeout", 5*time.Minute, "how long to wait for every client to enrol before starting with those that did")
+	f.BoolVarP(&fl.cal.fed.quiet, "quiet", "q", false, "print no per-round progress")
+	return cmd
+}
+
+// serveConfig checks the flags and returns the coordinator's settings.
+func serveConfig(cmd, scratch *cobra.Command, fl *serveFlags) (network.Config, error) {
+	changed := cmd.Flags().Changed
+	var cfg network.Config
+	switch {
+	case fl.cal.method == "":
+		return cfg, fmt.Errorf("serve needs --method: one of %s", strings.Join(calib.MethodNames(), ", "))
+	case fl.clients == "":
+		return cfg, errors.New("serve needs --clients ALLOW.txt, the clients' public keys (\"fedcalib keys new\" prints one)")
+	case fl.natsURL == "" && fl.store == "":
+		return cfg, errors.New("serve needs --store DIR for the embedded server's storage (or --nats URL --creds F)")
+	case fl.natsURL != "" && (changed("listen") || changed("store") || changed("tls-cert") || changed("plaintext")):
+		return cfg, errors.New("--nats uses an external NATS server: drop --listen, --store, --tls-cert and --plaintext")
+	case fl.creds != "" && fl.natsURL == "":
+		return cfg, errors.New("--creds goes with --nats URL")
+	case (fl.tlsCert == "") != (fl.tlsKey == ""):
+		return cfg, errors.New("--tls-cert and --tls-key go together")
+	case fl.plaintext && fl.tlsCert != "":
+		return cfg, errors.New("--plaintext serves no TLS: drop --tls-cert")
+	case fl.roundTimeout <= 0 || fl.enrolTimeout <= 0:
+		return cfg, errors.New("--round-timeout and --enrol-timeout must be positive, e.g. 30s")
+	case fl.maxAttempts < 1 || fl.replicas < 1 || fl.minClients < 1:
+		return cfg, errors.New("--max-attempts, --replicas and --min-clients must be at least 1")
+	case fl.classes < 0 || fl.classes == 1:
+		return cfg, fmt.Errorf("--classes %d: want at least 2 (or 0: from the clients)", fl.classes)
+	}
+	if err := network.ValidFederation(fl.federation); err != nil {
+		return cfg, fmt.Errorf("--federation: %w", err)
+	}
+	// fedFlags.check is calibrate's; its "logits" input is the allow-list,
+	// which --out must not overwrite either.
+	probe := fl.cal
+	probe.logits = fl.clients
+	if err := fl.cal.fed.check(scratch, &probe); err != nil {
+		return cfg, err
+	}
+	keys, err := network.ReadAllowList(fl.clients)
+	if err != nil {
+		return cfg, fmt.Errorf("--clients %w", err)
+	}
+	if fl.minClients > len(keys) {
+		return cfg, fmt.Errorf("--min-clients %d is more than the %d clients of %s", fl.minClients, len(keys), fl.clients)
+	}
+	ff := &fl.cal.fed
+	rate := ff.sampleRate
+	if changed("clients-per-round") {
+		if rate, err = federation.SampleRateFor(ff.perRound, len(keys)); err != nil {
+			return cfg, fmt.Errorf("--clients-per-round: %w", err)
+		}
+	}
+	// The same spec as federated calibrate builds from these flags.
+	spec := federation.Spec{Method: fl.cal.method, Mexp: fl.cal.binsExp, Weighting: calib.Weighting(ff.weighting), ServerLR: ff.serverLR}
+	if changed("clip") || changed("epsilon") {
+		spec.Clip = ff.clip
+	}
+	if changed("epsilon") {
+		spec.Epsilon, spec.Delta, spec.Accountant = ff.epsilon, ff.delta, ff.accountant
+		spec.ClipPos, spec.ClipNeg, spec.AlphaZ = ff.clipPos, ff.clipNeg, ff.alphaZ
+	}
+	if _, err := spec.Fitter(); err != nil {
+		return cfg, err
+	}
+	seeded := changed("seed")
+	cfg = network.Config{
+		Federation: fl.federation, Spec: spec,
+		Rounds:      federation.Rounds{T: ff.rounds, SampleRate: rate, Seed: fl.cal.seed},
+		DrawSeed:    !seeded,
+		SecureNoise: !seeded,
+		Clients:     keys, Classes: fl.classes, MinClients: fl.minClients,
+		RoundTimeout: fl.roundTimeout, EnrolTimeout: fl.enrolTimeout,
+		MaxAttempts: fl.maxAttempts, Replicas: fl.replicas,
+	}
+	return cfg, nil
+}
+
+func runServe(cmd, scratch *cobra.Command, fl *serveFlags) error {
+	cfg, err := serveConfig(cmd, scratch, fl)
+	if err != nil {
+		return err
+	}
+	stderr := cmd.ErrOrStderr()
+	cfg.Log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn, ReplaceAttr: dropTime}))
+	if !fl.cal.fed.quiet {
+		cfg.Progress = serveProgress(stderr)
+	}
+	coord, err := network.NewCoordinator(cfg)
+	if err != nil {
+		return err
+	}
+	var dial network.Dial
+	if fl.natsURL != "" {
+		dial = network.Dial{URL: fl.natsURL, Creds: fl.creds, Name: "fedcalib coordinator", Insecure: fl.insecure}
+		if fl.creds == "" {
+			return errors.New("--nats needs --creds F, the coordinator's NATS credentials")
+		}
+	} else {
+		if err := os.MkdirAll(fl.store, 0o700); err != nil {
+			return fmt.Errorf("--store: %w", err)
+		}
+		sc := network.ServerConfig{
+			Listen: fl.listen, Store: fl.store, Federation: fl.federation, Clients: cfg.Clients,
+			Plaintext: fl.plaintext, Insecure: fl.insecure,
+		}
+		if fl.tlsCert != "" {
+			c, err := tls.LoadX509KeyPair(fl.tlsCert, fl.tlsKey)
+			if err != nil {
+				return fmt.Errorf("--tls-cert/--tls-key: %w", err)
+			}
+			sc.Certificate = &c
+		}
+		srv, err := network.NewServer(sc)
+		if err != nil {
+			return fmt.Errorf("--listen %s: %w", fl.listen, err)
+		}
+		defer srv.Shutdown()
+		if fp := srv.Fingerprint(); fp != "" {
+			fmt.Fprintf(stderr, "serving federation %s at %s (TLS certificate SHA-256 %s)\n", fl.federation, srv.URL(), fp)
+		} else {
+			fmt.Fprintf(stderr, "serving federation %s at %s (plaintext)\n", fl.federation, srv.URL())
+		}
+		dial = srv.Dial()
+	}
+	nc, err := dial.Connect()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	out, err := coord.Run(cmd.Context(), nc)
+	if err != nil {
+		return err
+	}
+	prov := calib.Provenance{
+		Data:     fmt.Sprintf("networked federation %s of %d clients (%s)", fl.federation, len(cfg.Clients), fl.clients),
+		Protocol: out.Result.Protocol,
+		Clients:  len(cfg.Clients),
+		Seed:     calib.Seed(out.Seed),
+		Tool:     Version(),
+	}
+	if binningMethod(fl.cal.method) {
+		prov.Weighting = fl.cal.fed.weighting
+	}
+	if err := network.WriteCalibrator(fl.cal.out, out, prov); err != nil {
+		return fmt.Errorf("writing %s: %w", fl.cal.out, err)
+	}
+	_, err = fmt.Fprintln(cmd.OutOrStdout(), serveSummary(fl.cal.out, out))
+	return err
+}
+
+// serveProgress prints one line per round.
+func serveProgress(w io.Writer) func(network.RoundReport) {
+	return func(r network.RoundReport) {
+		eps := ""
+		if r.Epsilon > 0 {
+			eps = fmt.Sprintf(", ε spent %.4g", r.Epsilon)
+		}
+		if len(r.Sampled) == 0 {
+			fmt.Fprintf(w, "round %d/%d: no client sampled, skipped%s\n", r.Round, r.Rounds, eps)
+			return
+		}
+		fmt.Fprintf(w, "round %d/%d: %d of %d sampled clients aggregated, %d dropped out (%d refused), %s%s\n",
+			r.Round, r.Rounds, len(r.Participants), len(r.Sampled), len(r.Dropouts), len(r.Refused), plural(r.Attempts, "attempt"), eps)
+	}
+}
+
+// serveSummary is the line serve prints at the end.
+func serveSummary(path string, o *network.Outcome) string {
+	var b strings.Builder
+	agg, drop := 0, 0
+	for _, r := range o.Rounds {
+		agg += len(r.Participants)
+		drop += len(r.Dropouts)
+	}
+	fmt.Fprintf(&b, "%s: %s, %s, %d updates aggregated, %d dropouts", path, o.Result.Protocol, plural(len(o.Rounds), "round"), agg, drop)
+	if o.ResumedAfter > 0 {
+		fmt.Fprintf(&b, " (resumed after round %d)", o.ResumedAfter)
+	}
+	if pr := o.Result.Privacy; pr != nil {
+		fmt.Fprintf(&b, "; ε = %.4g spent (δ = %g, %s, σ = %.4g)", pr.Epsilon, pr.Delta, pr.Accountant, pr.Sigma)
+	} else {
+		b.WriteString("; not private")
+	}
+	return b.String()
+}
