@@ -134,6 +134,9 @@ Exit status:
 		newCheckCmd(),
 		newPrivacyCmd(),
 		newExperimentCmd(),
+		newServeCmd(),
+		newJoinCmd(),
+		newKeysCmd(),
 	)
 	return root
 }
