@@ -296,7 +296,7 @@ func checkTopClass(t *testing.T, logits, p []float64, k int) {
 func checkRoundTrip(t *testing.T, c calib.Calibrator, logits, want []float64) {
 	t.Helper()
 	prov := calib.Provenance{Protocol: "central", Seed: 9, Data: "conformance"}
-	priv := &calib.Privacy{Epsilon: 1, Delta: 1e-5, Rho: 0.03, Sigma: 2, Accountant: "zcdp", Rounds: 1, SampleRate: 1}
+	priv := privacyRecord(t, c.Method(), c.Classes()) // a consistent record: Decode recomputes it
 	var buf bytes.Buffer
 	if err := calib.Encode(&buf, c, priv, prov); err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -132,4 +133,29 @@ func TestPrivateFitsRoundTrip(t *testing.T) {
 			})
 		}
 	}
+}
+
+// privacyRecord returns the consistent privacy record of a one-round fit
+// of method over classes classes at (ε, δ) = (1, 1e-5) under zcdp with the
+// default clip norms, as a federated fit would write it.
+func privacyRecord(t *testing.T, method string, classes int) *calib.Privacy {
+	t.Helper()
+	plan, err := federation.PlanNoise(method, classes, &federation.Privacy{Epsilon: 1, Delta: 1e-5}, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spent, err := dp.SpentBy(dp.ZCDP, plan.Multiplier/math.Sqrt(float64(plan.PerRound())), 1, 1, 1e-5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &calib.Privacy{Epsilon: spent.Epsilon, Delta: 1e-5, Rho: spent.Rho, Sigma: plan.Sigma(), Accountant: "zcdp", Rounds: 1, SampleRate: 1}
+	if plan.Family == calib.Binning {
+		p.ClipPos, p.ClipNeg = plan.Mechanisms[0].Sensitivity, plan.Mechanisms[1].Sensitivity
+	} else {
+		p.Clip = plan.Mechanisms[0].Sensitivity
+	}
+	if err := p.Check(method, classes); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
