@@ -260,8 +260,34 @@ func (c *Coordinator) Run(ctx context.Context, nc *nats.Conn) (*Outcome, error) 
 	return out, nil
 }
 
+// retry calls f until it succeeds, ctx is done or 30 seconds pass: a
+// clustered JetStream may be electing a leader, after a start or after a
+// node stopped.
+func (r *run) retry(ctx context.Context, what string, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+		err := f(actx)
+		acancel()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		r.cfg.Log.Warn("retrying", "what", what, "err", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
 // open creates the update stream and the state bucket.
 func (r *run) open(ctx context.Context) error {
+	return r.retry(ctx, "opening the stream", r.open1)
+}
+
+func (r *run) open1(ctx context.Context) error {
 	var err error
 	r.stream, err = r.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:       streamName(r.fed),
@@ -304,7 +330,18 @@ func (r *run) load(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	r.cp = checkpoint{Settings: want, Seed: want.Seed, Classes: cfg.Classes}
-	e, err := r.kv.Get(ctx, checkpointKey)
+	var e jetstream.KeyValueEntry
+	err = r.retry(ctx, "reading the checkpoint", func(ctx context.Context) error {
+		var err error
+		e, err = r.kv.Get(ctx, checkpointKey)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil
+		}
+		return err
+	})
+	if err == nil && e == nil {
+		err = jetstream.ErrKeyNotFound
+	}
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		if cfg.DrawSeed {
@@ -529,7 +566,11 @@ func (r *run) commit(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := r.kv.Put(ctx, checkpointKey, b); err != nil {
+	err = r.retry(ctx, "committing the checkpoint", func(ctx context.Context) error {
+		_, err := r.kv.Put(ctx, checkpointKey, b)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("committing the checkpoint: %w", err)
 	}
 	return nil
