@@ -183,5 +183,3 @@ func permissionError(errs <-chan error) error {
 		return nil
 	}
 }
-
-

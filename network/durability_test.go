@@ -1,0 +1,292 @@
+package network
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/federation"
+)
+
+// deadClients enrols clients ks of h and closes their connections at the
+// first announcement naming them: killed mid-round.
+func (h *harness) deadClients(ctx context.Context, t *testing.T, ks []int, classes int) {
+	t.Helper()
+	for _, k := range ks {
+		errs := make(chan error, 4)
+		nc := h.clientConn(t, k, errs)
+		anns := make(chan *nats.Msg, 16)
+		if _, err := nc.ChanSubscribe(subjRound(DefaultFederation), anns); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			defer nc.Close()
+			if _, err := request(ctx, nc, DefaultFederation, h.pubs[k], ready{Kind: "ready", Version: Version, Classes: classes}, 20*time.Second, errs); err != nil {
+				t.Error(err)
+				return
+			}
+			for range anns {
+				return
+			}
+		}()
+	}
+}
+
+// TestDropouts: with 30% of the clients killed mid-round, each round
+// closes at the deadline with the rest; with too few left, a round is
+// announced again and finally fails without releasing anything.
+func TestDropouts(t *testing.T) {
+	const K, C = 10, 3
+	pop := population(t, 1500, C, K)
+	spec := federation.Spec{Method: "temp", Epsilon: 4}
+	r := federation.Rounds{T: 2, SampleRate: 1, Seed: 8}
+	dead := []int{2, 5, 7}
+	t.Run("round closes at the deadline", func(t *testing.T) {
+		h := newHarness(t, K, t.TempDir())
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		wait := h.joinAll(ctx, pop, []int{0, 1, 3, 4, 6, 8, 9})
+		h.deadClients(ctx, t, dead, C)
+		const timeout = 1500 * time.Millisecond
+		var took []time.Duration
+		last := time.Time{}
+		out, err := h.coordinate(ctx, t, Config{Spec: spec, Rounds: r, MinClients: 5, RoundTimeout: timeout, EnrolTimeout: 20 * time.Second,
+			Progress: func(rep RoundReport) {
+				if !last.IsZero() {
+					took = append(took, time.Since(last))
+				}
+				last = time.Now()
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		noErrors(t, wait())
+		for _, rec := range out.Rounds {
+			if !reflect.DeepEqual(rec.Dropouts, dead) || !reflect.DeepEqual(rec.Participants, []int{0, 1, 3, 4, 6, 8, 9}) || rec.Attempts != 1 {
+				t.Errorf("round %+v: want dropouts %v in one attempt", rec, dead)
+			}
+		}
+		for _, d := range took {
+			if d < timeout {
+				t.Errorf("a round closed after %v, before the deadline %v", d, timeout)
+			}
+		}
+		drop := map[int]bool{}
+		for _, k := range dead {
+			drop[k] = true
+		}
+		if want := fit(t, spec, keep{pop, drop}, r); !samePredictions(want.Calibrator, out.Result.Calibrator, C) || !reflect.DeepEqual(want.Privacy, out.Result.Privacy) {
+			t.Errorf("the fit with dropouts differs from the simulation without their data")
+		}
+	})
+	t.Run("too few updates: retried, nothing released", func(t *testing.T) {
+		h := newHarness(t, K, t.TempDir())
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		wait := h.joinAll(ctx, pop, []int{0, 1, 3, 4, 6, 8, 9})
+		h.deadClients(ctx, t, dead, C)
+		_, err := h.coordinate(ctx, t, Config{Spec: spec, Rounds: r, MinClients: 8, RoundTimeout: 500 * time.Millisecond, MaxAttempts: 2, EnrolTimeout: 20 * time.Second})
+		if !errors.Is(err, ErrTooFewClients) {
+			t.Fatalf("Run = %v, want ErrTooFewClients", err)
+		}
+		cancel()
+		wait()
+		cp := readCheckpoint(t, h)
+		var st struct {
+			Closed   int               `json:"closed"`
+			Releases []json.RawMessage `json:"releases"`
+		}
+		if err := json.Unmarshal(cp.State, &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Closed != 0 || len(st.Releases) != 0 || len(cp.Records) != 0 {
+			t.Errorf("after a round that never closed: %d rounds closed, %d releases, %d records; want none", st.Closed, len(st.Releases), len(cp.Records))
+		}
+	})
+}
+
+// freePorts returns n free loopback ports.
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	var ls []net.Listener
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return ports
+}
+
+// readCheckpoint reads the coordinator's checkpoint from h's server.
+func readCheckpoint(t *testing.T, h *harness) checkpoint {
+	t.Helper()
+	nc, err := h.srv.Dial().Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	kv, err := js.KeyValue(context.Background(), bucketName(DefaultFederation))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(context.Background(), checkpointKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cp checkpoint
+	if err := json.Unmarshal(e.Value(), &cp); err != nil {
+		t.Fatal(err)
+	}
+	return cp
+}
+
+// TestResume: a coordinator stopped after round 2 and a new one on the
+// same store finish with the calibrator, privacy record and ledger of an
+// uninterrupted run; a store of another run is refused.
+func TestResume(t *testing.T) {
+	const K, C = 8, 3
+	pop := population(t, 1500, C, K)
+	r := federation.Rounds{T: 4, SampleRate: 0.75, Seed: 21}
+	for _, spec := range []federation.Spec{
+		{Method: "temp", Epsilon: 3},
+		{Method: "bbq", Mexp: 3, Weighting: "all", Epsilon: 3},
+	} {
+		t.Run(spec.Method, func(t *testing.T) {
+			h := newHarness(t, K, t.TempDir())
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			wait := h.joinAll(ctx, pop, upTo(K))
+			cfg := Config{Spec: spec, Rounds: r, MinClients: 1, RoundTimeout: 10 * time.Second, EnrolTimeout: 20 * time.Second}
+			cctx, stop := context.WithCancel(ctx)
+			first := cfg
+			first.Progress = func(rep RoundReport) {
+				if rep.Round == 2 {
+					stop()
+				}
+			}
+			if _, err := h.coordinate(cctx, t, first); !errors.Is(err, context.Canceled) {
+				t.Fatalf("the first coordinator returned %v, want it cancelled", err)
+			}
+			other := cfg
+			other.Rounds.Seed++
+			if _, err := h.coordinate(ctx, t, other); !errors.Is(err, ErrStore) {
+				t.Errorf("a run with another seed resumed the store: %v", err)
+			}
+			out, err := h.coordinate(ctx, t, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			noErrors(t, wait())
+			want := fit(t, spec, pop, r)
+			if out.ResumedAfter != 2 || len(out.Rounds) != r.T {
+				t.Errorf("resumed after round %d with %d records, want 2 and %d", out.ResumedAfter, len(out.Rounds), r.T)
+			}
+			if !samePredictions(want.Calibrator, out.Result.Calibrator, C) || !reflect.DeepEqual(want.Privacy, out.Result.Privacy) {
+				t.Errorf("the resumed fit differs from the simulation")
+			}
+			if !reflect.DeepEqual(want.Ledger.Releases(), out.Result.Ledger.Releases()) {
+				t.Errorf("ledger %v, simulation %v", out.Result.Ledger.Releases(), want.Ledger.Releases())
+			}
+		})
+	}
+}
+
+// TestCluster: on three embedded servers with routes and JetStream
+// replicas 3, stopping one node mid-run does not stop the federation.
+func TestCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-node JetStream cluster takes seconds to elect its leaders")
+	}
+	const K, C = 6, 3
+	pop := population(t, 1200, C, K)
+	spec := federation.Spec{Method: "temp", Epsilon: 3}
+	r := federation.Rounds{T: 4, SampleRate: 1, Seed: 5}
+	ks, pubs := keys(t, K)
+	coordSeed, _, _ := NewKey()
+	ports := freePorts(t, 6)
+	var nodes []*Server
+	var urls []string
+	for i := range 3 {
+		var routes []string
+		for j := range 3 {
+			if j != i {
+				routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[3+j]))
+			}
+		}
+		srv, err := NewServer(ServerConfig{
+			Listen: fmt.Sprintf("127.0.0.1:%d", ports[i]), Store: t.TempDir(), Clients: pubs, CoordinatorSeed: coordSeed,
+			Plaintext: true, Name: fmt.Sprintf("node%d", i),
+			Cluster: &ClusterConfig{Listen: fmt.Sprintf("127.0.0.1:%d", ports[3+i]), Routes: routes},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var once sync.Once
+		stop := func() { once.Do(srv.Shutdown) }
+		t.Cleanup(stop)
+		nodes = append(nodes, srv)
+		urls = append(urls, srv.URL())
+	}
+	all := func(first int) string { // every node, starting at first
+		return urls[first%3] + "," + urls[(first+1)%3] + "," + urls[(first+2)%3]
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, K)
+	for k := range K {
+		wg.Go(func() {
+			_, errs[k] = Join(ctx, Dial{URL: all(k), ReconnectWait: 100 * time.Millisecond}, ClientConfig{
+				Key: ks[k], EnrolTimeout: time.Minute,
+				Data: func(w Welcome) (*calib.Set, error) { return pop.Client(w.Client) },
+			})
+		})
+	}
+	c, err := NewCoordinator(Config{Spec: spec, Rounds: r, Clients: pubs, MinClients: K, RoundTimeout: 20 * time.Second, EnrolTimeout: time.Minute, Replicas: 3,
+		Progress: func(rep RoundReport) {
+			if rep.Round == 2 {
+				go nodes[1].Shutdown() // the node some clients and maybe the stream leader are on
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := Dial{URL: all(1), Seed: coordSeed, ReconnectWait: 100 * time.Millisecond}.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	out, err := c.Run(ctx, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	noErrors(t, errs)
+	want := fit(t, spec, pop, r)
+	if !samePredictions(want.Calibrator, out.Result.Calibrator, C) {
+		t.Errorf("the cluster's fit differs from the simulation")
+	}
+	for _, rec := range out.Rounds {
+		if len(rec.Dropouts) != 0 {
+			t.Errorf("round %d lost clients %v", rec.Round, rec.Dropouts)
+		}
+	}
+}
