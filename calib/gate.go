@@ -53,14 +53,16 @@ type Gate struct {
 	MinCWECEImprovement float64
 }
 
-// Validate reports whether g is a bar Judge can apply: MaxAccuracyDrop ≥ 0
-// and MinCWECEImprovement ≥ −1 (neither NaN).
+// Validate reports whether g is a bar Judge can apply: both are
+// differences of fractions, so MaxAccuracyDrop is in [0, 1] (1 allows any
+// loss) and MinCWECEImprovement in [−1, 1] (−1 allows any worsening);
+// values outside, infinities and NaN are refused.
 func (g Gate) Validate() error {
-	if !(g.MaxAccuracyDrop >= 0) {
-		return fmt.Errorf("calib: gate: max accuracy drop %v: want >= 0", g.MaxAccuracyDrop)
+	if !(g.MaxAccuracyDrop >= 0 && g.MaxAccuracyDrop <= 1) {
+		return fmt.Errorf("calib: gate: max accuracy drop %v: want a fraction in [0, 1]", g.MaxAccuracyDrop)
 	}
-	if !(g.MinCWECEImprovement >= -1) {
-		return fmt.Errorf("calib: gate: min cwECE improvement %v: want >= -1", g.MinCWECEImprovement)
+	if !(g.MinCWECEImprovement >= -1 && g.MinCWECEImprovement <= 1) {
+		return fmt.Errorf("calib: gate: min cwECE improvement %v: want a fraction in [-1, 1]", g.MinCWECEImprovement)
 	}
 	return nil
 }

@@ -86,6 +86,10 @@ func TestGateValidate(t *testing.T) {
 		{Gate{MaxAccuracyDrop: nan}, "max accuracy drop NaN"},
 		{Gate{MinCWECEImprovement: -1.5}, "min cwECE improvement -1.5"},
 		{Gate{MinCWECEImprovement: nan}, "min cwECE improvement NaN"},
+		{Gate{MaxAccuracyDrop: 1.01}, "max accuracy drop 1.01: want a fraction in [0, 1]"},
+		{Gate{MaxAccuracyDrop: math.Inf(1)}, "max accuracy drop +Inf"},
+		{Gate{MinCWECEImprovement: 1.5}, "min cwECE improvement 1.5: want a fraction in [-1, 1]"},
+		{Gate{MinCWECEImprovement: math.Inf(1)}, "min cwECE improvement +Inf"},
 	} {
 		err := tc.gate.Validate()
 		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {

@@ -9,6 +9,11 @@ import (
 // asked for 0 bins (SPEC §4).
 const DefaultMetricBins = 15
 
+// MaxMetricBins is the largest number of bins the metrics take. Calibration
+// errors are measured with 10 to 100 bins; far more leaves most bins
+// empty, and the per-class statistics take classes × bins memory.
+const MaxMetricBins = 1000
+
 // nllFloor is the smallest probability NLL takes the logarithm of.
 const nllFloor = 1e-12
 
@@ -130,8 +135,8 @@ func newBinStats(probs []float64, labels []int, classes, bins int) (*binStats, e
 	switch {
 	case classes < 2:
 		return nil, fmt.Errorf("need at least 2 classes, have %d", classes)
-	case bins < 0:
-		return nil, fmt.Errorf("number of bins is %d: want a positive number (or 0 for the default %d)", bins, DefaultMetricBins)
+	case bins < 0 || bins > MaxMetricBins:
+		return nil, fmt.Errorf("number of bins is %d: want 1 to %d (or 0 for the default %d)", bins, MaxMetricBins, DefaultMetricBins)
 	case len(probs) != len(labels)*classes:
 		return nil, fmt.Errorf("have %d probabilities for %d labels and %d classes: lengths do not match", len(probs), len(labels), classes)
 	case len(labels) == 0:

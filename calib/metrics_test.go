@@ -286,6 +286,7 @@ func TestEvaluateErrors(t *testing.T) {
 	}{
 		{"one class", []float64{1}, []int{0}, 1, 0, "at least 2 classes"},
 		{"negative bins", []float64{0.5, 0.5}, []int{0}, 2, -1, "number of bins"},
+		{"too many bins", []float64{0.5, 0.5}, []int{0}, 2, 1_000_000_000, "number of bins is 1000000000: want 1 to 1000"},
 		{"lengths", []float64{0.5, 0.5, 1}, []int{0}, 2, 0, "lengths do not match"},
 		{"empty", nil, nil, 2, 0, "no examples"},
 		{"label", []float64{0.5, 0.5}, []int{2}, 2, 0, "label of example 0 is 2"},

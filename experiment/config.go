@@ -466,6 +466,18 @@ func (g *Grid) fits(d *Dataset) error {
 	case onTheFly && len(g.Beta) == 0 && d.Partition.Beta == 0:
 		return errors.New("the partition is made on the fly but no beta is given: set partition.beta or the grid's beta")
 	}
+	if onTheFly {
+		// A partition file's or the data's clients are counted when the
+		// data is read; these are known now.
+		for i, k := range g.ClientsPerRound {
+			if k > d.Partition.Clients {
+				return fmt.Errorf("clients_per_round[%d] is %d: the partition has %d clients", i, k, d.Partition.Clients)
+			}
+		}
+		if k := d.ClientsPerRound; k > d.Partition.Clients {
+			return fmt.Errorf("clients_per_round is %d: the partition has %d clients", k, d.Partition.Clients)
+		}
+	}
 	return nil
 }
 

@@ -37,6 +37,7 @@ grid:
 		{"no rounds", data + "grid:\n  method: bbq\n  seed: 1\n", "rounds: missing"},
 		{"no seed", data + "grid:\n  method: bbq\n  rounds: 1\n", "seed: missing"},
 		{"zero rounds", data + "grid:\n  method: bbq\n  rounds: [3, 0]\n  seed: 1\n", "rounds[1] is 0: want 1 to 10000 rounds"},
+		{"clients per round", "datasets:\n  - {name: d, logits: x.npz, partition: {clients: 4, beta: 1}}\n" + grid + "  clients_per_round: [2, 1000000000]\n", "clients_per_round[1] is 1000000000: the partition has 4 clients"},
 		{"huge rounds", data + "grid:\n  method: bbq\n  rounds: 1000000000\n  seed: 1\n", "rounds[0] is 1000000000: want 1 to 10000 rounds"},
 		{"negative seed", data + "grid:\n  method: bbq\n  rounds: 1\n  seed: [1, -1]\n", "line 9: cannot unmarshal !!int `-1` as a seed: seeds are integers from 0 to 18446744073709551615"},
 		{"negative partition seed", "datasets:\n  - {name: d, logits: x.npz, partition: {clients: 3, beta: 1, seed: -2}}\n" + grid, "cannot unmarshal !!int `-2` as a seed"},
