@@ -208,6 +208,10 @@ func (b *bar) finish() {
 	}
 }
 
+// maxBatch is the largest --batch: infer allocates the input tensor of a
+// whole batch up front, and larger batches run no faster on a CPU.
+const maxBatch = 1 << 16
+
 // openSession opens a model for runInfer; tests replace it to count the
 // sessions a command opens.
 var openSession = infer.OpenSession
@@ -216,8 +220,8 @@ var openSession = infer.OpenSession
 // With more, the datasets of specs are read one after the other in place
 // of spec, which then only names them in errors.
 func runInfer(ctx context.Context, model, spec string, opt infer.Options, specs ...string) (*infer.Result, error) {
-	if opt.Batch <= 0 {
-		return nil, fmt.Errorf("--batch %d: want a positive number of records", opt.Batch)
+	if opt.Batch <= 0 || opt.Batch > maxBatch {
+		return nil, fmt.Errorf("--batch %d: want 1 to %d records per model run", opt.Batch, maxBatch)
 	}
 	if opt.Threads <= 0 {
 		return nil, fmt.Errorf("--threads %d: want a positive number of threads", opt.Threads)

@@ -156,7 +156,8 @@ func TestInferCommandErrors(t *testing.T) {
 		{"no metadata", []string{"--model", "../infer/testdata/tiny_nometa.onnx"}, "pass --layout"},
 		{"bad override", []string{"--std", "0"}, `--std: fedcalib.input.std="0"`},
 		{"fixed batch", []string{"--model", "../infer/testdata/tiny_fixed.onnx"}, "fixed batch dimension"},
-		{"bad batch", []string{"--batch", "0"}, "--batch 0"},
+		{"bad batch", []string{"--batch", "0"}, "--batch 0: want 1 to 65536 records"},
+		{"huge batch", []string{"--batch", "1000000000"}, "--batch 1000000000: want 1 to 65536 records"},
 		{"not npz", []string{"--out", filepath.Join(dir, "out.csv")}, "must end in .npz"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
