@@ -74,11 +74,9 @@ func goldenFixture(t *testing.T, m calib.Method, w calib.Weighting) (calib.Calib
 	}
 	var priv *calib.Privacy
 	if w == calib.WeightAll || m.Family == calib.Scaling {
-		// Some files record privacy, to pin that block too.
-		priv = &calib.Privacy{
-			Epsilon: 1, Delta: 1e-5, Rho: 0.030556595197639566, Sigma: 12.5,
-			Clip: 0.5, ClipPos: 10, ClipNeg: 50, Accountant: "zcdp", Rounds: 3, SampleRate: 0.5,
-		}
+		// Some files record privacy, to pin that block too: the record
+		// of a real plan, which Decode checks.
+		priv = privacyRecord(t, m.Name, s.Classes)
 	}
 	return c, priv, prov
 }

@@ -14,7 +14,9 @@ import (
 
 	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/cli"
+	"github.com/fedcalib/fedcalib/dp"
 	"github.com/fedcalib/fedcalib/export"
+	"github.com/fedcalib/fedcalib/federation"
 	"github.com/fedcalib/fedcalib/infer/logits"
 	"github.com/fedcalib/fedcalib/onnx"
 )
@@ -109,8 +111,17 @@ func writeGoldenInputs(t *testing.T, dir string) {
 	if err := temp.SetParams([]float64{1.5}); err != nil {
 		t.Fatal(err)
 	}
+	plan, err := federation.PlanNoise(calib.MethodTemp, 3, &federation.Privacy{Epsilon: 1, Delta: 1e-5, Clip: 0.5}, 2, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spent, err := dp.SpentBy(dp.ZCDP, plan.Multiplier, 2, 1, 1e-5)
+	if err != nil {
+		t.Fatal(err)
+	}
 	file := &calib.File{
-		Privacy:    &calib.Privacy{Epsilon: 1, Delta: 1e-5, Rho: 0.03, Sigma: 0.8, Clip: 0.5, Accountant: "zcdp", Rounds: 2, SampleRate: 1},
+		Privacy: &calib.Privacy{Epsilon: spent.Epsilon, Delta: 1e-5, Rho: spent.Rho, Sigma: plan.Sigma(), Clip: 0.5,
+			Accountant: "zcdp", Rounds: 2, SampleRate: 1},
 		Provenance: calib.Provenance{Protocol: "FedTemp", Clients: 5, Seed: 7, Tool: "golden"},
 	}
 	if _, _, err := export.Append(m, temp, file, export.Options{}); err != nil {
