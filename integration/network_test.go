@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -201,6 +202,8 @@ func TestNetwork(t *testing.T) {
 	t.Run("serve and join equal calibrate", func(t *testing.T) { testServeJoinEqualsCalibrate(t, bin) })
 	t.Run("join refused", func(t *testing.T) { testJoinRefused(t, bin) })
 	t.Run("serve bad input", func(t *testing.T) { testServeBadInput(t, bin) })
+	t.Run("coordinator killed and restarted", func(t *testing.T) { testServeKilled(t, bin) })
+	t.Run("clients killed mid-run", func(t *testing.T) { testJoinsKilled(t, bin) })
 }
 
 // testServeJoinEqualsCalibrate: serve and 20 join processes over the
@@ -325,5 +328,124 @@ func testServeBadInput(t *testing.T, bin string) {
 				t.Errorf("%s written", out)
 			}
 		})
+	}
+}
+
+// testServeKilled: serve killed with SIGKILL after round 2 and restarted
+// on the same --store ends with the calibrator, privacy record and round
+// records of an uninterrupted run. One allow-listed client never joins,
+// so that each round lasts its --round-timeout.
+func testServeKilled(t *testing.T, bin string) {
+	const K = 5
+	f := newFed(t, bin, K, 1)
+	args := func(out string) []string {
+		return []string{"--method", "temp", "--epsilon", "2", "--rounds", "4", "--sample-rate", "1", "--seed", "9",
+			"--min-clients", "3", "--round-timeout", "1s", "--enrol-timeout", "2s", "--out", out}
+	}
+	runAll := func(srv *proc, url, fp string) []*proc {
+		var joins []*proc
+		for i := range K {
+			joins = append(joins, f.join(t, url, fp, i))
+		}
+		return joins
+	}
+	finish := func(srv *proc, joins []*proc) {
+		if code := srv.wait(t, 60*time.Second); code != 0 {
+			t.Fatalf("serve exited %d:\n%s", code, srv.output())
+		}
+		for i, j := range joins {
+			if code := j.wait(t, 20*time.Second); code != 0 {
+				t.Errorf("join %d exited %d:\n%s", i, code, j.output())
+			}
+		}
+	}
+	ref := filepath.Join(t.TempDir(), "ref.json")
+	srv, url, fp := f.serve(t, t.TempDir(), "127.0.0.1:0", args(ref)...)
+	finish(srv, runAll(srv, url, fp))
+
+	got := filepath.Join(t.TempDir(), "got.json")
+	store := t.TempDir()
+	srv, url, fp = f.serve(t, store, "127.0.0.1:0", args(got)...)
+	joins := runAll(srv, url, fp)
+	srv.expect(t, regexp.MustCompile(`^round 2/4`), 30*time.Second)
+	if err := srv.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	srv.wait(t, 10*time.Second)
+	if _, err := os.Stat(got); err == nil {
+		t.Fatalf("the killed coordinator wrote %s", got)
+	}
+	listen := strings.TrimPrefix(url, "tls://")
+	srv2, url2, fp2 := f.serve(t, store, listen, args(got)...)
+	if url2 != url || fp2 != fp {
+		t.Fatalf("restarted at %s (%s), was %s (%s)", url2, fp2, url, fp)
+	}
+	finish(srv2, joins)
+	if !strings.Contains(srv2.output(), "resumed after round 2") {
+		t.Errorf("the restarted coordinator did not resume after round 2:\n%s", srv2.output())
+	}
+	wantParams, wantPriv, wantRounds := calibFile(t, ref)
+	gotParams, gotPriv, gotRounds := calibFile(t, got)
+	if gotParams != wantParams || !reflect.DeepEqual(gotPriv, wantPriv) || gotPriv == nil {
+		t.Errorf("after a restart: params %s privacy %+v; uninterrupted: %s %+v", gotParams, gotPriv, wantParams, wantPriv)
+	}
+	// A resumed round may need a second announcement while the clients
+	// reconnect; who took part must not change.
+	for i := range gotRounds {
+		gotRounds[i].Attempts = 0
+	}
+	for i := range wantRounds {
+		wantRounds[i].Attempts = 0
+	}
+	if !reflect.DeepEqual(gotRounds, wantRounds) {
+		t.Errorf("after a restart: rounds %+v; uninterrupted: %+v", gotRounds, wantRounds)
+	}
+	for _, r := range gotRounds {
+		if !reflect.DeepEqual(r.Dropouts, []int{K}) {
+			t.Errorf("round %d: dropouts %v, want the absent client %d", r.Round, r.Dropouts, K)
+		}
+	}
+}
+
+// testJoinsKilled: 30% of the join processes killed with SIGKILL while
+// round 1 is open, after answering it: the later rounds close at the
+// deadline with the rest. One allow-listed client never joins, so that
+// round 1 stays open until its deadline.
+func testJoinsKilled(t *testing.T, bin string) {
+	const K = 10
+	f := newFed(t, bin, K, 1)
+	out := filepath.Join(t.TempDir(), "c.json")
+	srv, url, fp := f.serve(t, t.TempDir(), "127.0.0.1:0", "--method", "temp", "--epsilon", "2", "--rounds", "3", "--sample-rate", "1",
+		"--min-clients", "5", "--round-timeout", "1500ms", "--enrol-timeout", "2s", "--out", out)
+	var joins []*proc
+	for i := range K {
+		joins = append(joins, f.join(t, url, fp, i))
+	}
+	victims := []int{1, 4, 8}
+	for _, i := range victims {
+		joins[i].expect(t, regexp.MustCompile(`"sent update" round=1 `), 30*time.Second)
+		joins[i].cmd.Process.Signal(syscall.SIGKILL)
+	}
+	if code := srv.wait(t, 60*time.Second); code != 0 {
+		t.Fatalf("serve exited %d:\n%s", code, srv.output())
+	}
+	_, _, rounds := calibFile(t, out)
+	if len(rounds) != 3 {
+		t.Fatalf("%d rounds recorded, want 3", len(rounds))
+	}
+	if r := rounds[0]; !reflect.DeepEqual(r.Dropouts, []int{K}) {
+		t.Errorf("round 1: %+v, want only the absent client %d to drop out", r, K)
+	}
+	for _, r := range rounds[1:] {
+		if want := append(slices.Clone(victims), K); !reflect.DeepEqual(r.Dropouts, want) || len(r.Participants) != K-len(victims) || r.Attempts != 1 {
+			t.Errorf("round %d: %+v, want dropouts %v and the other %d aggregated in one attempt", r.Round, r, want, K-len(victims))
+		}
+	}
+	for i, j := range joins {
+		if !slices.Contains(victims, i) {
+			if code := j.wait(t, 10*time.Second); code != 0 {
+				t.Errorf("join %d exited %d:\n%s", i, code, j.output())
+			}
+		}
 	}
 }
