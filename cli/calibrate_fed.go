@@ -90,7 +90,7 @@ func (ff *fedFlags) register(cmd *cobra.Command) {
 	f.StringVar(&ff.partition, "partition", "", "partition file from \"fedcalib partition\" giving the clients")
 	f.IntVar(&ff.clients, "clients", 0, "number of clients K of a Dirichlet label-skew partition made on the fly (needs --beta)")
 	f.Float64Var(&ff.beta, "beta", 0, "Dirichlet concentration β > 0 of that partition (smaller is more skewed)")
-	f.IntVar(&ff.rounds, "rounds", 1, "number of rounds T ≥ 1")
+	f.IntVar(&ff.rounds, "rounds", 1, fmt.Sprintf("number of rounds T, 1 to %d", federation.MaxRounds))
 	f.Float64Var(&ff.sampleRate, "sample-rate", 1, "probability p ∈ (0, 1] that a client takes part in a round")
 	f.IntVar(&ff.perRound, "clients-per-round", 0, "expected clients per round k (sets --sample-rate k/K)")
 	f.StringVar(&ff.weighting, "weighting", string(calib.WeightNone), "binning methods: none, all or changed")
@@ -102,7 +102,7 @@ func (ff *fedFlags) register(cmd *cobra.Command) {
 	f.Float64Var(&ff.clipNeg, "clip-neg", dp.DefaultClipNeg, "binning methods with --epsilon: L2 clip norm C₋ of each class-negative histogram")
 	f.Float64Var(&ff.alphaZ, "dp-alpha-z", 0, "binning methods with --epsilon and --weighting: weight each class by a lower confidence bound (z standard deviations) of its noisy count, e.g. 2; 0 = the paper's α̃")
 	f.StringVar(&ff.accountant, "accountant", "zcdp", "privacy accounting: zcdp (the paper's) or rdp (credits client sampling)")
-	f.IntVar(&ff.workers, "workers", 0, "goroutines running clients (0: one per CPU); results do not depend on it")
+	f.IntVar(&ff.workers, "workers", 0, fmt.Sprintf("goroutines running clients, at most %d (0: one per CPU); results do not depend on it", federation.MaxWorkers))
 	f.BoolVarP(&ff.quiet, "quiet", "q", false, "print no per-round progress (federated runs; central fits have none)")
 	ff.ledger.register(cmd, f)
 }

@@ -114,7 +114,7 @@ A progress bar is drawn on a terminal unless --quiet.`,
 	fl := cmd.Flags()
 	fl.StringVar(&configPath, "config", "", "experiment configuration (YAML) to run (required)")
 	fl.StringVar(&out, "out", "", "directory for runs.csv, summary.md, timings and plots; created if needed, reused to resume (required)")
-	fl.IntVar(&workers, "workers", 0, "cells run at once (0: one per CPU); results do not depend on it")
+	fl.IntVar(&workers, "workers", 0, fmt.Sprintf("cells run at once, at most %d (0: one per CPU); results do not depend on it", federation.MaxWorkers))
 	fl.BoolVar(&fresh, "fresh", false, "recompute every cell, ignoring the results already in --out")
 	fl.BoolVarP(&quiet, "quiet", "q", false, "draw no progress bar")
 	return cmd

@@ -103,7 +103,7 @@ the file itself).`,
 	f.Float64Var(&fl.delta, "delta", dp.DefaultDelta, "δ ∈ (0, 1)")
 	f.StringVar(&fl.method, "method", "", "calibrator whose noise to calibrate: "+strings.Join(calib.MethodNames(), ", "))
 	f.IntVar(&fl.classes, "classes", 0, "with a binning --method: number of classes c ≥ 2 (required there)")
-	f.IntVar(&fl.rounds, "rounds", 1, "with --method: number of rounds T ≥ 1")
+	f.IntVar(&fl.rounds, "rounds", 1, fmt.Sprintf("with --method: number of rounds T, 1 to %d", federation.MaxRounds))
 	f.Float64Var(&fl.sampleRate, "sample-rate", 1, "probability q ∈ (0, 1] that a client takes part in a round (credited by rdp only)")
 	f.StringVar(&fl.accountant, "accountant", "zcdp", "privacy accounting: zcdp (the paper's) or rdp (credits client sampling)")
 	f.Float64Var(&fl.noiseMultiplier, "noise-multiplier", 0, "compute ε for this noise multiplier z > 0 (noise standard deviation / L2 sensitivity)")
