@@ -2,7 +2,6 @@ package calib
 
 import (
 	"fmt"
-	"math"
 )
 
 // DefaultMetricBins is the number of equal-width bins the metrics use when
@@ -77,11 +76,17 @@ type Metrics struct {
 // rounding), there are fewer than 2 classes, bins is negative, or there
 // are no examples.
 func Evaluate(probs []float64, labels []int, classes, bins int) (Metrics, error) {
-	acc, err := newBinStats(probs, labels, classes, bins)
+	if len(labels) == 0 {
+		return Metrics{}, fmt.Errorf("cannot evaluate: %w", ErrEmpty)
+	}
+	a, err := NewAccumulator(classes, bins)
 	if err != nil {
 		return Metrics{}, err
 	}
-	return acc.metrics(), nil
+	if err := a.Add(probs, labels); err != nil {
+		return Metrics{}, err
+	}
+	return a.Metrics()
 }
 
 // EvaluateSet computes the metrics of calibrator c on the set s; a nil c
@@ -112,110 +117,4 @@ func Probabilities(s *Set, c Calibrator) ([]float64, error) {
 	}
 	c.Predict(p, s.Logits)
 	return p, nil
-}
-
-// binStats holds the per-bin sums from which every metric and the
-// reliability data are read.
-type binStats struct {
-	n, classes, bins int
-
-	// Classwise, classes×bins row-major: Σ p̂_ij, Σ 1{y_i = j}, |B_jm|.
-	conf, freq []float64
-	count      []int
-
-	// Top label, per bin: Σ max_j p̂_ij, Σ 1{argmax = y}, |B_m|.
-	topConf, topFreq []float64
-	topCount         []int
-
-	correct    int
-	nll, brier float64
-}
-
-func newBinStats(probs []float64, labels []int, classes, bins int) (*binStats, error) {
-	switch {
-	case classes < 2:
-		return nil, fmt.Errorf("need at least 2 classes, have %d", classes)
-	case bins < 0 || bins > MaxMetricBins:
-		return nil, fmt.Errorf("number of bins is %d: want 1 to %d (or 0 for the default %d)", bins, MaxMetricBins, DefaultMetricBins)
-	case len(probs) != len(labels)*classes:
-		return nil, fmt.Errorf("have %d probabilities for %d labels and %d classes: lengths do not match", len(probs), len(labels), classes)
-	case len(labels) == 0:
-		return nil, fmt.Errorf("cannot evaluate: %w", ErrEmpty)
-	}
-	if bins == 0 {
-		bins = DefaultMetricBins
-	}
-	a := &binStats{
-		n: len(labels), classes: classes, bins: bins,
-		conf:     make([]float64, classes*bins),
-		freq:     make([]float64, classes*bins),
-		count:    make([]int, classes*bins),
-		topConf:  make([]float64, bins),
-		topFreq:  make([]float64, bins),
-		topCount: make([]int, bins),
-	}
-	for i, y := range labels {
-		if y < 0 || y >= classes {
-			return nil, fmt.Errorf("label of example %d is %d, outside [0, %d)", i, y, classes)
-		}
-		row := probs[i*classes : (i+1)*classes]
-		top, arg := math.Inf(-1), 0
-		var sq float64
-		for j, p := range row {
-			if math.IsNaN(p) || math.IsInf(p, 0) {
-				return nil, fmt.Errorf("probability of example %d, class %d is %v: probabilities must be finite", i, j, p)
-			}
-			if p < -probTolerance || p > 1+probTolerance {
-				return nil, fmt.Errorf("probability of example %d, class %d is %v: want a probability in [0, 1] (logits need a softmax first)", i, j, p)
-			}
-			k := j*bins + Bin(p, bins)
-			a.conf[k] += p
-			a.count[k]++
-			d := p
-			if j == y {
-				a.freq[k]++
-				d = p - 1
-			}
-			sq += d * d
-			if p > top {
-				top, arg = p, j
-			}
-		}
-		m := Bin(top, bins)
-		a.topConf[m] += top
-		a.topCount[m]++
-		if arg == y {
-			a.topFreq[m]++
-			a.correct++
-		}
-		a.nll -= math.Log(max(row[y], nllFloor))
-		a.brier += sq
-	}
-	return a, nil
-}
-
-func (a *binStats) metrics() Metrics {
-	n := float64(a.n)
-	var cw float64
-	for k, c := range a.count {
-		// (|B|/N)·|mean conf − mean freq| = |Σ conf − Σ freq| / N.
-		if c > 0 {
-			cw += math.Abs(a.conf[k] - a.freq[k])
-		}
-	}
-	var top float64
-	for m, c := range a.topCount {
-		if c > 0 {
-			top += math.Abs(a.topConf[m] - a.topFreq[m])
-		}
-	}
-	return Metrics{
-		N:        a.n,
-		Classes:  a.classes,
-		Accuracy: float64(a.correct) / n,
-		CWECE:    cw / n / float64(a.classes),
-		ECE:      top / n,
-		NLL:      a.nll / n,
-		Brier:    a.brier / n,
-	}
 }

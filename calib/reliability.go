@@ -1,5 +1,7 @@
 package calib
 
+import "fmt"
+
 // ReliabilityBin is one bin of a reliability diagram.
 type ReliabilityBin struct {
 	// Confidence is the mean predicted probability of the examples in the
@@ -34,27 +36,15 @@ type Reliability struct {
 // (1/C) Σ_j Σ_m (Count/N)·|Confidence − Frequency| over Class, and ECE the
 // same sum over Top.
 func NewReliability(probs []float64, labels []int, classes, bins int) (*Reliability, error) {
-	a, err := newBinStats(probs, labels, classes, bins)
+	if len(labels) == 0 {
+		return nil, fmt.Errorf("cannot evaluate: %w", ErrEmpty)
+	}
+	a, err := NewAccumulator(classes, bins)
 	if err != nil {
 		return nil, err
 	}
-	r := &Reliability{N: a.n, Bins: a.bins, Class: make([][]ReliabilityBin, a.classes)}
-	for j := range r.Class {
-		k := j * a.bins
-		r.Class[j] = reliabilityBins(a.conf[k:k+a.bins], a.freq[k:k+a.bins], a.count[k:k+a.bins])
+	if err := a.Add(probs, labels); err != nil {
+		return nil, err
 	}
-	r.Top = reliabilityBins(a.topConf, a.topFreq, a.topCount)
-	return r, nil
-}
-
-func reliabilityBins(conf, freq []float64, count []int) []ReliabilityBin {
-	out := make([]ReliabilityBin, len(count))
-	for m, c := range count {
-		out[m].Count = c
-		if c > 0 {
-			out[m].Confidence = conf[m] / float64(c)
-			out[m].Frequency = freq[m] / float64(c)
-		}
-	}
-	return out
+	return a.Reliability(), nil
 }

@@ -1,0 +1,254 @@
+package calib
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+)
+
+// An Accumulator gathers, one batch of examples at a time, the per-bin
+// statistics from which every metric of Metrics and every reliability
+// diagram is computed: for each class j and bin m the number of examples
+// |B_jm|, the sum of their class-j probabilities and the number labelled
+// j; the same over the top probability; and the counts and sums behind
+// accuracy, NLL and Brier.
+//
+// The statistics of disjoint sets of examples add (Merge), exactly: sums
+// of probabilities are kept as 128-bit fixed-point integers (resolution
+// 2⁻⁶² per probability, 2⁻⁵⁸ per NLL term, 2⁻⁶¹ per Brier term), so the
+// metrics do not depend on the order or the grouping of the examples.
+// Metrics over many clients' test data computed from their merged
+// statistics equal the metrics of the pooled data bit for bit, and never
+// come from averaging per-client metrics (federated evaluation). A large
+// file can be evaluated in chunks in bounded memory.
+//
+// Create one with NewAccumulator; the zero value has no bins and refuses
+// every Add.
+type Accumulator struct {
+	classes, bins int
+	n, correct    int64
+
+	conf  []u128 // classes×bins: Σ p̂_ij (fixed point)
+	freq  []int64
+	count []int64
+
+	topConf  []u128 // bins: Σ max_j p̂_ij (fixed point)
+	topFreq  []int64
+	topCount []int64
+
+	nll, brier u128 // fixed point
+}
+
+// Fixed-point scales of the accumulated sums.
+const (
+	probScale  = 0x1p62 // probability ∈ [0, 1]
+	nllScale   = 0x1p58 // −log max(p, 1e-12) ∈ [0, 27.7]
+	brierScale = 0x1p61 // Σ_j (p̂_ij − 1{y=j})² ∈ [0, 2]
+)
+
+// NewAccumulator returns an empty accumulator for classes classes and
+// bins equal-width bins (0 means DefaultMetricBins). It returns an error
+// for fewer than 2 classes or bins outside [0, MaxMetricBins].
+func NewAccumulator(classes, bins int) (*Accumulator, error) {
+	switch {
+	case classes < 2:
+		return nil, fmt.Errorf("need at least 2 classes, have %d", classes)
+	case bins < 0 || bins > MaxMetricBins:
+		return nil, fmt.Errorf("number of bins is %d: want 1 to %d (or 0 for the default %d)", bins, MaxMetricBins, DefaultMetricBins)
+	}
+	if bins == 0 {
+		bins = DefaultMetricBins
+	}
+	if float64(classes)*float64(bins) > MaxSize {
+		return nil, fmt.Errorf("%d classes × %d bins is more than %d bins in all: use fewer bins", classes, bins, MaxSize)
+	}
+	return &Accumulator{
+		classes: classes, bins: bins,
+		conf:     make([]u128, classes*bins),
+		freq:     make([]int64, classes*bins),
+		count:    make([]int64, classes*bins),
+		topConf:  make([]u128, bins),
+		topFreq:  make([]int64, bins),
+		topCount: make([]int64, bins),
+	}, nil
+}
+
+// Classes returns the number of classes.
+func (a *Accumulator) Classes() int { return a.classes }
+
+// Bins returns the number of bins.
+func (a *Accumulator) Bins() int { return a.bins }
+
+// N returns the number of examples accumulated.
+func (a *Accumulator) N() int { return int(a.n) }
+
+// Add accumulates probs, an n×Classes() row-major matrix of class
+// probabilities, against labels. It returns an error, leaving a
+// unchanged, when the shapes do not match, a label is outside
+// [0, classes), or a probability is not finite or lies outside [0, 1]
+// (beyond rounding of 1e-6, which is clamped).
+func (a *Accumulator) Add(probs []float64, labels []int) error {
+	c := a.classes
+	if c < 2 {
+		return fmt.Errorf("calib: Add on an Accumulator not made by NewAccumulator")
+	}
+	if len(probs) != len(labels)*c {
+		return fmt.Errorf("have %d probabilities for %d labels and %d classes: lengths do not match", len(probs), len(labels), c)
+	}
+	for i, y := range labels {
+		if y < 0 || y >= c {
+			return fmt.Errorf("label of example %d is %d, outside [0, %d)", i, y, c)
+		}
+		for j, p := range probs[i*c : (i+1)*c] {
+			if math.IsNaN(p) || math.IsInf(p, 0) {
+				return fmt.Errorf("probability of example %d, class %d is %v: probabilities must be finite", i, j, p)
+			}
+			if p < -probTolerance || p > 1+probTolerance {
+				return fmt.Errorf("probability of example %d, class %d is %v: want a probability in [0, 1] (logits need a softmax first)", i, j, p)
+			}
+		}
+	}
+	for i, y := range labels {
+		row := probs[i*c : (i+1)*c]
+		top, arg := math.Inf(-1), 0
+		var sq float64
+		for j, p := range row {
+			p = min(max(p, 0), 1)
+			k := j*a.bins + Bin(p, a.bins)
+			a.conf[k].add(uint64(p * probScale))
+			a.count[k]++
+			d := p
+			if j == y {
+				a.freq[k]++
+				d = p - 1
+			}
+			sq += d * d
+			if p > top {
+				top, arg = p, j
+			}
+		}
+		m := Bin(top, a.bins)
+		a.topConf[m].add(uint64(top * probScale))
+		a.topCount[m]++
+		if arg == y {
+			a.topFreq[m]++
+			a.correct++
+		}
+		a.nll.add(uint64(-math.Log(max(min(max(row[y], 0), 1), nllFloor)) * nllScale))
+		a.brier.add(uint64(min(sq, 2) * brierScale))
+	}
+	a.n += int64(len(labels))
+	return nil
+}
+
+// Merge adds the statistics of o, accumulated over other examples, to a.
+// It returns an error when the two have different classes or bins.
+func (a *Accumulator) Merge(o *Accumulator) error {
+	if a.classes != o.classes || a.bins != o.bins {
+		return fmt.Errorf("cannot merge statistics of %d classes × %d bins into %d classes × %d bins", o.classes, o.bins, a.classes, a.bins)
+	}
+	for k := range a.conf {
+		a.conf[k].addU(o.conf[k])
+		a.freq[k] += o.freq[k]
+		a.count[k] += o.count[k]
+	}
+	for m := range a.topConf {
+		a.topConf[m].addU(o.topConf[m])
+		a.topFreq[m] += o.topFreq[m]
+		a.topCount[m] += o.topCount[m]
+	}
+	a.n += o.n
+	a.correct += o.correct
+	a.nll.addU(o.nll)
+	a.brier.addU(o.brier)
+	return nil
+}
+
+// Metrics returns the metrics of the examples accumulated so far. It
+// returns an error wrapping ErrEmpty when there are none.
+func (a *Accumulator) Metrics() (Metrics, error) {
+	if a.n == 0 {
+		return Metrics{}, fmt.Errorf("cannot evaluate: %w", ErrEmpty)
+	}
+	n := float64(a.n)
+	var cw float64
+	for k, c := range a.count {
+		if c > 0 { // (|B|/N)·|mean conf − mean freq| = |Σ conf − Σ freq| / N
+			cw += absDiff(a.conf[k], a.freq[k])
+		}
+	}
+	var top float64
+	for m, c := range a.topCount {
+		if c > 0 {
+			top += absDiff(a.topConf[m], a.topFreq[m])
+		}
+	}
+	return Metrics{
+		N:        int(a.n),
+		Classes:  a.classes,
+		Accuracy: float64(a.correct) / n,
+		CWECE:    cw / n / float64(a.classes),
+		ECE:      top / n,
+		NLL:      a.nll.float() / nllScale / n,
+		Brier:    a.brier.float() / brierScale / n,
+	}, nil
+}
+
+// Reliability returns the reliability diagrams of the examples
+// accumulated so far.
+func (a *Accumulator) Reliability() *Reliability {
+	r := &Reliability{N: int(a.n), Bins: a.bins, Class: make([][]ReliabilityBin, a.classes)}
+	for j := range r.Class {
+		k := j * a.bins
+		r.Class[j] = reliabilityBins(a.conf[k:k+a.bins], a.freq[k:k+a.bins], a.count[k:k+a.bins])
+	}
+	r.Top = reliabilityBins(a.topConf, a.topFreq, a.topCount)
+	return r
+}
+
+func reliabilityBins(conf []u128, freq, count []int64) []ReliabilityBin {
+	out := make([]ReliabilityBin, len(count))
+	for m, c := range count {
+		out[m].Count = int(c)
+		if c > 0 {
+			out[m].Confidence = conf[m].float() / probScale / float64(c)
+			out[m].Frequency = float64(freq[m]) / float64(c)
+		}
+	}
+	return out
+}
+
+// absDiff returns |sum/probScale − freq| computed exactly in integers,
+// then rounded once.
+func absDiff(sum u128, freq int64) float64 {
+	f := u128{hi: uint64(freq) >> 2, lo: uint64(freq) << 62} // freq·2⁶²
+	if sum.less(f) {
+		return f.minus(sum).float() / probScale
+	}
+	return sum.minus(f).float() / probScale
+}
+
+// u128 is an unsigned 128-bit integer.
+type u128 struct{ hi, lo uint64 }
+
+func (x *u128) add(v uint64) {
+	var c uint64
+	x.lo, c = bits.Add64(x.lo, v, 0)
+	x.hi += c
+}
+
+func (x *u128) addU(y u128) {
+	var c uint64
+	x.lo, c = bits.Add64(x.lo, y.lo, 0)
+	x.hi, _ = bits.Add64(x.hi, y.hi, c)
+}
+
+func (x u128) less(y u128) bool { return x.hi < y.hi || x.hi == y.hi && x.lo < y.lo }
+
+func (x u128) minus(y u128) u128 {
+	lo, b := bits.Sub64(x.lo, y.lo, 0)
+	hi, _ := bits.Sub64(x.hi, y.hi, b)
+	return u128{hi, lo}
+}
+
+func (x u128) float() float64 { return float64(x.hi)*0x1p64 + float64(x.lo) }
