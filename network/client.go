@@ -37,7 +37,8 @@ type ClientConfig struct {
 	Log *slog.Logger
 }
 
-// ClientReport is what a client did in a run.
+// ClientReport is what a client did in a run. The zero value reports
+// nothing.
 type ClientReport struct {
 	// Welcome is the coordinator's welcome.
 	Welcome Welcome

@@ -71,7 +71,8 @@ type Config struct {
 	Progress func(RoundReport)
 }
 
-// RoundReport is what a coordinator reports after each round.
+// RoundReport is what a coordinator reports after each round. The zero
+// value reports nothing.
 type RoundReport struct {
 	calib.RoundRecord
 	// Rounds is T.
@@ -82,7 +83,8 @@ type RoundReport struct {
 	Epsilon float64
 }
 
-// Outcome is the result of a coordinator's run.
+// Outcome is the result of a coordinator's run. The zero value holds no
+// result.
 type Outcome struct {
 	// Result is the server step's result: calibrator, privacy record and
 	// ledger. Its Rounds field is nil.
@@ -99,7 +101,7 @@ type Outcome struct {
 }
 
 // Coordinator runs the server side of a federated fit over a NATS
-// connection. Make one with NewCoordinator.
+// connection. Its zero value is not usable: make one with NewCoordinator.
 type Coordinator struct {
 	cfg Config
 	fed string

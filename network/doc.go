@@ -39,6 +39,10 @@
 //     counts N_j^k, which are not private.
 //  2. The coordinator waits until every allow-listed client is ready or
 //     the enrolment timeout passes, and then needs at least MinClients.
+//     Clients are sampled over the whole allow-list (K is its length, as
+//     in the simulation), so a client that never enrolled counts as a
+//     dropout when sampled; one that enrols late takes part, but its
+//     class counts are not used.
 //  3. For each round t it samples the participants with
 //     federation.Rounds.Participants over the allow-list and announces
 //     (round, attempt, broadcast, participants, deadline, seed). Each
