@@ -66,8 +66,14 @@ drop of exactly --max-accuracy-drop passes). What is checked:
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			gate := calib.Gate{MaxAccuracyDrop: maxDrop, MinCWECEImprovement: minGain}
-			if gate.Validate() != nil {
-				return fmt.Errorf("--max-accuracy-drop must be >= 0 and --min-cwece-improvement >= -1")
+			if !(maxDrop >= 0 && maxDrop <= 1) {
+				return fmt.Errorf("--max-accuracy-drop is %v: want a fraction in [0, 1], e.g. 0.01 for one point", maxDrop)
+			}
+			if !(minGain >= -1 && minGain <= 1) {
+				return fmt.Errorf("--min-cwece-improvement is %v: want a fraction in [-1, 1], e.g. 0.005 (0: cwECE may not get worse)", minGain)
+			}
+			if err := gate.Validate(); err != nil {
+				return err
 			}
 			if bins < 1 {
 				return fmt.Errorf("--bins is %d: want a positive number of bins", bins)

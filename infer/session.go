@@ -16,6 +16,11 @@ import (
 // DefaultBatch is the batch size used when Options.Batch is zero.
 const DefaultBatch = 256
 
+// MaxThreads is the largest number of intra-op threads a session takes:
+// more than any machine has cores, so larger values are typing mistakes
+// (ONNX Runtime would fail to allocate their pools).
+const MaxThreads = 1024
+
 // Options configures a Session. The zero value runs the first input and
 // first float32 output of the model on runtime.NumCPU() threads, 256
 // records at a time, with the preprocessing recorded in the model.
@@ -79,8 +84,8 @@ type Session struct {
 // with a dynamic batch dimension, a float32 output, and preprocessing
 // metadata or overrides.
 func OpenSession(path string, opt Options) (*Session, error) {
-	if opt.Threads < 0 {
-		return nil, fmt.Errorf("threads = %d: want 0 (all cores) or more", opt.Threads)
+	if opt.Threads < 0 || opt.Threads > MaxThreads {
+		return nil, fmt.Errorf("threads = %d: want 0 (all cores) to %d", opt.Threads, MaxThreads)
 	}
 	if opt.Batch < 0 {
 		return nil, fmt.Errorf("batch = %d: want a positive batch size", opt.Batch)
