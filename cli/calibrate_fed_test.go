@@ -19,7 +19,7 @@ func TestCalibrateFederated(t *testing.T) {
 	dir := t.TempDir()
 	t.Run("dirichlet bbq", func(t *testing.T) {
 		out := filepath.Join(dir, "bbq.json")
-		stdout, stderr, code := runCLI(t, "calibrate", "--method", "bbq", "--weighting", "all", "--logits", in,
+		code, stdout, stderr := fedcalib("calibrate", "--method", "bbq", "--weighting", "all", "--logits", in,
 			"--clients", "10", "--beta", "0.5", "--rounds", "3", "--clients-per-round", "4", "--seed", "2", "--out", out)
 		if code != 0 {
 			t.Fatalf("exit %d: %s", code, stderr)
@@ -45,7 +45,7 @@ func TestCalibrateFederated(t *testing.T) {
 	})
 	t.Run("natural private temp", func(t *testing.T) {
 		out := filepath.Join(dir, "temp.json")
-		stdout, stderr, code := runCLI(t, "calibrate", "--method", "temp", "--logits", in, "--rounds", "4",
+		code, stdout, stderr := fedcalib("calibrate", "--method", "temp", "--logits", in, "--rounds", "4",
 			"--sample-rate", "0.5", "--epsilon", "1", "--delta", "1e-6", "--quiet", "--out", out)
 		if code != 0 {
 			t.Fatalf("exit %d: %s", code, stderr)
@@ -75,10 +75,10 @@ func TestCalibrateFederatedEqualsCentral(t *testing.T) {
 	in, _ := fedLogitsFile(t, 900, 3, 5)
 	dir := t.TempDir()
 	fed, central := filepath.Join(dir, "fed.json"), filepath.Join(dir, "central.json")
-	if _, stderr, code := runCLI(t, "calibrate", "--method", "bbq", "--bins-exp", "4", "--logits", in, "--quiet", "--out", fed); code != 0 {
+	if code, _, stderr := fedcalib("calibrate", "--method", "bbq", "--bins-exp", "4", "--logits", in, "--quiet", "--out", fed); code != 0 {
 		t.Fatal(stderr)
 	}
-	if _, stderr, code := runCLI(t, "calibrate", "--central", "--method", "bbq", "--bins-exp", "4", "--logits", in, "--out", central); code != 0 {
+	if code, _, stderr := fedcalib("calibrate", "--central", "--method", "bbq", "--bins-exp", "4", "--logits", in, "--out", central); code != 0 {
 		t.Fatal(stderr)
 	}
 	params := func(path string) json.RawMessage {
@@ -98,14 +98,14 @@ func TestCalibrateFederatedPartitionFile(t *testing.T) {
 	other, _ := fedLogitsFile(t, 601, 4, 0)
 	dir := t.TempDir()
 	part := filepath.Join(dir, "p.json")
-	if _, stderr, code := runCLI(t, "partition", "--data-or-logits", in, "--clients", "5", "--beta", "1", "--out", part); code != 0 {
+	if code, _, stderr := fedcalib("partition", "--data-or-logits", in, "--clients", "5", "--beta", "1", "--out", part); code != 0 {
 		t.Fatal(stderr)
 	}
 	out := filepath.Join(dir, "c.json")
-	if stdout, stderr, code := runCLI(t, "calibrate", "--method", "vector", "--logits", in, "--partition", part, "-q", "--out", out); code != 0 || !strings.Contains(stdout, "FedVector over 5 clients") {
+	if code, stdout, stderr := fedcalib("calibrate", "--method", "vector", "--logits", in, "--partition", part, "-q", "--out", out); code != 0 || !strings.Contains(stdout, "FedVector over 5 clients") {
 		t.Fatalf("exit %d: %s%s", code, stdout, stderr)
 	}
-	_, stderr, code := runCLI(t, "calibrate", "--method", "vector", "--logits", other, "--partition", part, "--out", filepath.Join(dir, "d.json"))
+	code, _, stderr := fedcalib("calibrate", "--method", "vector", "--logits", other, "--partition", part, "--out", filepath.Join(dir, "d.json"))
 	if code != 2 || !strings.Contains(stderr, "does not fit") || !strings.Contains(stderr, "made for 600 examples, the data has 601") {
 		t.Errorf("mismatched partition: exit %d, %q", code, stderr)
 	}
@@ -152,7 +152,7 @@ func TestCalibrateFederatedErrors(t *testing.T) {
 		{[]string{"--method", "temp", "--central", "--rounds", "3"}, "--rounds applies to federated runs"},
 		{[]string{"--method", "bbq", "--partition", "p.json", "--clients", "3"}, "drop --clients and --beta"},
 	} {
-		_, stderr, code := runCLI(t, append(base, tc.args...)...)
+		code, _, stderr := fedcalib(append(base, tc.args...)...)
 		if code != 2 || !strings.Contains(stderr, tc.want) || strings.Count(stderr, "\n") != 1 {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and one line with %q", tc.args, code, stderr, tc.want)
 		}
@@ -163,7 +163,7 @@ func TestCalibrateFederatedErrors(t *testing.T) {
 }
 
 func TestCalibrateHelpShowsFederation(t *testing.T) {
-	stdout, _, code := runCLI(t, "calibrate", "--help")
+	code, stdout, _ := fedcalib("calibrate", "--help")
 	if code != 0 {
 		t.Fatal(code)
 	}
@@ -185,7 +185,7 @@ func TestCalibrateDPAlphaZ(t *testing.T) {
 	for seed := 1; seed <= 6; seed++ {
 		for _, z := range []string{"0", "3"} {
 			out := filepath.Join(dir, "bbq"+z+".json")
-			_, stderr, code := runCLI(t, "calibrate", "--method", "bbq", "--weighting", "all", "--logits", in, "--rounds", "3",
+			code, _, stderr := fedcalib("calibrate", "--method", "bbq", "--weighting", "all", "--logits", in, "--rounds", "3",
 				"--epsilon", "0.5", "--dp-alpha-z", z, "--seed", fmt.Sprint(seed), "--quiet", "--out", out)
 			if code != 0 {
 				t.Fatalf("z = %s: exit %d: %s", z, code, stderr)
@@ -202,7 +202,7 @@ func TestCalibrateDPAlphaZ(t *testing.T) {
 	if sum["3"] != 0 || !(sum["0"] > 0) {
 		t.Errorf("Σα over 6 seeds with z = 0: %v, with z = 3: %v; want > 0 and 0", sum["0"], sum["3"])
 	}
-	if _, stderr, code := runCLI(t, "calibrate", "--method", "bbq", "--weighting", "all", "--logits", in,
+	if code, _, stderr := fedcalib("calibrate", "--method", "bbq", "--weighting", "all", "--logits", in,
 		"--epsilon", "1", "--dp-alpha-z", "-1", "--out", filepath.Join(dir, "bad.json")); code != 2 || !strings.Contains(stderr, "--dp-alpha-z is -1: want a finite z ≥ 0") {
 		t.Errorf("negative z: exit %d, %q", code, stderr)
 	}

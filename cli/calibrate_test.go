@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -68,17 +67,11 @@ func calibFirstMax(z []float32) int {
 	return k
 }
 
-func runCalibrateCmd(args ...string) (code int, stdout, stderr string) {
-	var out, errb bytes.Buffer
-	code = Main(append([]string{"calibrate"}, args...), &out, &errb)
-	return code, out.String(), errb.String()
-}
-
 func TestCalibrateEveryMethod(t *testing.T) {
 	path, f := calibrateFile(t, true)
 	for _, method := range calib.MethodNames() {
 		out := filepath.Join(t.TempDir(), method+".json")
-		code, stdout, stderr := runCalibrateCmd("--central", "--method", method, "--logits", path, "--out", out, "--seed", "5")
+		code, stdout, stderr := fedcalib("calibrate", "--central", "--method", method, "--logits", path, "--out", out, "--seed", "5")
 		if code != 0 {
 			t.Fatalf("%s: exit %d: %s", method, code, stderr)
 		}
@@ -122,7 +115,7 @@ func TestCalibrateEveryMethod(t *testing.T) {
 func TestCalibrateTemperatureValue(t *testing.T) {
 	path, f := calibrateFile(t, true)
 	out := filepath.Join(t.TempDir(), "temp.json")
-	if code, _, stderr := runCalibrateCmd("--central", "--method", "temp", "--logits", path, "--out", out); code != 0 {
+	if code, _, stderr := fedcalib("calibrate", "--central", "--method", "temp", "--logits", path, "--out", out); code != 0 {
 		t.Fatal(stderr)
 	}
 	c, _, err := calib.ReadFile(out)
@@ -150,7 +143,7 @@ func TestCalibrateTemperatureValue(t *testing.T) {
 func TestCalibrateWithoutSplitUsesAllRows(t *testing.T) {
 	path, _ := calibrateFile(t, false)
 	out := filepath.Join(t.TempDir(), "op.json")
-	code, stdout, stderr := runCalibrateCmd("--central", "--method", "opvector", "--logits", path, "--out", out)
+	code, stdout, stderr := fedcalib("calibrate", "--central", "--method", "opvector", "--logits", path, "--out", out)
 	if code != 0 {
 		t.Fatal(stderr)
 	}
@@ -170,7 +163,7 @@ func TestCalibrateBinsExp(t *testing.T) {
 		if tc.exp != "" {
 			args = append(args, "--bins-exp", tc.exp)
 		}
-		if code, _, stderr := runCalibrateCmd(args...); code != 0 {
+		if code, _, stderr := fedcalib(append([]string{"calibrate"}, args...)...); code != 0 {
 			t.Fatal(stderr)
 		}
 		c, _, err := calib.ReadFile(out)
@@ -217,7 +210,7 @@ func TestCalibrateErrors(t *testing.T) {
 		{"out directory missing", []string{"--central", "--method", "temp", "--logits", path, "--out", filepath.Join(dir, "no", "c.json")}, "does not exist: create it first"},
 		{"stray argument", []string{"--central", "--method", "temp", "--logits", path, "--out", out, "extra"}, "unknown command"},
 	} {
-		code, stdout, stderr := runCalibrateCmd(tc.args...)
+		code, stdout, stderr := fedcalib(append([]string{"calibrate"}, tc.args...)...)
 		if code != ExitUsage {
 			t.Errorf("%s: exit %d, want %d", tc.name, code, ExitUsage)
 		}
@@ -243,7 +236,7 @@ func TestCalibrateErrors(t *testing.T) {
 }
 
 func TestCalibrateHelp(t *testing.T) {
-	code, stdout, _ := runCalibrateCmd("--help")
+	code, stdout, _ := fedcalib("calibrate", "--help")
 	if code != 0 {
 		t.Fatalf("exit %d", code)
 	}

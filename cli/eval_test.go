@@ -42,13 +42,6 @@ func evalFile(t *testing.T, withSplit bool) string {
 	return path
 }
 
-func runCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
-	t.Helper()
-	var out, errb bytes.Buffer
-	code = Main(args, &out, &errb)
-	return out.String(), errb.String(), code
-}
-
 func decodeReport(t *testing.T, s string) map[string]any {
 	t.Helper()
 	var m map[string]any
@@ -68,7 +61,7 @@ func assertNear(t *testing.T, m map[string]any, key string, want float64) {
 
 func TestEvalJSON(t *testing.T) {
 	path := evalFile(t, true)
-	out, errs, code := runCLI(t, "eval", "--logits", path, "--bins", "2", "--json")
+	code, out, errs := fedcalib("eval", "--logits", path, "--bins", "2", "--json")
 	if code != ExitOK {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -103,7 +96,7 @@ func TestEvalSplits(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			args := append([]string{"eval", "--json", "--logits", evalFile(t, tt.withSplit)}, tt.args...)
-			out, errs, code := runCLI(t, args...)
+			code, out, errs := fedcalib(args...)
 			if code != ExitOK {
 				t.Fatalf("exit %d: %s", code, errs)
 			}
@@ -128,7 +121,7 @@ func TestEvalWithCalibrator(t *testing.T) {
 	if err := calib.WriteFile(cpath, &calib.Histogram{Bins: 1, Table: []float64{0.5, 0.5}}, nil, calib.Provenance{}); err != nil {
 		t.Fatal(err)
 	}
-	out, errs, code := runCLI(t, "eval", "--logits", path, "--calibrator", cpath, "--bins", "2", "--json")
+	code, out, errs := fedcalib("eval", "--logits", path, "--calibrator", cpath, "--bins", "2", "--json")
 	if code != ExitOK {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -146,7 +139,7 @@ func TestEvalWithCalibrator(t *testing.T) {
 	assertNear(t, before, "cwece", 0.175)
 	assertNear(t, before, "accuracy", 0.75)
 
-	out, errs, code = runCLI(t, "eval", "--logits", path, "--calibrator", cpath, "--bins", "2")
+	code, out, errs = fedcalib("eval", "--logits", path, "--calibrator", cpath, "--bins", "2")
 	if code != ExitOK {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -200,7 +193,7 @@ func TestEvalErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out, errs, code := runCLI(t, tt.args...)
+			code, out, errs := fedcalib(tt.args...)
 			if code != ExitUsage {
 				t.Errorf("exit %d, want %d", code, ExitUsage)
 			}

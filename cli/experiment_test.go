@@ -16,7 +16,7 @@ func experimentFixture(t *testing.T) string {
 	in, _ := fedLogitsFile(t, 600, 4, 0)
 	dir := t.TempDir()
 	part := filepath.Join(dir, "p.json")
-	if _, stderr, code := runCLI(t, "partition", "--data-or-logits", in, "--clients", "5", "--beta", "1", "--out", part); code != 0 {
+	if code, _, stderr := fedcalib("partition", "--data-or-logits", in, "--clients", "5", "--beta", "1", "--out", part); code != 0 {
 		t.Fatal(stderr)
 	}
 	cfg := filepath.Join(dir, "exp.yaml")
@@ -41,7 +41,7 @@ plots:
 func TestExperiment(t *testing.T) {
 	cfg := experimentFixture(t)
 	out := filepath.Join(t.TempDir(), "results")
-	stdout, stderr, code := runCLI(t, "experiment", "--config", cfg, "--out", out, "--workers", "2")
+	code, stdout, stderr := fedcalib("experiment", "--config", cfg, "--out", out, "--workers", "2")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -67,7 +67,7 @@ func TestExperiment(t *testing.T) {
 	}
 
 	// Again, on one worker: nothing recomputed, the same runs.csv.
-	stdout, _, code = runCLI(t, "experiment", "--config", cfg, "--out", out, "--workers", "1", "-q")
+	code, stdout, _ = fedcalib("experiment", "--config", cfg, "--out", out, "--workers", "1", "-q")
 	if code != 0 || !strings.Contains(stdout, "12 runs (0 computed, 12 reused)") {
 		t.Errorf("rerun: exit %d, %q", code, stdout)
 	}
@@ -96,7 +96,7 @@ func TestExperimentErrors(t *testing.T) {
 		{[]string{"--config", bad, "--out", dir}, bad + `: grid: method[0]: unknown method "bbqq"`},
 		{[]string{"--config", bad + "x", "--out", dir}, "no such file"},
 	} {
-		_, stderr, code := runCLI(t, append([]string{"experiment"}, tc.args...)...)
+		code, _, stderr := fedcalib(append([]string{"experiment"}, tc.args...)...)
 		if code != 2 || !strings.Contains(stderr, tc.want) || strings.Count(stderr, "\n") != 1 {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and one line with %q", tc.args, code, stderr, tc.want)
 		}
@@ -107,7 +107,7 @@ func TestExperimentErrors(t *testing.T) {
 }
 
 func TestExperimentHelp(t *testing.T) {
-	stdout, _, code := runCLI(t, "experiment", "--help")
+	code, stdout, _ := fedcalib("experiment", "--help")
 	for _, want := range []string{"--config", "--out", "--workers", "--quiet", "Examples:", "runs.csv", "byte-identical"} {
 		if code != 0 || !strings.Contains(stdout, want) {
 			t.Errorf("help lacks %q", want)

@@ -20,13 +20,6 @@ import (
 	"github.com/fedcalib/fedcalib/infer/logits"
 )
 
-// fedcalib runs the command line in-process.
-func fedcalib(args ...string) (code int, stdout, stderr string) {
-	var o, e bytes.Buffer
-	code = Main(args, &o, &e)
-	return code, o.String(), e.String()
-}
-
 // writeIDX writes n h×w one-channel images with labels i%3 as an IDX pair
 // and returns the image file's path. Pixel j of image i is (37i+11j) mod 256.
 func writeIDX(t *testing.T, n, h, w int) (string, [][]uint8) {

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -58,16 +57,9 @@ func writeInspectModel(t *testing.T) string {
 	return path
 }
 
-// runInspect runs the command line and returns its exit status and output.
-func runInspect(args ...string) (code int, stdout, stderr string) {
-	var out, errb bytes.Buffer
-	code = Main(args, &out, &errb)
-	return code, out.String(), errb.String()
-}
-
 func TestInspectText(t *testing.T) {
 	path := writeInspectModel(t)
-	code, out, errOut := runInspect("inspect", path)
+	code, out, errOut := fedcalib("inspect", path)
 	if code != ExitOK || errOut != "" {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
@@ -91,7 +83,7 @@ metadata_props:
 
 func TestInspectJSON(t *testing.T) {
 	path := writeInspectModel(t)
-	code, out, errOut := runInspect("inspect", "--json", path)
+	code, out, errOut := fedcalib("inspect", "--json", path)
 	if code != ExitOK || errOut != "" {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
@@ -137,7 +129,7 @@ func TestInspectErrors(t *testing.T) {
 		{[]string{"inspect"}, "inspect takes one MODEL.onnx argument, got 0"},
 		{[]string{"inspect", "a.onnx", "b.onnx"}, "got 2"},
 	} {
-		code, out, errOut := runInspect(tc.args...)
+		code, out, errOut := fedcalib(tc.args...)
 		if code != ExitUsage {
 			t.Errorf("%v: exit %d, want %d", tc.args, code, ExitUsage)
 		}

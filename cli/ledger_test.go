@@ -23,7 +23,8 @@ func TestCalibrateLedger(t *testing.T) {
 	calibrate := func(out string, extra ...string) (string, string, int) {
 		args := append([]string{"calibrate", "--method", "temp", "--logits", in, "--rounds", "3", "--sample-rate", "0.5",
 			"--epsilon", "1", "--quiet", "--ledger", ledger, "--out", filepath.Join(dir, out)}, extra...)
-		return runCLI(t, args...)
+		code, stdout, stderr := fedcalib(args...)
+		return stdout, stderr, code
 	}
 	rho1, _ := dp.ZCDPRho(1, 1e-5)
 	eps2, _ := dp.ZCDPEpsilon(2*rho1, 1e-5)
@@ -61,11 +62,11 @@ func TestCalibrateLedger(t *testing.T) {
 	}
 
 	// privacy --ledger prints it, as text or as the file itself.
-	stdout, stderr, code := runCLI(t, "privacy", "--ledger", ledger)
+	code, stdout, stderr := fedcalib("privacy", "--ledger", ledger)
 	if code != 0 || !strings.Contains(stdout, fmt.Sprintf("epsilon %s at delta 1e-05 (zcdp", trimG(eps2))) || strings.Count(stdout, "temp") != 2 {
 		t.Errorf("privacy --ledger: exit %d: %s%s", code, stdout, stderr)
 	}
-	stdout, _, code = runCLI(t, "privacy", "--ledger", ledger, "--json")
+	code, stdout, _ = fedcalib("privacy", "--ledger", ledger, "--json")
 	var back dp.LedgerFile
 	if code != 0 || json.Unmarshal([]byte(stdout), &back) != nil || back.Format != dp.LedgerFormatV1 || len(back.Datasets) != 1 {
 		t.Errorf("privacy --ledger --json: exit %d: %s", code, stdout)
@@ -80,7 +81,7 @@ func TestCalibrateLedgerErrors(t *testing.T) {
 	dir := t.TempDir()
 	ledger := filepath.Join(dir, "ledger.json")
 	base := []string{"calibrate", "--method", "temp", "--logits", in, "--quiet", "--out", filepath.Join(dir, "c.json")}
-	if _, stderr, code := runCLI(t, append(base, "--epsilon", "1", "--ledger", ledger)...); code != 0 {
+	if code, _, stderr := fedcalib(append(base, "--epsilon", "1", "--ledger", ledger)...); code != 0 {
 		t.Fatalf("first run: %s", stderr)
 	}
 	tests := []struct {
@@ -98,7 +99,7 @@ func TestCalibrateLedgerErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, stderr, code := runCLI(t, append(slicesClone(base), tt.args...)...)
+			code, _, stderr := fedcalib(append(slicesClone(base), tt.args...)...)
 			if code != 2 || !strings.Contains(stderr, tt.want) || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
 				t.Errorf("exit %d, stderr %q; want 2 and one line containing %q", code, stderr, tt.want)
 			}
@@ -111,7 +112,7 @@ func TestCalibrateLedgerErrors(t *testing.T) {
 		{[]string{"privacy", "--ledger", filepath.Join(dir, "none.json")}, "none.json does not exist"},
 		{[]string{"privacy", "--ledger", ledger, "--epsilon", "1"}, "--ledger prints a ledger and takes no --epsilon"},
 	} {
-		if _, stderr, code := runCLI(t, tt.args...); code != 2 || !strings.Contains(stderr, tt.want) {
+		if code, _, stderr := fedcalib(tt.args...); code != 2 || !strings.Contains(stderr, tt.want) {
 			t.Errorf("%v: exit %d, %q; want 2 and %q", tt.args, code, stderr, tt.want)
 		}
 	}

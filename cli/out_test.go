@@ -135,7 +135,7 @@ func TestNoOutputOverAnyInput(t *testing.T) {
 		{"experiment over its config", []string{"experiment", "--config", cfg, "--out", cfg}, "is an input"},
 	}
 	for _, tt := range tests {
-		_, stderr, code := runCLI(t, tt.args...)
+		code, _, stderr := fedcalib(tt.args...)
 		if code != ExitUsage || !strings.Contains(stderr, tt.want) || strings.Count(stderr, "\n") != 1 || strings.Contains(stderr, ".tmp") {
 			t.Errorf("%s: exit %d, stderr %q; want exit %d and one line containing %q", tt.name, code, stderr, ExitUsage, tt.want)
 		}
@@ -203,13 +203,13 @@ func TestCalibrateWarnsOnAccuracyDrop(t *testing.T) {
 	if err := logits.Write(lf, f); err != nil {
 		t.Fatal(err)
 	}
-	stdout, stderr, code := runCLI(t, "calibrate", "--central", "--method", "bin", "--bins-exp", "1", "--logits", lf, "--out", filepath.Join(dir, "bin.json"))
+	code, stdout, stderr := fedcalib("calibrate", "--central", "--method", "bin", "--bins-exp", "1", "--logits", lf, "--out", filepath.Join(dir, "bin.json"))
 	want := "; WARNING: accuracy on the test rows drops from 100.00% to 0.00%, by more than 1 point\n"
 	if code != ExitOK || !strings.HasSuffix(stdout, want) || strings.Count(stdout, "\n") != 1 {
 		t.Errorf("exit %d, stdout %q, stderr %q; want one line ending %q", code, stdout, stderr, want)
 	}
 	// Temperature scaling keeps every prediction: no warning.
-	stdout, _, code = runCLI(t, "calibrate", "--central", "--method", "temp", "--logits", lf, "--out", filepath.Join(dir, "temp.json"))
+	code, stdout, _ = fedcalib("calibrate", "--central", "--method", "temp", "--logits", lf, "--out", filepath.Join(dir, "temp.json"))
 	if code != ExitOK || strings.Contains(stdout, "WARNING") {
 		t.Errorf("temp: exit %d, stdout %q; want no warning", code, stdout)
 	}

@@ -61,7 +61,7 @@ func TestPartitionCommand(t *testing.T) {
 		{[]string{"--scheme", "natural", "--rule", "leaf-sample"}, federation.SchemeNatural, 5},
 	} {
 		out := filepath.Join(dir, tc.scheme+".json")
-		stdout, stderr, code := runCLI(t, append([]string{"partition", "--data-or-logits", in, "--out", out}, tc.args...)...)
+		code, stdout, stderr := fedcalib(append([]string{"partition", "--data-or-logits", in, "--out", out}, tc.args...)...)
 		if code != 0 {
 			t.Fatalf("%v: exit %d: %s", tc.args, code, stderr)
 		}
@@ -82,7 +82,7 @@ func TestPartitionCommand(t *testing.T) {
 	// The same seed gives the same file.
 	a, b := filepath.Join(dir, "a.json"), filepath.Join(dir, "b.json")
 	for _, out := range []string{a, b} {
-		if _, stderr, code := runCLI(t, "partition", "--data-or-logits", in, "--clients", "7", "--beta", "0.1", "--seed", "9", "--out", out); code != 0 {
+		if code, _, stderr := fedcalib("partition", "--data-or-logits", in, "--clients", "7", "--beta", "0.1", "--seed", "9", "--out", out); code != 0 {
 			t.Fatal(stderr)
 		}
 	}
@@ -114,7 +114,7 @@ func TestPartitionCommandErrors(t *testing.T) {
 		{[]string{"--scheme", "iid", "--clients", "2", "--fractions", "0.5,0.5"}, "three numbers"},
 		{[]string{"--scheme", "iid", "--clients", "2", "--rule", "given"}, "only applies to --scheme natural"},
 	} {
-		_, stderr, code := runCLI(t, append([]string{"partition", "--data-or-logits", in, "--out", out}, tc.args...)...)
+		code, _, stderr := fedcalib(append([]string{"partition", "--data-or-logits", in, "--out", out}, tc.args...)...)
 		if code != 2 || !strings.Contains(stderr, tc.want) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tc.args, code, stderr, tc.want)
 		}
@@ -122,7 +122,7 @@ func TestPartitionCommandErrors(t *testing.T) {
 	if _, err := os.Stat(out); err == nil {
 		t.Error("a failed partition wrote its output")
 	}
-	_, stderr, code := runCLI(t, "partition", "--data-or-logits", in, "--out", in, "--scheme", "iid", "--clients", "2")
+	code, _, stderr := fedcalib("partition", "--data-or-logits", in, "--out", in, "--scheme", "iid", "--clients", "2")
 	if code != 2 || !strings.Contains(stderr, "a partition file must end in .json") {
 		t.Errorf("overwriting the input: exit %d, %q", code, stderr)
 	}

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -13,16 +12,10 @@ import (
 	"github.com/fedcalib/fedcalib/dp"
 )
 
-func runPrivacyCmd(args ...string) (code int, stdout, stderr string) {
-	var out, errb bytes.Buffer
-	code = Main(append([]string{"privacy"}, args...), &out, &errb)
-	return code, out.String(), errb.String()
-}
-
 // privacyJSON runs privacy --json with args and decodes its object.
 func privacyJSON(t *testing.T, args ...string) map[string]any {
 	t.Helper()
-	code, out, errs := runPrivacyCmd(append(args, "--json")...)
+	code, out, errs := fedcalib(append(append([]string{"privacy"}, args...), "--json")...)
 	if code != ExitOK {
 		t.Fatalf("privacy %v: exit %d: %s", args, code, errs)
 	}
@@ -56,7 +49,7 @@ func TestPrivacyRho(t *testing.T) {
 	if _, ok := m["noise_multiplier"]; ok {
 		t.Errorf("noise_multiplier reported for a plain conversion: %v", m)
 	}
-	code, out, _ := runPrivacyCmd("--epsilon", "1")
+	code, out, _ := fedcalib("privacy", "--epsilon", "1")
 	if code != ExitOK {
 		t.Fatalf("exit %d", code)
 	}
@@ -160,7 +153,7 @@ func TestPrivacyBadInput(t *testing.T) {
 		{[]string{"--method", "temp", "--epsilon", "1", "--clip-pos", "3"}, "--clip-pos"},
 		{[]string{"--epsilon", "1", "extra"}, "extra"},
 	} {
-		code, out, errs := runPrivacyCmd(tc.args...)
+		code, out, errs := fedcalib(append([]string{"privacy"}, tc.args...)...)
 		if code != ExitUsage {
 			t.Errorf("privacy %v: exit %d, want %d", tc.args, code, ExitUsage)
 		}
@@ -174,7 +167,7 @@ func TestPrivacyBadInput(t *testing.T) {
 }
 
 func TestPrivacyHelp(t *testing.T) {
-	code, out, _ := runPrivacyCmd("--help")
+	code, out, _ := fedcalib("privacy", "--help")
 	if code != ExitOK {
 		t.Fatalf("exit %d", code)
 	}
@@ -205,7 +198,7 @@ func TestPrivacyAgreesWithFit(t *testing.T) {
 					clip = []string{"--clip-pos", "3", "--clip-neg", "20"}
 				}
 				args := append(append([]string{"calibrate", "--logits", in, "--quiet", "--out", out}, common...), clip...)
-				if _, stderr, code := runCLI(t, args...); code != 0 {
+				if code, _, stderr := fedcalib(args...); code != 0 {
 					t.Fatalf("calibrate: exit %d: %s", code, stderr)
 				}
 				_, f, err := calib.ReadFile(out)

@@ -51,7 +51,7 @@ func TestUsageHasNoBackquotes(t *testing.T) {
 		{"export", `--calibrator string      the calibrator file written by "fedcalib calibrate"`},
 		{"check", `--model string                  an ONNX model: calibrated by "fedcalib export"`},
 	} {
-		stdout, _, code := runCLI(t, tt.cmd, "--help")
+		code, stdout, _ := fedcalib(tt.cmd, "--help")
 		if code != ExitOK || !strings.Contains(stdout, tt.line) {
 			t.Errorf("%s --help: exit %d, no line %q in\n%s", tt.cmd, code, tt.line, stdout)
 		}
@@ -71,7 +71,7 @@ func TestVersion(t *testing.T) {
 		}
 	}
 	for _, args := range [][]string{{"--version"}, {"version"}} {
-		stdout, stderr, code := runCLI(t, args...)
+		code, stdout, stderr := fedcalib(args...)
 		lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
 		if code != ExitOK || stderr != "" || len(lines) != 4 {
 			t.Fatalf("%v: exit %d, stdout %q, stderr %q; want 4 lines", args, code, stdout, stderr)
@@ -83,7 +83,7 @@ func TestVersion(t *testing.T) {
 		}
 	}
 	// Without --version or a command, the root prints its help.
-	if stdout, _, code := runCLI(t); code != ExitOK || !strings.Contains(stdout, "Exit status:") {
+	if code, stdout, _ := fedcalib(); code != ExitOK || !strings.Contains(stdout, "Exit status:") {
 		t.Errorf("fedcalib alone: exit %d, stdout %q", code, stdout)
 	}
 }

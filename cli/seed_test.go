@@ -20,7 +20,7 @@ func TestSeedFlags(t *testing.T) {
 		{"calibrate", "--central", "--method", "fedcal", "--logits", in, "--out", out, "--seed", max},
 		{"calibrate", "--method", "temp", "--logits", in, "--rounds", "2", "-q", "--out", out, "--seed", max},
 	} {
-		if _, stderr, code := runCLI(t, args...); code != 0 {
+		if code, _, stderr := fedcalib(args...); code != 0 {
 			t.Fatalf("%v: exit %d: %s", args, code, stderr)
 		}
 		_, f, err := calib.ReadFile(out)
@@ -40,7 +40,7 @@ func TestSeedFlags(t *testing.T) {
 		{[]string{"partition", "--data-or-logits", in, "--clients", "2", "--beta", "1", "--out", filepath.Join(dir, "p.json"), "--seed", "-3"}, "seeds are unsigned"},
 		{[]string{"partition", "--data-or-logits", in, "--clients", "2", "--beta", "1", "--out", filepath.Join(dir, "p.json"), "--seed", "one"}, `invalid argument "one" for "--seed" flag`},
 	} {
-		_, stderr, code := runCLI(t, tc.args...)
+		code, _, stderr := fedcalib(tc.args...)
 		if code != 2 || !strings.Contains(stderr, tc.want) || strings.Count(stderr, "\n") != 1 {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and one line with %q", tc.args, code, stderr, tc.want)
 		}
