@@ -121,7 +121,8 @@ calibrator alone (input "logits" [batch, classes], output "probabilities").`,
 	f.StringVar(&probsOut, "output-name", export.DefaultOutput, "name of the added probabilities output")
 	f.BoolVar(&sidecar, "sidecar", false, "write the calibrator file for serving beside the model instead of editing the graph")
 	f.BoolVar(&standalone, "standalone", false, "write an ONNX model of the calibrator alone (logits in, probabilities out)")
-	f.Uint64Var(&seed, "seed", 1, "seed of the verification probe set and random test inputs")
+	seed = 1
+	f.Var((*seedValue)(&seed), "seed", "seed of the verification probe set and random test inputs, 0 to 2^64−1")
 	f.StringVar(&ortLib, "ort-lib", "", `path to libonnxruntime.so (default: $ONNXRUNTIME_SHARED_LIBRARY_PATH, then the cache of "fedcalib setup")`)
 	cmd.MarkFlagsMutuallyExclusive("sidecar", "standalone")
 	return cmd
