@@ -83,3 +83,13 @@ func sha256File(t *testing.T, path string) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
+
+// TestSetupMissingTarball: a --tarball that is not there is an error even
+// when ONNX Runtime is already installed, not silently ignored.
+func TestSetupMissingTarball(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "onnxruntime-node.tgz")
+	code, _, stderr := fedcalib("setup", "--tarball", missing)
+	if code != ExitUsage || !strings.Contains(stderr, missing+": not a readable file") {
+		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+}

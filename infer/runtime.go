@@ -210,6 +210,11 @@ func Setup(ctx context.Context, opt SetupOptions) (SetupResult, error) {
 		}
 		dest = p
 	}
+	if opt.Tarball != "" {
+		if fi, err := os.Stat(opt.Tarball); err != nil || fi.IsDir() {
+			return SetupResult{}, fmt.Errorf("setup: tarball %s: not a readable file: give the onnxruntime-node-%s.tgz that npm pack wrote", opt.Tarball, RuntimeVersion)
+		}
+	}
 	if sum, err := fileio.SHA256(dest); err == nil && sum == RuntimeSHA256 {
 		fmt.Fprintf(logw, "ONNX Runtime %s already installed at %s\n", RuntimeVersion, dest)
 		return SetupResult{Path: dest}, nil
