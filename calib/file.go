@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -18,8 +19,17 @@ import (
 // FormatV1 is the format tag of version 1 of the calibrator sidecar file.
 const FormatV1 = "fedcalib.calibrator/v1"
 
-// fileKeys are the top-level keys of a version-1 file, those of File.
-var fileKeys = []string{"format", "method", "classes", "params", "privacy", "provenance"}
+// fileKeys returns the top-level keys of a version-1 file: the JSON names
+// of File's fields, so that a field added to File is a known key.
+func fileKeys() []string {
+	t := reflect.TypeFor[File]()
+	keys := make([]string, 0, t.NumField())
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		keys = append(keys, name)
+	}
+	return keys
+}
 
 // File is the calibrator sidecar file (SPEC §3): versioned JSON holding the
 // method, the number of classes, the method's parameters (numbers only),
@@ -248,9 +258,10 @@ func Decode(r io.Reader) (Calibrator, *File, error) {
 	if f.Format != FormatV1 {
 		return nil, nil, fmt.Errorf("unsupported calibrator format %q: this fedcalib reads %q; upgrade fedcalib or refit the calibrator", f.Format, FormatV1)
 	}
+	known := fileKeys()
 	for _, k := range slices.Sorted(maps.Keys(keys)) {
-		if !slices.Contains(fileKeys, k) {
-			return nil, nil, fmt.Errorf("calibrator file has unknown key %q: a %s file holds only %s (docs/SIDECAR.md); remove it", k, FormatV1, strings.Join(fileKeys, ", "))
+		if !slices.Contains(known, k) {
+			return nil, nil, fmt.Errorf("calibrator file has unknown key %q: a %s file holds only %s (docs/SIDECAR.md); remove it", k, FormatV1, strings.Join(known, ", "))
 		}
 	}
 	for _, part := range []struct {
