@@ -229,14 +229,7 @@ func (ff *fedFlags) run(cmd *cobra.Command, fl *calibrateFlags) error {
 			return fmt.Errorf("--clients-per-round: %w", err)
 		}
 	}
-	spec := federation.Spec{Method: fl.method, Mexp: fl.binsExp, Weighting: calib.Weighting(ff.weighting), ServerLR: ff.serverLR}
-	if changed("clip") || changed("epsilon") {
-		spec.Clip = ff.clip
-	}
-	if changed("epsilon") {
-		spec.Epsilon, spec.Delta, spec.Accountant = ff.epsilon, ff.delta, ff.accountant
-		spec.ClipPos, spec.ClipNeg, spec.AlphaZ = ff.clipPos, ff.clipNeg, ff.alphaZ
-	}
+	spec := ff.spec(cmd, fl.method, fl.binsExp)
 	fitter, err := spec.Fitter()
 	if err != nil {
 		return err
@@ -278,6 +271,22 @@ func (ff *fedFlags) run(cmd *cobra.Command, fl *calibrateFlags) error {
 	}
 	_, err = fmt.Fprintln(cmd.OutOrStdout(), line)
 	return err
+}
+
+// spec is the federated fit the flags of cmd ask for: clipping only
+// when --clip or --epsilon is given, privacy only with --epsilon. calibrate
+// and serve both build their protocol with it.
+func (ff *fedFlags) spec(cmd *cobra.Command, method string, binsExp int) federation.Spec {
+	changed := cmd.Flags().Changed
+	spec := federation.Spec{Method: method, Mexp: binsExp, Weighting: calib.Weighting(ff.weighting), ServerLR: ff.serverLR}
+	if changed("clip") || changed("epsilon") {
+		spec.Clip = ff.clip
+	}
+	if changed("epsilon") {
+		spec.Epsilon, spec.Delta, spec.Accountant = ff.epsilon, ff.delta, ff.accountant
+		spec.ClipPos, spec.ClipNeg, spec.AlphaZ = ff.clipPos, ff.clipNeg, ff.alphaZ
+	}
+	return spec
 }
 
 // partitionFor returns the partition of the run and says where it came

@@ -186,14 +186,7 @@ func serveConfig(cmd, scratch *cobra.Command, fl *serveFlags) (network.Config, e
 		}
 	}
 	// The same spec as federated calibrate builds from these flags.
-	spec := federation.Spec{Method: fl.cal.method, Mexp: fl.cal.binsExp, Weighting: calib.Weighting(ff.weighting), ServerLR: ff.serverLR}
-	if changed("clip") || changed("epsilon") {
-		spec.Clip = ff.clip
-	}
-	if changed("epsilon") {
-		spec.Epsilon, spec.Delta, spec.Accountant = ff.epsilon, ff.delta, ff.accountant
-		spec.ClipPos, spec.ClipNeg, spec.AlphaZ = ff.clipPos, ff.clipNeg, ff.alphaZ
-	}
+	spec := ff.spec(cmd, fl.cal.method, fl.cal.binsExp)
 	if _, err := spec.Fitter(); err != nil {
 		return cfg, err
 	}
