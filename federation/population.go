@@ -30,7 +30,10 @@ type ClassCounter interface {
 }
 
 // SetPopulation is a Population held in memory: client k's data is split
-// Split of client k of a Partition of a labelled data set.
+// Split of client k of a Partition of a labelled data set. For data that
+// is not already a float64 calib.Set, such as the float32 block of a
+// logits file, a RowPopulation reads the clients in place instead. The
+// zero value is not usable: create one with NewPopulation.
 type SetPopulation struct {
 	data   *calib.Set
 	part   *Partition
