@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -77,36 +78,36 @@ func runCalibrate(cmd *cobra.Command, fl *calibrateFlags) error {
 	if err != nil {
 		return err
 	}
-	rows := f.Rows(logits.SplitCalibration) // every row without a split column
-	desc := fmt.Sprintf("%d calibration rows", len(rows))
+	boundHeap(f)
+	sel := selectSplit(logits.SplitCalibration) // every row without a split column
+	n := sel.count(f)
+	desc := fmt.Sprintf("%d calibration rows", n)
 	if f.Split == nil {
-		desc = fmt.Sprintf("all %d rows", len(rows))
+		desc = fmt.Sprintf("all %d rows", n)
 	}
-	if len(rows) == 0 {
+	if n == 0 {
 		return fmt.Errorf("%s has no calibration rows (split %d) to fit on: mark some rows as calibration data", fl.logits, logits.SplitCalibration)
 	}
-	s := f.Set(rows)
-	if m, err := calib.LookupMethod(fl.method); err == nil { // checked above
-		if err := m.CheckSize(s.Classes, 1<<fl.binsExp); err != nil {
-			return fmt.Errorf("%s: %w", fl.logits, err)
-		}
-	}
-	// calib.Settings.Seed is signed; the same bits seed the same generator.
-	c, err := calib.New(fl.method, calib.Settings{Mexp: fl.binsExp, Seed: int64(fl.seed)})
+	m, err := calib.LookupMethod(fl.method)
 	if err != nil {
 		return fmt.Errorf("--method: %w", err)
 	}
-	before, err := calib.EvaluateSet(s, nil, 0)
-	if err != nil {
+	if err := m.CheckSize(f.Classes, 1<<fl.binsExp); err != nil {
 		return fmt.Errorf("%s: %w", fl.logits, err)
 	}
-	if err := c.Fit(s); err != nil {
+	c, err := fitCentral(cmd.Context(), f, sel, m, fl)
+	if err != nil {
 		return fmt.Errorf("%s: fitting %s: %w", fl.logits, fl.method, err)
 	}
-	after, err := calib.EvaluateSet(s, c, 0)
+	accs, err := measure(cmd.Context(), f, sel, []calib.Calibrator{nil, c}, 0)
 	if err != nil {
 		return fmt.Errorf("%s: %w", fl.logits, err)
 	}
+	ms, err := metricsOf(accs)
+	if err != nil {
+		return fmt.Errorf("%s: %w", fl.logits, err)
+	}
+	before, after := ms[0], ms[1]
 	prov := calib.Provenance{
 		Data:     fmt.Sprintf("%s: %s", filepath.Base(fl.logits), desc),
 		Protocol: "central",
@@ -120,13 +121,46 @@ func runCalibrate(cmd *cobra.Command, fl *calibrateFlags) error {
 	if t, ok := c.(*calib.Temperature); ok {
 		detail = fmt.Sprintf(", T = %.4g", t.T)
 	}
-	warning, err := accuracyWarning(f, rows, c)
+	warning, err := accuracyWarning(cmd.Context(), f, sel, c)
 	if err != nil {
 		return fmt.Errorf("%s: %w", fl.logits, err)
 	}
 	_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: %s fitted on %s of %s, %d classes%s; cwECE on them %.3f%% → %.3f%%%s\n",
-		fl.out, fl.method, desc, fl.logits, s.Classes, detail, 100*before.CWECE, 100*after.CWECE, warning)
+		fl.out, fl.method, desc, fl.logits, f.Classes, detail, 100*before.CWECE, 100*after.CWECE, warning)
 	return err
+}
+
+// fitCentral fits method m, with the settings of fl, to the rows sel of f.
+// A binning method is fitted as its Fit would, but from one-vs-all
+// histograms accumulated chunk by chunk (forChunks), so no float64 copy
+// of the rows is made; the counts are exact, so the calibrator is the
+// same. Other methods fit a float64 copy of the selected rows.
+func fitCentral(ctx context.Context, f *logits.File, sel rowSel, m calib.Method, fl *calibrateFlags) (calib.Calibrator, error) {
+	if m.Family == calib.Binning {
+		hs := make([]*calib.Histograms, chunkWorkers(f, sel))
+		for w := range hs {
+			hs[w] = calib.NewHistograms(f.Classes, 1<<fl.binsExp)
+		}
+		err := forChunks(ctx, f, sel, func(w int, s *calib.Set) error { return hs[w].Accumulate(s) })
+		if err != nil {
+			return nil, err
+		}
+		for _, h := range hs[1:] {
+			if err := hs[0].Add(h); err != nil {
+				return nil, err
+			}
+		}
+		return m.FromHistograms(hs[0])
+	}
+	// calib.Settings.Seed is signed; the same bits seed the same generator.
+	c, err := calib.New(m.Name, calib.Settings{Mexp: fl.binsExp, Seed: int64(fl.seed)})
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Fit(setOf(f, sel)); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // checkCalibrateFlags reports the first flag problem of calibrate.

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,9 @@ import (
 	"github.com/fedcalib/fedcalib/federation"
 	"github.com/fedcalib/fedcalib/infer/logits"
 )
+
+// A logits file is read in place, one client at a time.
+var _ federation.RowSource = (*logits.File)(nil)
 
 // fedFlags are the flags of federated calibrate runs (without --central).
 type fedFlags struct {
@@ -214,12 +218,16 @@ func (ff *fedFlags) run(cmd *cobra.Command, fl *calibrateFlags) error {
 	if err != nil {
 		return err
 	}
-	data := f.Set(nil)
-	p, source, err := ff.partitionFor(f, data, fl)
+	boundHeap(f)
+	// The clients' rows are converted to float64 one client at a time,
+	// from the file's float32 block, when the protocol asks for them.
+	labels := f.IntLabels()
+	p, source, err := ff.partitionFor(f, labels, fl)
 	if err != nil {
 		return err
 	}
-	pop, err := federation.NewPopulation(data, p, federation.Calibration)
+	f.Client, f.Split = nil, nil // the partition has them now
+	pop, err := federation.NewRowPopulation(f, p, federation.Calibration)
 	if err != nil {
 		return fmt.Errorf("%s: %w", source, err)
 	}
@@ -240,7 +248,7 @@ func (ff *fedFlags) run(cmd *cobra.Command, fl *calibrateFlags) error {
 	}
 	// The ledger admits the run on its plan before the fit and records it
 	// after, holding its lock in between.
-	reservation, err := ff.ledger.reserve(spec, data, fl.logits, fl.out, rounds)
+	reservation, err := ff.ledger.reserve(spec, labels, f.Classes, fl.logits, fl.out, rounds)
 	if err != nil {
 		return err
 	}
@@ -265,7 +273,7 @@ func (ff *fedFlags) run(cmd *cobra.Command, fl *calibrateFlags) error {
 	if err := calib.WriteFile(fl.out, res.Calibrator, res.Privacy, prov); err != nil {
 		return fmt.Errorf("writing %s: %w", fl.out, err)
 	}
-	line, err := fedSummary(fl, data, p, res, rounds)
+	line, err := fedSummary(cmd.Context(), fl, f, p, res, rounds)
 	if err != nil {
 		return err
 	}
@@ -291,9 +299,9 @@ func (ff *fedFlags) spec(cmd *cobra.Command, method string, binsExp int) federat
 
 // partitionFor returns the partition of the run and says where it came
 // from.
-func (ff *fedFlags) partitionFor(f *logits.File, data *calib.Set, fl *calibrateFlags) (*federation.Partition, string, error) {
+func (ff *fedFlags) partitionFor(f *logits.File, labels []int, fl *calibrateFlags) (*federation.Partition, string, error) {
 	src := federation.Source{File: ff.partition, Clients: ff.clients, Beta: ff.beta, Seed: fl.seed}
-	p, desc, err := src.Partition(data.Labels, data.Classes, f.Client, f.Split)
+	p, desc, err := src.Partition(labels, f.Classes, f.Client, f.Split)
 	switch {
 	case errors.Is(err, federation.ErrNoClientColumn):
 		return nil, "", fmt.Errorf("%s has no client column, so calibrate needs --central, or clients from --partition P.json or --clients K --beta B", fl.logits)
@@ -322,24 +330,25 @@ func progressPrinter(w io.Writer, total int) func(federation.RoundStats) {
 }
 
 // fedSummary is the one line a federated run prints: cwECE and accuracy
-// before and after on the global test split, the ε spent, and a warning
-// when accuracy drops by more than a point (dropWarning).
-func fedSummary(fl *calibrateFlags, data *calib.Set, p *federation.Partition, res *federation.Result, r federation.Rounds) (string, error) {
+// before and after on the global test split (the rows of f that are test
+// rows of p, read in chunks by measure), the ε spent, and a warning when
+// accuracy drops by more than a point (dropWarning).
+func fedSummary(ctx context.Context, fl *calibrateFlags, f *logits.File, p *federation.Partition, res *federation.Result, r federation.Rounds) (string, error) {
 	var b strings.Builder
 	warning := ""
 	fmt.Fprintf(&b, "%s: %s over %d clients, %s, p = %.4g", fl.out, res.Protocol, p.Len(), plural(r.T, "round"), r.SampleRate)
 	if test := p.Rows(federation.Test); len(test) == 0 {
 		b.WriteString("; no test rows to evaluate")
 	} else {
-		s := data.Subset(test)
-		before, err := calib.EvaluateSet(s, nil, 0)
+		accs, err := measure(ctx, f, selectRows(test), []calib.Calibrator{nil, res.Calibrator}, 0)
 		if err != nil {
 			return "", err
 		}
-		after, err := calib.EvaluateSet(s, res.Calibrator, 0)
+		ms, err := metricsOf(accs)
 		if err != nil {
 			return "", err
 		}
+		before, after := ms[0], ms[1]
 		fmt.Fprintf(&b, "; test (%d rows) cwECE %.3f%% → %.3f%%, accuracy %.2f%% → %.2f%%",
 			len(test), 100*before.CWECE, 100*after.CWECE, 100*before.Accuracy, 100*after.Accuracy)
 		warning = dropWarning(before, after, "the test rows")

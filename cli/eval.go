@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -81,37 +82,43 @@ drop of more than 1 point (the paper's asterisk); --json then prints
 			if err != nil {
 				return err
 			}
+			boundHeap(f)
 			if partPath != "" {
 				if err := applyPartition(f, partPath, logitsPath); err != nil {
 					return err
 				}
 			}
-			splitName, rows, err := evalRows(f, split, logitsPath)
+			splitName, want, err := evalSplit(f, split, logitsPath)
 			if err != nil {
 				return err
 			}
-			s := f.Set(rows)
+			sel := selectSplit(want)
 			b := terminalBar(cmd.ErrOrStderr(), "eval", "")
 			defer b.finish()
 			if len(calibPaths) > 1 {
 				if plotDir != "" {
 					return fmt.Errorf("--plot draws one calibrator: give --calibrator once")
 				}
-				return compareCalibrators(cmd.OutOrStdout(), b, s, calibPaths, bins, asJSON, logitsPath, splitName)
+				return compareCalibrators(cmd.Context(), cmd.OutOrStdout(), b, f, sel, calibPaths, bins, asJSON, logitsPath, splitName)
 			}
 			steps := 1 + len(calibPaths)
 			if plotDir != "" {
 				steps++
 			}
 			b.set(0, steps)
-			var c calib.Calibrator
+			cals := []calib.Calibrator{nil}
 			if len(calibPaths) == 1 {
-				calibPath := calibPaths[0]
-				if c, _, err = calib.ReadFile(calibPath); err != nil {
+				c, _, err := calib.ReadFile(calibPaths[0])
+				if err != nil {
 					return err
 				}
+				cals = append(cals, c)
 			}
-			rep, err := evaluate(s, c, bins)
+			accs, err := measure(cmd.Context(), f, sel, cals, bins)
+			if err != nil {
+				return fmt.Errorf("%s: %w", logitsPath, err)
+			}
+			rep, err := evaluate(accs, cals)
 			if err != nil {
 				return fmt.Errorf("%s: %w", logitsPath, err)
 			}
@@ -120,7 +127,7 @@ drop of more than 1 point (the paper's asterisk); --json then prints
 			out := cmd.OutOrStdout()
 			if plotDir != "" {
 				b.describe("eval: plotting")
-				paths, err := plotReliability(plotDir, s, c, bins)
+				paths, err := plotReliability(plotDir, accs, cals)
 				if err != nil {
 					return err
 				}
@@ -149,8 +156,9 @@ drop of more than 1 point (the paper's asterisk); --json then prints
 	return cmd
 }
 
-// evalRows returns the name and indices of the rows that split selects.
-func evalRows(f *logits.File, split, path string) (string, []int, error) {
+// evalSplit returns the name and the split value (logits.AllRows for
+// every row) of the rows that split selects, or an error when f has none.
+func evalSplit(f *logits.File, split, path string) (string, int, error) {
 	var want int
 	switch split {
 	case "":
@@ -166,33 +174,38 @@ func evalRows(f *logits.File, split, path string) (string, []int, error) {
 	case "calibration":
 		want = logits.SplitCalibration
 	default:
-		return "", nil, fmt.Errorf("--split %q: want test, calibration or all", split)
+		return "", 0, fmt.Errorf("--split %q: want test, calibration or all", split)
 	}
 	if want != logits.AllRows && f.Split == nil {
-		return "", nil, fmt.Errorf("%s has no split column, so it has no %s rows: pass --split all", path, split)
+		return "", 0, fmt.Errorf("%s has no split column, so it has no %s rows: pass --split all", path, split)
 	}
-	rows := f.Rows(want)
-	if len(rows) == 0 {
-		return "", nil, fmt.Errorf("%s has no %s rows (split %d): pass another --split", path, split, want)
+	if selectSplit(want).count(f) == 0 {
+		return "", 0, fmt.Errorf("%s has no %s rows (split %d): pass another --split", path, split, want)
 	}
-	return split, rows, nil
+	return split, want, nil
 }
 
-// evaluate measures s uncalibrated and, when c is not nil, calibrated.
-func evaluate(s *calib.Set, c calib.Calibrator, bins int) (*evalReport, error) {
-	before, err := calib.EvaluateSet(s, nil, bins)
+// evalRows returns the name and indices of the rows that split selects.
+func evalRows(f *logits.File, split, path string) (string, []int, error) {
+	name, want, err := evalSplit(f, split, path)
+	if err != nil {
+		return "", nil, err
+	}
+	return name, f.Rows(want), nil
+}
+
+// evaluate returns the report of accs, accumulated by measure for cals:
+// the uncalibrated metrics (cals[0] is nil) and, when cals has a
+// calibrator, the calibrated ones.
+func evaluate(accs []*calib.Accumulator, cals []calib.Calibrator) (*evalReport, error) {
+	ms, err := metricsOf(accs)
 	if err != nil {
 		return nil, err
 	}
-	rep := &evalReport{Metrics: before, Bins: bins}
-	if c == nil {
-		return rep, nil
+	rep := &evalReport{Metrics: ms[0], Bins: accs[0].Bins()}
+	if len(cals) > 1 {
+		rep.Metrics, rep.Before, rep.Method = ms[1], &ms[0], cals[1].Method()
 	}
-	after, err := calib.EvaluateSet(s, c, bins)
-	if err != nil {
-		return nil, err
-	}
-	rep.Metrics, rep.Before, rep.Method = after, &before, c.Method()
 	return rep, nil
 }
 
@@ -203,11 +216,7 @@ func applyPartition(f *logits.File, path, logitsPath string) error {
 	if err != nil {
 		return err
 	}
-	labels := make([]int, f.Len())
-	for i, y := range f.Labels {
-		labels[i] = int(y)
-	}
-	if err := p.Check(labels, f.Classes); err != nil {
+	if err := p.Check(f.IntLabels(), f.Classes); err != nil {
 		return fmt.Errorf("%s and %s: %w", path, logitsPath, err)
 	}
 	f.Client, f.Split = p.Columns()
@@ -222,35 +231,41 @@ type calibratorRow struct {
 	calib.Metrics
 }
 
-// compareCalibrators evaluates several calibrator files on s and prints
-// one row each, showing its progress on b (which may be nil).
-func compareCalibrators(w io.Writer, b *bar, s *calib.Set, paths []string, bins int, asJSON bool, logitsPath, split string) error {
-	b.set(0, 1+len(paths))
-	before, err := calib.EvaluateSet(s, nil, bins)
-	if err != nil {
-		return fmt.Errorf("%s: %w", logitsPath, err)
-	}
-	b.set(1, 1+len(paths))
+// compareCalibrators evaluates several calibrator files on the rows sel
+// of f, in one pass, and prints one row each, showing its progress on b
+// (which may be nil).
+func compareCalibrators(ctx context.Context, w io.Writer, b *bar, f *logits.File, sel rowSel, paths []string, bins int, asJSON bool, logitsPath, split string) error {
+	b.set(0, 1)
+	cals := []calib.Calibrator{nil}
 	rows := make([]calibratorRow, len(paths))
 	for i, path := range paths {
 		c, file, err := calib.ReadFile(path)
 		if err != nil {
 			return err
 		}
-		if c.Classes() != s.Classes {
-			return fmt.Errorf("%s is for %d classes but %s has %d", path, c.Classes(), logitsPath, s.Classes)
+		if c.Classes() != f.Classes {
+			return fmt.Errorf("%s is for %d classes but %s has %d", path, c.Classes(), logitsPath, f.Classes)
 		}
-		m, err := calib.EvaluateSet(s, c, bins)
-		if err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		rows[i] = calibratorRow{File: path, Method: c.Method(), Metrics: m}
-		b.set(2+i, 1+len(paths))
+		cals = append(cals, c)
+		rows[i] = calibratorRow{File: path, Method: c.Method()}
 		if file.Privacy != nil {
 			eps := file.Privacy.Epsilon
 			rows[i].Epsilon = &eps
 		}
 	}
+	accs, err := measure(ctx, f, sel, cals, bins)
+	if err != nil {
+		return fmt.Errorf("%s: %w", logitsPath, err)
+	}
+	ms, err := metricsOf(accs)
+	if err != nil {
+		return fmt.Errorf("%s: %w", logitsPath, err)
+	}
+	before := ms[0]
+	for i := range rows {
+		rows[i].Metrics = ms[1+i]
+	}
+	b.set(1, 1)
 	b.finish()
 	if asJSON {
 		enc := json.NewEncoder(w)
@@ -282,29 +297,16 @@ func compareCalibrators(w io.Writer, b *bar, s *calib.Set, paths []string, bins 
 	return tw.Flush()
 }
 
-// plotReliability draws the reliability diagrams of s before and, when c
-// is not nil, after calibration into dir.
-func plotReliability(dir string, s *calib.Set, c calib.Calibrator, bins int) ([]string, error) {
-	rel := func(c calib.Calibrator) (*calib.Reliability, error) {
-		p, err := calib.Probabilities(s, c)
-		if err != nil {
-			return nil, err
-		}
-		return calib.NewReliability(p, s.Labels, s.Classes, bins)
-	}
-	before, err := rel(nil)
-	if err != nil {
-		return nil, err
-	}
+// plotReliability draws into dir the reliability diagrams of accs,
+// accumulated by measure for cals: before and, when cals has a
+// calibrator, after calibration.
+func plotReliability(dir string, accs []*calib.Accumulator, cals []calib.Calibrator) ([]string, error) {
 	var after *calib.Reliability
 	title := "Uncalibrated"
-	if c != nil {
-		if after, err = rel(c); err != nil {
-			return nil, err
-		}
-		title = c.Method()
+	if len(cals) > 1 {
+		after, title = accs[1].Reliability(), cals[1].Method()
 	}
-	return diagram.Write(dir, before, after, diagram.Options{Title: title})
+	return diagram.Write(dir, accs[0].Reliability(), after, diagram.Options{Title: title})
 }
 
 // printEval writes rep as a readable table.
@@ -338,19 +340,18 @@ func dropWarning(before, after calib.Metrics, on string) string {
 // accuracyWarning is dropWarning for calibrator c fitted centrally on the
 // rows fitted of f: measured on f's test rows, or on the fitted rows when
 // f has no split column or no test rows.
-func accuracyWarning(f *logits.File, fitted []int, c calib.Calibrator) (string, error) {
-	rows, on := fitted, "the fitted rows"
-	if test := f.Rows(logits.SplitTest); f.Split != nil && len(test) > 0 {
-		rows, on = test, "the test rows"
+func accuracyWarning(ctx context.Context, f *logits.File, fitted rowSel, c calib.Calibrator) (string, error) {
+	sel, on := fitted, "the fitted rows"
+	if test := selectSplit(logits.SplitTest); f.Split != nil && test.count(f) > 0 {
+		sel, on = test, "the test rows"
 	}
-	s := f.Set(rows)
-	before, err := calib.EvaluateSet(s, nil, 0)
+	accs, err := measure(ctx, f, sel, []calib.Calibrator{nil, c}, 0)
 	if err != nil {
 		return "", err
 	}
-	after, err := calib.EvaluateSet(s, c, 0)
+	ms, err := metricsOf(accs)
 	if err != nil {
 		return "", err
 	}
-	return dropWarning(before, after, on), nil
+	return dropWarning(ms[0], ms[1], on), nil
 }

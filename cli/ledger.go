@@ -68,10 +68,11 @@ func (lf *ledgerFlags) check(changed func(string) bool) error {
 	return nil
 }
 
-// reserve admits the private run of spec over data into the ledger,
-// charging what its noise plan will spend, and returns the reservation
-// to commit once the fit succeeds; nil without --ledger.
-func (lf *ledgerFlags) reserve(spec federation.Spec, data *calib.Set, logitsPath, out string, r federation.Rounds) (*dp.Reservation, error) {
+// reserve admits the private run of spec over the data with these labels
+// and classes into the ledger, charging what its noise plan will spend,
+// and returns the reservation to commit once the fit succeeds; nil
+// without --ledger.
+func (lf *ledgerFlags) reserve(spec federation.Spec, labels []int, classes int, logitsPath, out string, r federation.Rounds) (*dp.Reservation, error) {
 	if lf.path == "" {
 		return nil, nil
 	}
@@ -82,7 +83,7 @@ func (lf *ledgerFlags) reserve(spec federation.Spec, data *calib.Set, logitsPath
 	if o.Privacy == nil {
 		return nil, errors.New("--ledger records the privacy of private runs and needs --epsilon")
 	}
-	plan, err := federation.PlanNoise(spec.Method, data.Classes, o.Privacy, r.T, r.SampleRate)
+	plan, err := federation.PlanNoise(spec.Method, classes, o.Privacy, r.T, r.SampleRate)
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +91,7 @@ func (lf *ledgerFlags) reserve(spec federation.Spec, data *calib.Set, logitsPath
 	if budget == 0 {
 		budget = math.Inf(1)
 	}
-	fp := federation.NewFingerprint(data.Labels, data.Classes)
+	fp := federation.NewFingerprint(labels, classes)
 	m, err := calib.LookupMethod(spec.Method)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,259 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+
+	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/infer/logits"
+)
+
+// The data path of eval and calibrate: the float32 logits of a file stay
+// one block, read in place; rows are converted to float64 a chunk at a
+// time (forChunks), their metric statistics accumulated exactly and
+// merged (measure), so memory beyond the file is a few chunks per
+// goroutine, whatever the number of rows.
+
+// boundHeap lowers the garbage collector's heap target while the large
+// file f is held, unless GOGC is set. With the default GOGC = 100 the
+// heap may grow to twice what is live before a collection: garbage as
+// large as the file itself. The file's arrays hold no pointers, so the
+// collector does not scan them, and collecting once every 64 MiB of
+// allocation (at least every 10% of the live heap) costs little.
+func boundHeap(f *logits.File) {
+	if _, set := os.LookupEnv("GOGC"); set {
+		return
+	}
+	held := 4*len(f.Logits) + 8*len(f.Labels) + 4*len(f.Client) + len(f.Split)
+	const garbage = 64 << 20
+	if held > garbage {
+		debug.SetGCPercent(max(10, 100*garbage/held))
+	}
+}
+
+// evalChunk is the number of rows that measure converts to float64 at a
+// time: 4096 rows of 10 classes take 320 KiB, plus as much for their
+// probabilities.
+const evalChunk = 4096
+
+// rowSel selects rows of a logits file: the rows of list, or, when list
+// is nil, every row whose split is split (every row for logits.AllRows or
+// when the file has no split column). The zero value selects the
+// training rows (split 0), or every row of a file without a split column.
+type rowSel struct {
+	list  []int
+	split int
+}
+
+// selectSplit returns the selection of split's rows.
+func selectSplit(split int) rowSel { return rowSel{split: split} }
+
+// selectRows returns the selection of the given rows.
+func selectRows(rows []int) rowSel {
+	if rows == nil {
+		rows = []int{}
+	}
+	return rowSel{list: rows}
+}
+
+// chunks returns the number of chunks of sel over f's rows.
+func (sel rowSel) chunks(f *logits.File) int {
+	n := f.Len()
+	if sel.list != nil {
+		n = len(sel.list)
+	}
+	return (n + evalChunk - 1) / evalChunk
+}
+
+// chunk appends the selected rows of chunk k to dst: rows
+// sel.list[k·evalChunk:…], or those of the file rows [k·evalChunk, …) of
+// the selected split.
+func (sel rowSel) chunk(f *logits.File, k int, dst []int) []int {
+	lo := k * evalChunk
+	if sel.list != nil {
+		return append(dst, sel.list[lo:min(lo+evalChunk, len(sel.list))]...)
+	}
+	for i := lo; i < min(lo+evalChunk, f.Len()); i++ {
+		if sel.split == logits.AllRows || f.Split == nil || int(f.Split[i]) == sel.split {
+			dst = append(dst, i)
+		}
+	}
+	return dst
+}
+
+// count returns the number of rows sel selects.
+func (sel rowSel) count(f *logits.File) int {
+	if sel.list != nil {
+		return len(sel.list)
+	}
+	if sel.split == logits.AllRows || f.Split == nil {
+		return f.Len()
+	}
+	n := 0
+	for _, s := range f.Split {
+		if int(s) == sel.split {
+			n++
+		}
+	}
+	return n
+}
+
+// chunkWorkers returns the number of goroutines forChunks uses for sel:
+// GOMAXPROCS, or fewer when sel has fewer chunks.
+func chunkWorkers(f *logits.File, sel rowSel) int {
+	return max(1, min(runtime.GOMAXPROCS(0), sel.chunks(f)))
+}
+
+// forChunks reads the rows sel of f in place, evalChunk rows at a time:
+// it converts each chunk to a float64 calib.Set and calls fn(w, s) with
+// it, on chunkWorkers(f, sel) goroutines; w names the goroutine, whose
+// calls are sequential, and s is reused once fn returns. The chunks are
+// taken in no fixed order, so fn's results must not depend on it. It
+// returns the first error of fn, or ctx's error when it is cancelled.
+func forChunks(ctx context.Context, f *logits.File, sel rowSel, fn func(w int, s *calib.Set) error) error {
+	c := f.Classes
+	chunks := sel.chunks(f)
+	workers := chunkWorkers(f, sel)
+	errs := make([]error, workers)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			rows := make([]int, 0, evalChunk)
+			s := &calib.Set{Logits: make([]float64, 0, evalChunk*c), Labels: make([]int, 0, evalChunk), Classes: c}
+			for {
+				k := int(next.Add(1) - 1)
+				if k >= chunks {
+					return
+				}
+				err := ctx.Err()
+				if err == nil {
+					rows = sel.chunk(f, k, rows[:0])
+					s.Logits, s.Labels = s.Logits[:len(rows)*c], s.Labels[:len(rows)]
+					for r, i := range rows {
+						f.Row(s.Logits[r*c:], i)
+						s.Labels[r] = f.Label(i)
+					}
+					if err = fn(w, s); err != nil && len(rows) > 0 {
+						err = fmt.Errorf("rows %d to %d: %w", rows[0], rows[len(rows)-1], err)
+					}
+				}
+				if err != nil {
+					errs[w] = err
+					next.Store(int64(chunks)) // the others stop after their chunk
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// measure accumulates, for each of cals, the metric statistics of the
+// rows sel of f: of the softmax probabilities for a nil calibrator, of
+// the calibrated ones otherwise. It reads the logits in chunks
+// (forChunks), each goroutine into accumulators of its own, merged at the
+// end; as calib.Accumulator sums exactly, the result does not depend on
+// the chunks or their order: it equals calib.Evaluate of the whole
+// selection. It returns an error for a calibrator of another number of
+// classes or bins outside [0, calib.MaxMetricBins], and ctx's error when
+// it is cancelled.
+func measure(ctx context.Context, f *logits.File, sel rowSel, cals []calib.Calibrator, bins int) ([]*calib.Accumulator, error) {
+	c := f.Classes
+	for _, cal := range cals {
+		if cal != nil && cal.Classes() != c {
+			return nil, fmt.Errorf("%s calibrator is for %d classes but the data has %d", cal.Method(), cal.Classes(), c)
+		}
+	}
+	workers := chunkWorkers(f, sel)
+	accs := make([][]*calib.Accumulator, workers+1) // accs[workers] is the total
+	for w := range accs {
+		accs[w] = make([]*calib.Accumulator, len(cals))
+		for a := range cals {
+			var err error
+			if accs[w][a], err = calib.NewAccumulator(c, bins); err != nil {
+				return nil, err
+			}
+		}
+	}
+	probs := make([][]float64, workers)
+	err := forChunks(ctx, f, sel, func(w int, s *calib.Set) error {
+		if probs[w] == nil {
+			probs[w] = make([]float64, evalChunk*c)
+		}
+		p := probs[w][:len(s.Logits)]
+		for a, cal := range cals {
+			if cal == nil {
+				calib.SoftmaxRows(p, s.Logits, c)
+			} else {
+				cal.Predict(p, s.Logits)
+			}
+			if err := accs[w][a].Add(p, s.Labels); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	total := accs[workers]
+	for w := range workers {
+		for a := range total {
+			if err := total[a].Merge(accs[w][a]); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return total, nil
+}
+
+// setOf returns the rows sel of f as a float64 calib.Set. When sel is a
+// split that covers every row, the set's labels alias f's (IntLabels):
+// the set must not be modified.
+func setOf(f *logits.File, sel rowSel) *calib.Set {
+	n, c := sel.count(f), f.Classes
+	s := &calib.Set{Logits: make([]float64, n*c), Classes: c}
+	every := sel.list == nil && n == f.Len()
+	if every {
+		s.Labels = f.IntLabels()
+	} else {
+		s.Labels = make([]int, n)
+	}
+	r := 0
+	rows := make([]int, 0, evalChunk)
+	for k := range sel.chunks(f) {
+		rows = sel.chunk(f, k, rows[:0])
+		for _, i := range rows {
+			f.Row(s.Logits[r*c:], i)
+			if !every {
+				s.Labels[r] = f.Label(i)
+			}
+			r++
+		}
+	}
+	return s
+}
+
+// metricsOf returns the metrics of each accumulator.
+func metricsOf(accs []*calib.Accumulator) ([]calib.Metrics, error) {
+	out := make([]calib.Metrics, len(accs))
+	for i, a := range accs {
+		var err error
+		if out[i], err = a.Metrics(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
