@@ -430,15 +430,16 @@ type input struct {
 }
 
 // federated is a dataset split among clients: the population, the
-// global test split and the base model's metrics on it. It holds only the
-// clients' calibration and test examples, since post-hoc calibration
-// never reads the training split.
+// global test split and the base model's metrics on it. The population
+// reads each client's calibration rows from the logits file's float32
+// block when the protocol asks for them; only the global test split is
+// held as float64, since every cell evaluates on it.
 type federated struct {
 	once    sync.Once
 	err     error
 	beta    float64
 	clients int
-	pop     *federation.SetPopulation
+	pop     *federation.RowPopulation
 	test    *calib.Set
 	base    calib.Metrics
 }
@@ -483,10 +484,7 @@ func (in *input) load() error {
 			in.err = err
 			return
 		}
-		labels := make([]int, f.Len())
-		for i, y := range f.Labels {
-			labels[i] = int(y)
-		}
+		labels := f.IntLabels()
 		in.file, in.labels, in.client, in.split = f, labels, f.Client, f.Split
 		h := in.ds.Partition.Holdout
 		if h == "" {
@@ -552,55 +550,44 @@ func (f *federated) make(in *input, beta float64) error {
 	case err != nil:
 		return fmt.Errorf("%s: %w", in.ds.Logits, err)
 	}
-	data, compact := calibrationData(in, part)
-	if f.pop, err = federation.NewPopulation(data, compact, federation.Calibration); err != nil {
+	rows := datasetRows{in.file, in.rows}
+	if f.pop, err = federation.NewRowPopulation(rows, part, federation.Calibration); err != nil {
 		return fmt.Errorf("%s: %w", in.ds.Logits, err)
 	}
-	test := compact.Rows(federation.Test)
+	test := part.Rows(federation.Test)
 	if len(test) == 0 {
 		return fmt.Errorf("%s: the partition has no test rows to evaluate on", in.ds.Logits)
 	}
-	f.beta, f.clients, f.test = part.Beta, part.Len(), data.Subset(test)
+	f.beta, f.clients, f.test = part.Beta, part.Len(), federation.RowSet(rows, test)
 	if f.base, err = calib.EvaluateSet(f.test, nil, 0); err != nil {
 		return fmt.Errorf("%s: %w", in.ds.Logits, err)
 	}
 	return nil
 }
 
-// calibrationData returns the calibration and test examples of the
-// partition part of in's rows, in their order, and the partition
-// renumbered to index them (without training examples), so that a
-// dataset's training split is never held in memory.
-func calibrationData(in *input, part *federation.Partition) (*calib.Set, *federation.Partition) {
-	keep := append(part.Rows(federation.Calibration), part.Rows(federation.Test)...)
-	slices.Sort(keep)
-	pos := make([]int, len(in.labels))
-	for k, i := range keep {
-		pos[i] = k
+// datasetRows is the rows of a dataset's logits file that an experiment
+// uses, read in place as a federation.RowSource: row i is file row
+// rows[i], or row i itself when rows is nil (no holdout).
+type datasetRows struct {
+	file *logits.File
+	rows []int
+}
+
+func (d datasetRows) Len() int {
+	if d.rows == nil {
+		return d.file.Len()
 	}
-	fileRows := keep
-	if in.rows != nil {
-		fileRows = pick(in.rows, keep)
+	return len(d.rows)
+}
+
+func (d datasetRows) NumClasses() int          { return d.file.Classes }
+func (d datasetRows) Label(i int) int          { return d.file.Label(d.row(i)) }
+func (d datasetRows) Row(dst []float64, i int) { d.file.Row(dst, d.row(i)) }
+func (d datasetRows) row(i int) int {
+	if d.rows == nil {
+		return i
 	}
-	data := in.file.Set(fileRows)
-	renumber := func(idx []int) []int {
-		out := make([]int, len(idx))
-		for k, i := range idx {
-			out[k] = pos[i]
-		}
-		return out
-	}
-	compact := *part
-	compact.Data = federation.NewFingerprint(data.Labels, data.Classes)
-	compact.Dropped = nil
-	compact.Clients = make([]federation.Client, len(part.Clients))
-	for k, c := range part.Clients {
-		compact.Clients[k] = federation.Client{
-			ID: c.ID, Name: c.Name, Train: []int{},
-			Calibration: renumber(c.Calibration), Test: renumber(c.Test),
-		}
-	}
-	return data, &compact
+	return d.rows[i]
 }
 
 // unlisted returns, in order of appearance, the datasets of rows that
