@@ -91,6 +91,63 @@ type Privacy struct {
 	Accountant string  `json:"accountant"`            // "zcdp" or "rdp"
 	Rounds     int     `json:"rounds"`                // T
 	SampleRate float64 `json:"sample_rate,omitempty"` // p
+	// SecureAggregation records the secure aggregation of a networked
+	// fit (fedcalib serve --secure-aggregation); nil without.
+	SecureAggregation *SecureAggregation `json:"secure_aggregation,omitempty"`
+}
+
+// SecureAggregation records how a fit's updates were securely aggregated
+// (SecAgg+, package secagg) and, with distributed noise, the Skellam
+// noise the clients added. The zero value is not a valid record: Noise,
+// Bits and Scale are required.
+type SecureAggregation struct {
+	// Noise is "central" (the coordinator added the Gaussian noise of
+	// the record's σ to the unmasked sum) or "distributed" (each client
+	// added Skellam noise before masking).
+	Noise string `json:"noise"`
+	// Neighbours and Threshold are k and t as asked; 0 means the default
+	// of each round (secagg.DefaultNeighbours, secagg.DefaultThreshold).
+	Neighbours int `json:"neighbours,omitempty"`
+	Threshold  int `json:"threshold,omitempty"`
+	// Bits is the modulus exponent b; Scale the quantisation scale γ
+	// (integer units per unit of an update divided by its clip norm).
+	Bits  int     `json:"bits"`
+	Scale float64 `json:"scale"`
+	// ClientVariance is the variance v of the Skellam noise each client
+	// added per coordinate, in quantised units (distributed noise only).
+	ClientVariance float64 `json:"client_variance,omitempty"`
+	// L1 and L2 are the sensitivities of a round's quantised sum
+	// (distributed noise only).
+	L1 float64 `json:"l1,omitempty"`
+	L2 float64 `json:"l2,omitempty"`
+	// Survivors counts, for each round, the clients whose noise reached
+	// the sum: the round's noise is Skellam of variance Survivors·v (0: the
+	// round released nothing). Distributed noise only.
+	Survivors []int `json:"survivors,omitempty"`
+}
+
+// Noise modes of SecureAggregation.Noise.
+const (
+	NoiseCentral     = "central"
+	NoiseDistributed = "distributed"
+)
+
+// DistributedSigma returns the σ a privacy record with distributed noise
+// holds: the standard deviation, in the units of an update block of clip
+// norm clip (C₊ for binning, C for scaling), of the noise of the round
+// with the fewest survivors that released: clip·√(s_min·v)/γ. It returns
+// 0 when no round released.
+func DistributedSigma(sa *SecureAggregation, clip float64) float64 {
+	smin := 0
+	for _, s := range sa.Survivors {
+		if s > 0 && (smin == 0 || s < smin) {
+			smin = s
+		}
+	}
+	if smin == 0 || !(sa.Scale > 0) {
+		return 0
+	}
+	return clip * math.Sqrt(float64(smin)*sa.ClientVariance) / sa.Scale
 }
 
 // PrivacyTolerance is the relative tolerance within which Check accepts a
@@ -114,6 +171,11 @@ const PrivacyTolerance = 1e-9
 // multiplier z/√m, m = 1 or 2c, so ρ = Rounds·m/(2z²), and ε at Delta is
 // dp.SpentBy of Rounds such releases at SampleRate under Accountant.
 //
+// A record of secure aggregation with central noise is checked as above
+// (the coordinator added the same Gaussian noise to the unmasked sum),
+// plus the domain of its SecureAggregation fields; one with distributed
+// noise is recomputed from its Skellam noise instead (checkDistributed).
+//
 // Errors name the field ("privacy.epsilon ...") and say what it should
 // be; they wrap dp.ErrInvalid when a field is out of its domain.
 func (p *Privacy) Check(method string, classes int) error {
@@ -131,6 +193,14 @@ func (p *Privacy) Check(method string, classes int) error {
 			return fmt.Errorf("privacy of a %s fit over %d classes: a binning method has at least 2", method, classes)
 		}
 		clip, mechs = p.ClipPos, 2*float64(classes)
+	}
+	if sa := p.SecureAggregation; sa != nil {
+		if err := sa.checkFields(p.Rounds); err != nil {
+			return err
+		}
+		if sa.Noise == NoiseDistributed {
+			return p.checkDistributed(acc, clip, mechs)
+		}
 	}
 	z := p.Sigma / clip
 	perRound := z / math.Sqrt(mechs)
@@ -190,6 +260,92 @@ func (p *Privacy) checkFields(fam Family) (dp.Accountant, error) {
 		return 0, fmt.Errorf("%w: privacy.rounds is %d: want the number of rounds T ≥ 1", dp.ErrInvalid, p.Rounds)
 	}
 	return acc, nil
+}
+
+// checkFields checks the fields of a secure-aggregation record of a fit
+// of rounds rounds.
+func (sa *SecureAggregation) checkFields(rounds int) error {
+	switch {
+	case sa.Noise != NoiseCentral && sa.Noise != NoiseDistributed:
+		return fmt.Errorf("%w: privacy.secure_aggregation.noise is %q: want %q or %q", dp.ErrInvalid, sa.Noise, NoiseCentral, NoiseDistributed)
+	case sa.Bits < 2 || sa.Bits > 64:
+		return fmt.Errorf("%w: privacy.secure_aggregation.bits is %d: want 2 to 64", dp.ErrInvalid, sa.Bits)
+	case !(sa.Scale > 0) || math.IsInf(sa.Scale, 1):
+		return fmt.Errorf("%w: privacy.secure_aggregation.scale is %v: want finite and > 0", dp.ErrInvalid, sa.Scale)
+	case sa.Neighbours < 0 || sa.Threshold < 0 || (sa.Neighbours > 0 && sa.Threshold > sa.Neighbours):
+		return fmt.Errorf("%w: privacy.secure_aggregation: %d neighbours, threshold %d: want 0 ≤ threshold ≤ neighbours (0: the default)", dp.ErrInvalid, sa.Neighbours, sa.Threshold)
+	case sa.Noise == NoiseCentral:
+		if sa.ClientVariance != 0 || sa.L1 != 0 || sa.L2 != 0 || sa.Survivors != nil {
+			return fmt.Errorf("%w: privacy.secure_aggregation with central noise records no client_variance, l1, l2 or survivors", dp.ErrInvalid)
+		}
+		return nil
+	}
+	finite := func(v float64) bool { return v > 0 && !math.IsInf(v, 1) }
+	switch {
+	case !finite(sa.ClientVariance) || !finite(sa.L1) || !finite(sa.L2):
+		return fmt.Errorf("%w: privacy.secure_aggregation: client_variance %v, l1 %v, l2 %v: want each finite and > 0 with distributed noise", dp.ErrInvalid, sa.ClientVariance, sa.L1, sa.L2)
+	case len(sa.Survivors) != rounds:
+		return fmt.Errorf("%w: privacy.secure_aggregation.survivors has %d rounds, privacy.rounds is %d", dp.ErrInvalid, len(sa.Survivors), rounds)
+	}
+	for t, s := range sa.Survivors {
+		if s < 0 {
+			return fmt.Errorf("%w: privacy.secure_aggregation.survivors[%d] is %d: want ≥ 0", dp.ErrInvalid, t, s)
+		}
+	}
+	return nil
+}
+
+// checkDistributed checks a record of distributed Skellam noise: the
+// accountant is RDP (the Skellam bound holds at integer orders only);
+// the L2 sensitivity is at least that of an update of mechs blocks, each
+// of norm at most its clip norm, at scale γ (√mechs·γ; the record does
+// not hold the update's length, so the rounding term √dim of
+// dp.RoundedL2Bound, and L1, are checked only as lower bounds); ε is the
+// RDP accountant's over the rounds that released, each a Skellam of
+// variance Survivors[t]·v (dp.RDPAccountant.ComposeSkellam, no credit for
+// sampling), converted at Delta; ρ is Σ_t L2²/(2·Survivors[t]·v), the
+// Gaussian-equivalent term dp.Release.Rho records; and σ is
+// DistributedSigma.
+func (p *Privacy) checkDistributed(acc dp.Accountant, clip, mechs float64) error {
+	sa := p.SecureAggregation
+	if acc != dp.RDP {
+		return fmt.Errorf("%w: privacy.accountant is %s, but distributed Skellam noise is accounted by rdp only", dp.ErrInvalid, acc)
+	}
+	if minL2 := math.Sqrt(mechs) * sa.Scale; sa.L2 < minL2*(1-PrivacyTolerance) || sa.L1 < sa.L2*(1-PrivacyTolerance) {
+		return fmt.Errorf("%w: privacy.secure_aggregation: l2 %v and l1 %v: want l2 ≥ √%v·scale = %v and l1 ≥ l2", dp.ErrInvalid, sa.L2, sa.L1, mechs, minL2)
+	}
+	var a dp.RDPAccountant
+	rho := 0.0
+	released := false
+	for _, s := range sa.Survivors {
+		if s == 0 {
+			continue
+		}
+		k := dp.Skellam{Variance: float64(s) * sa.ClientVariance, L1: sa.L1, L2: sa.L2}
+		if err := a.ComposeSkellam(k, 1); err != nil {
+			return fmt.Errorf("privacy.secure_aggregation: %w", err)
+		}
+		rho += sa.L2 * sa.L2 / (2 * k.Variance)
+		released = true
+	}
+	if !released {
+		return fmt.Errorf("%w: privacy.secure_aggregation.survivors: no round released anything", dp.ErrInvalid)
+	}
+	eps, _, err := a.Epsilon(p.Delta)
+	if err != nil {
+		return fmt.Errorf("privacy.secure_aggregation: %w", err)
+	}
+	noise := fmt.Sprintf("Skellam of variance survivors × %v per round, survivors %v, L1 %v, L2 %v", sa.ClientVariance, sa.Survivors, sa.L1, sa.L2)
+	if !near(p.Rho, rho) {
+		return fmt.Errorf("privacy.rho is %v but the recorded distributed noise (%s) gives ρ = %v: the record was edited or comes from another fit; refit the calibrator", p.Rho, noise, rho)
+	}
+	if !near(p.Epsilon, eps) {
+		return fmt.Errorf("privacy.epsilon is %v but the recorded distributed noise (%s) spends ε = %v at δ %v under rdp: the record was edited or comes from another fit; refit the calibrator", p.Epsilon, noise, eps, p.Delta)
+	}
+	if sigma := DistributedSigma(sa, clip); !near(p.Sigma, sigma) {
+		return fmt.Errorf("privacy.sigma is %v but the recorded distributed noise (%s) has σ = %v for clip norm %v: the record was edited; refit the calibrator", p.Sigma, noise, sigma, clip)
+	}
+	return nil
 }
 
 // near reports whether got equals want within PrivacyTolerance,

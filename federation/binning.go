@@ -193,6 +193,8 @@ type binServer struct {
 	round   *calib.Histograms // this round's sum
 	cum     *calib.Histograms // sums over rounds
 	noisy   int               // rounds that added noise
+	extVar  float64           // binning: noise variance (units of C₊²) of distributed rounds
+	ext     *external         // the next round's distributed noise (NoisedRound), nil: central
 	closed  int               // last round closed by EndRound
 	open    bool              // an Add since the last EndRound
 }
@@ -338,6 +340,20 @@ func (s *binServer) EndRound(t, participants int) error {
 }
 
 func (s *binServer) endRound(t, participants int) error {
+	if e := s.ext; e != nil {
+		s.ext = nil
+		if err := e.spend(s.ledger); err != nil {
+			return err
+		}
+		if participants > 0 {
+			s.extVar += e.z * e.z
+			if err := s.cum.Add(s.round); err != nil {
+				return err
+			}
+			s.round.Reset()
+		}
+		return s.snapshot(t)
+	}
 	if s.ledger != nil {
 		if err := s.ledger.Spend(dp.Release{
 			Mechanism:  fmt.Sprintf("%s round %d", s.spec.name, t),
@@ -360,6 +376,11 @@ func (s *binServer) endRound(t, participants int) error {
 		}
 		s.round.Reset()
 	}
+	return s.snapshot(t)
+}
+
+// snapshot reports the calibrator after round t, if asked.
+func (s *binServer) snapshot(t int) error {
 	if s.spec.snapshot != nil {
 		c, err := s.calibrator()
 		if err != nil {
@@ -383,10 +404,13 @@ func (s *binServer) calibrator() (calib.Calibrator, error) {
 	switch {
 	case s.priv == nil:
 		alpha = calib.Alpha(s.cum.Positives(), s.totals)
-	case s.noisy == 0:
+	case s.noisy == 0 && s.extVar == 0:
 		alpha = make([]float64, s.classes) // nothing aggregated: trust the base model
 	default:
 		sigmaAcc := s.sigPos * math.Sqrt(float64(s.noisy))
+		if s.extVar > 0 { // distributed rounds: σ_acc² = Σ_t σ_t²
+			sigmaAcc = math.Sqrt(sigmaAcc*sigmaAcc + s.extVar*s.priv.ClipPos*s.priv.ClipPos)
+		}
 		if z := s.priv.AlphaZ; z > 0 {
 			alpha = calib.DPAlphaLower(s.cum, sigmaAcc, z)
 		} else {

@@ -136,8 +136,9 @@ type scaleServer struct {
 	w       []float64 // w^t; read by clients, written only in EndRound
 	sum     []float64
 	init    calib.Scaler
-	closed  int  // last round closed by EndRound
-	open    bool // an Add since the last EndRound
+	closed  int       // last round closed by EndRound
+	open    bool      // an Add since the last EndRound
+	ext     *external // the next round's distributed noise (NoisedRound), nil: central
 }
 
 // Fit runs f over pop for r's rounds.
@@ -263,7 +264,14 @@ func (s *scaleServer) EndRound(t, participants int) error {
 }
 
 func (s *scaleServer) endRound(t, participants int) error {
-	if s.ledger != nil {
+	e := s.ext
+	s.ext = nil
+	switch {
+	case e != nil:
+		if err := e.spend(s.ledger); err != nil {
+			return err
+		}
+	case s.ledger != nil:
 		if err := s.ledger.Spend(dp.Release{
 			Mechanism:  fmt.Sprintf("%s round %d", s.f.Name, t),
 			Noise:      s.plan.Mechanisms,
@@ -276,7 +284,9 @@ func (s *scaleServer) endRound(t, participants int) error {
 	if participants > 0 {
 		denom := float64(participants)
 		if s.priv != nil {
-			dp.AddGaussian(s.sum, s.sigma, s.priv.noise(s.rounds.Seed, t))
+			if e == nil {
+				dp.AddGaussian(s.sum, s.sigma, s.priv.noise(s.rounds.Seed, t))
+			}
 			denom = s.rounds.SampleRate * float64(s.clients)
 		}
 		for i, v := range s.sum {

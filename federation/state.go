@@ -33,6 +33,7 @@ type serverState struct {
 	Closed   int               `json:"closed"`             // last round closed
 	Cum      *calib.Histograms `json:"cum,omitempty"`      // binning: sums over rounds
 	Noisy    int               `json:"noisy,omitempty"`    // binning: rounds that added noise
+	ExtVar   float64           `json:"ext_var,omitempty"`  // binning: variance of distributed rounds' noise (units of C₊²)
 	W        []float64         `json:"w,omitempty"`        // scaling: w^t
 	Releases []dp.Release      `json:"releases,omitempty"` // the ledger
 }
@@ -83,7 +84,7 @@ func (s *binServer) State() ([]byte, error) {
 	if s.open {
 		return nil, fmt.Errorf("%s: round %d is open", s.spec.name, s.closed+1)
 	}
-	return json.Marshal(serverState{Protocol: s.spec.name, Closed: s.closed, Cum: s.cum, Noisy: s.noisy, Releases: releasesOf(s.ledger)})
+	return json.Marshal(serverState{Protocol: s.spec.name, Closed: s.closed, Cum: s.cum, Noisy: s.noisy, ExtVar: s.extVar, Releases: releasesOf(s.ledger)})
 }
 
 // Restore replaces the binning server's state.
@@ -102,7 +103,7 @@ func (s *binServer) Restore(b []byte) error {
 	if err != nil {
 		return err
 	}
-	s.cum, s.noisy, s.closed, s.ledger, s.open = st.Cum, st.Noisy, st.Closed, l, false
+	s.cum, s.noisy, s.extVar, s.closed, s.ledger, s.open = st.Cum, st.Noisy, st.ExtVar, st.Closed, l, false
 	s.round.Reset()
 	return nil
 }

@@ -35,6 +35,10 @@ type ClientConfig struct {
 	// Log receives one line per round the client answers; nil means
 	// none.
 	Log *slog.Logger
+
+	// drop, in tests, makes the client drop out of round t just before
+	// it would send its message of the stage (secure aggregation).
+	drop func(t int, stage string) bool
 }
 
 // ClientReport is what a client did in a run. The zero value reports
@@ -42,8 +46,18 @@ type ClientConfig struct {
 type ClientReport struct {
 	// Welcome is the coordinator's welcome.
 	Welcome Welcome
-	// Answered lists the rounds in which the client sent an update.
+	// Answered lists the rounds in which the client sent an update (under
+	// secure aggregation: its masked input).
 	Answered []int
+	// Refused lists the requests of the coordinator the client refused,
+	// with the reason: under secure aggregation, an unmask request for
+	// both shares of one peer (secagg.ErrBothShares) or naming too few
+	// survivors.
+	Refused []string
+	// Sent and Received are the payload bytes the client sent (updates,
+	// secure-aggregation messages) and received (announcements,
+	// secure-aggregation messages).
+	Sent, Received int64
 }
 
 // Join connects to the server of d with cfg.Key, enrols in the federation
@@ -126,9 +140,39 @@ func Join(ctx context.Context, d Dial, cfg ClientConfig) (*ClientReport, error) 
 	if err != nil {
 		return nil, err
 	}
-	done := 0 // last round answered
+	secIn := make(chan *nats.Msg, 64)
+	ssub, err := nc.ChanSubscribe(subjSecAggIn(fed, pub), secIn)
+	if err != nil {
+		return nil, fmt.Errorf("%w: subscribing to the inbox: %w", ErrNotAllowed, err)
+	}
+	defer ssub.Unsubscribe()
+	sj := &secureJoin{nc: nc, fed: fed, pub: pub, k: k, in: secIn, anns: anns, rep: rep, log: log, drop: cfg.drop}
+	done, doneAttempt := 0, 0 // last round (and attempt) answered
 	var buf []float64
+	var pending *Announcement // an announcement read during a secure exchange
 	for {
+		if pending != nil {
+			a := *pending
+			pending = nil
+			if a.Done {
+				return rep, nil
+			}
+			if a.Secure == nil || !slices.Contains(a.Participants, k) || a.Round < done || (a.Round == done && a.Attempt <= doneAttempt) {
+				continue
+			}
+			if a.Seed != w.Seed {
+				return rep, fmt.Errorf("%w: round %d announces seed %d, the welcome %d", ErrFederation, a.Round, a.Seed, w.Seed)
+			}
+			if buf, err = step.Update(buf[:0], a.Round, set, a.Broadcast, federation.ClientRand(a.Seed, a.Round, k)); err != nil {
+				return rep, fmt.Errorf("round %d: %w", a.Round, err)
+			}
+			pending, err = sj.run(ctx, &a, buf)
+			done, doneAttempt = a.Round, a.Attempt
+			if err != nil {
+				log.Warn("secure aggregation", "round", a.Round, "attempt", a.Attempt, "err", err)
+			}
+			continue
+		}
 		var m *nats.Msg
 		select {
 		case <-ctx.Done():
@@ -148,8 +192,13 @@ func Join(ctx context.Context, d Dial, cfg ClientConfig) (*ClientReport, error) 
 			log.Warn("ignored a malformed announcement")
 			continue
 		}
+		rep.Received += int64(len(m.Data))
 		if a.Done {
 			return rep, nil
+		}
+		if a.Secure != nil {
+			pending = &a
+			continue
 		}
 		if a.Round <= done || !slices.Contains(a.Participants, k) {
 			continue
@@ -166,6 +215,7 @@ func Join(ctx context.Context, d Dial, cfg ClientConfig) (*ClientReport, error) 
 			log.Warn("could not send the update", "round", a.Round, "err", err)
 			continue // a re-announcement of the round tries again
 		}
+		rep.Sent += int64(8 * len(buf))
 		done = a.Round
 		rep.Answered = append(rep.Answered, a.Round)
 		log.Info("sent update", "round", a.Round, "of", a.Rounds, "client", k, "values", len(buf), "compute", time.Since(start).Round(time.Microsecond))

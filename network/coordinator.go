@@ -22,6 +22,7 @@ import (
 
 	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/federation"
+	"github.com/fedcalib/fedcalib/secagg"
 )
 
 // Config configures a Coordinator. The zero value is not usable: Spec,
@@ -65,10 +66,19 @@ type Config struct {
 	// Replicas is the number of JetStream replicas of the update stream
 	// and the state bucket (3 in a three-node cluster); zero means 1.
 	Replicas int
+	// Secure, if not nil, runs every round under secure aggregation
+	// (SecAgg+, package secagg): the coordinator receives each update
+	// only quantised and masked and learns only the round's sum (see
+	// SecureConfig and the package doc).
+	Secure *SecureConfig
 	// Log receives refused updates and retried rounds; nil means none.
 	Log *slog.Logger
 	// Progress, if not nil, is called after each round is committed.
 	Progress func(RoundReport)
+
+	// tamper, in tests, edits the unmask requests of round t before they
+	// are sent: a coordinator that asks for both shares of a peer.
+	tamper func(t int, reqs map[uint32]*secagg.UnmaskRequest)
 }
 
 // RoundReport is what a coordinator reports after each round. The zero
@@ -81,6 +91,16 @@ type RoundReport struct {
 	Refused map[int]string
 	// Epsilon is the privacy ε spent so far, 0 for a fit without privacy.
 	Epsilon float64
+	// Received and Sent are the payload bytes the coordinator received
+	// from the participants (updates, or secure-aggregation messages) and
+	// sent to them one by one (secure-aggregation messages), over all
+	// attempts; announcements are not counted.
+	Received, Sent int64
+	// Compute is the time the coordinator spent computing the round:
+	// checking and adding updates and closing the round, or, under secure
+	// aggregation, the secagg server's work, decoding the sum and closing
+	// the round.
+	Compute time.Duration
 }
 
 // Outcome is the result of a coordinator's run. The zero value holds no
@@ -133,6 +153,23 @@ func NewCoordinator(cfg Config) (*Coordinator, error) {
 		return nil, fmt.Errorf("%w: negative timeout, attempts or replicas", ErrConfig)
 	}
 	cfg.MinClients = max(cfg.MinClients, 1)
+	if cfg.Secure != nil {
+		sc, err := checkSecure(*cfg.Secure, cfg.Spec, len(cfg.Clients))
+		if err != nil {
+			return nil, err
+		}
+		cfg.Secure = &sc
+		// Refuse a modulus too small for the federation now, with the
+		// classes known or the fewest possible; the plan is made again
+		// once the clients have said.
+		dim, err := updateLen(cfg.Spec, len(cfg.Clients), max(cfg.Classes, 2), cfg.Rounds)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := planSecure(sc, cfg.Spec, len(cfg.Clients), cfg.MinClients, cfg.Rounds.T, max(cfg.Classes, 2), dim); err != nil {
+			return nil, err
+		}
+	}
 	cfg.RoundTimeout = or(cfg.RoundTimeout, time.Minute)
 	cfg.EnrolTimeout = or(cfg.EnrolTimeout, 5*time.Minute)
 	cfg.MaxAttempts = orInt(cfg.MaxAttempts, 3)
@@ -155,6 +192,7 @@ type settings struct {
 	SecureNoise bool            `json:"secure_noise"`
 	Clients     []string        `json:"clients"`
 	Classes     int             `json:"classes"`
+	Secure      *SecureConfig   `json:"secure,omitempty"`
 }
 
 // checkpoint is what the coordinator commits after every round.
@@ -166,6 +204,9 @@ type checkpoint struct {
 	Enrolled []int               `json:"enrolled"`
 	State    json.RawMessage     `json:"state"`
 	Records  []calib.RoundRecord `json:"records"`
+	// Survivors counts, per round closed, the clients whose distributed
+	// noise reached the sum (distributed noise only).
+	Survivors []int `json:"survivors,omitempty"`
 }
 
 const checkpointKey = "checkpoint"
@@ -180,6 +221,8 @@ type run struct {
 	index  map[string]int
 	server federation.ServerStep
 	cp     checkpoint
+	sec    *securePlan    // nil without secure aggregation
+	secIn  chan *nats.Msg // secure-aggregation messages from the clients
 
 	mu       sync.Mutex
 	welcome  Welcome
@@ -219,6 +262,14 @@ func (c *Coordinator) Run(ctx context.Context, nc *nats.Conn) (*Outcome, error) 
 		return nil, err
 	}
 	defer sub.Unsubscribe()
+	if c.cfg.Secure != nil {
+		r.secIn = make(chan *nats.Msg, 8192)
+		ssub, err := nc.ChanSubscribe(subjSecAggAll(c.fed), r.secIn)
+		if err != nil {
+			return nil, err
+		}
+		defer ssub.Unsubscribe()
+	}
 	out := &Outcome{ResumedAfter: 0}
 	if resumed {
 		out.ResumedAfter = len(r.cp.Records)
@@ -257,6 +308,7 @@ func (c *Coordinator) Run(ctx context.Context, nc *nats.Conn) (*Outcome, error) 
 	if err != nil {
 		return nil, err
 	}
+	r.securePrivacy(res)
 	r.finish()
 	out.Result, out.Rounds, out.Seed, out.Classes = res, r.cp.Records, r.cp.Seed, r.cp.Classes
 	return out, nil
@@ -319,6 +371,7 @@ func (r *run) load(ctx context.Context) (bool, error) {
 	want := settings{
 		Federation: r.fed, Spec: cfg.Spec, T: cfg.Rounds.T, SampleRate: cfg.Rounds.SampleRate,
 		DrawSeed: cfg.DrawSeed, SecureNoise: cfg.SecureNoise, Clients: cfg.Clients, Classes: cfg.Classes,
+		Secure: cfg.Secure,
 	}
 	if !cfg.DrawSeed {
 		want.Seed = cfg.Rounds.Seed
@@ -554,6 +607,14 @@ func (r *run) steps(resumed bool) error {
 		}
 	}
 	r.server = s
+	if sc := r.cfg.Secure; sc != nil {
+		if _, ok := s.(federation.SumStep); !ok {
+			return fmt.Errorf("%w: the %s server cannot take a sum", ErrConfig, s.Protocol())
+		}
+		if r.sec, err = planSecure(*sc, r.cfg.Spec, len(r.cfg.Clients), r.cfg.MinClients, r.cfg.Rounds.T, r.cp.Classes, s.UpdateLen()); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -592,6 +653,9 @@ func (r *run) round(ctx context.Context, t int, msgs <-chan jetstream.Msg) error
 	cfg := r.cfg
 	parts := (&federation.Rounds{T: cfg.Rounds.T, SampleRate: cfg.Rounds.SampleRate, Seed: r.cp.Seed}).Participants(t, len(cfg.Clients))
 	rep := RoundReport{RoundRecord: calib.RoundRecord{Round: t, Sampled: parts, Participants: []int{}, Dropouts: []int{}}, Rounds: cfg.Rounds.T, Refused: map[int]string{}}
+	if r.sec != nil {
+		return r.secureRound(ctx, t, &rep)
+	}
 	got := make(map[int][]float64, len(parts))
 	var lastSeq uint64
 	if len(parts) > 0 {
@@ -626,10 +690,13 @@ func (r *run) round(ctx context.Context, t int, msgs <-chan jetstream.Msg) error
 						cfg.Log.Warn("announcing again", "round", t, "err", err)
 					}
 				case m := <-msgs:
+					rep.Received += int64(len(m.Data()))
 					if md, err := m.Metadata(); err == nil {
 						lastSeq = max(lastSeq, md.Sequence.Stream)
 					}
+					st := time.Now()
 					r.receive(t, m, sampled, got, rep.Refused)
+					rep.Compute += time.Since(st)
 				}
 			}
 			deadline.Stop()
@@ -644,6 +711,7 @@ func (r *run) round(ctx context.Context, t int, msgs <-chan jetstream.Msg) error
 			cfg.Log.Warn("round short of updates: announcing it again; nothing was released", "round", t, "updates", len(got), "needed", need, "attempt", rep.Attempts)
 		}
 	}
+	start := time.Now()
 	for _, k := range parts {
 		u, ok := got[k]
 		if !ok {
@@ -658,6 +726,14 @@ func (r *run) round(ctx context.Context, t int, msgs <-chan jetstream.Msg) error
 	if err := r.server.EndRound(t, len(rep.Participants)); err != nil {
 		return err
 	}
+	rep.Compute += time.Since(start)
+	return r.closeRound(ctx, &rep, lastSeq)
+}
+
+// closeRound commits a round closed by EndRound, purges the update
+// stream up to lastSeq (0: nothing to purge) and reports progress.
+func (r *run) closeRound(ctx context.Context, rep *RoundReport, lastSeq uint64) error {
+	cfg := r.cfg
 	r.cp.Records = append(r.cp.Records, rep.RoundRecord)
 	if err := r.commit(ctx); err != nil {
 		return err
@@ -673,7 +749,7 @@ func (r *run) round(ctx context.Context, t int, msgs <-chan jetstream.Msg) error
 				rep.Epsilon = res.Privacy.Epsilon
 			}
 		}
-		cfg.Progress(rep)
+		cfg.Progress(*rep)
 	}
 	return nil
 }

@@ -156,13 +156,15 @@ func WriteAllowList(path string, keys []string) error {
 }
 
 // ClientPermissions returns the NATS permissions of the client with public
-// key pub in federation fed: publish only to its own enrol and update
-// subjects, subscribe only to the round announcements and its own inbox.
-// An external NATS deployment should give each client these.
+// key pub in federation fed: publish only to its own enrol, update and
+// secure-aggregation subjects, subscribe only to the round announcements
+// and its own inbox (where the coordinator also routes its
+// secure-aggregation messages). An external NATS deployment should give
+// each client these.
 func ClientPermissions(fed, pub string) *server.Permissions {
 	fed = fedOr(fed)
 	return &server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: []string{subjEnrol(fed, pub), subjUpdate(fed, pub)}},
+		Publish:   &server.SubjectPermission{Allow: []string{subjEnrol(fed, pub), subjUpdate(fed, pub), subjSecAgg(fed, pub)}},
 		Subscribe: &server.SubjectPermission{Allow: []string{subjRound(fed), inboxPrefix(fed, pub) + ".>"}},
 	}
 }

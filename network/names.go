@@ -66,6 +66,10 @@ func subjEnrolAll(fed string) string        { return "fedcalib." + fed + ".enrol
 func subjUpdate(fed, pub string) string     { return "fedcalib." + fed + ".update." + pub }
 func subjUpdateAll(fed string) string       { return "fedcalib." + fed + ".update.*" }
 func inboxPrefix(fed, pub string) string    { return "fedcalib." + fed + ".inbox." + pub }
+func subjSecAgg(fed, pub string) string     { return "fedcalib." + fed + ".secagg." + pub }
+func subjSecAggAll(fed string) string       { return "fedcalib." + fed + ".secagg.*" }
+func subjSecAggIn(fed, pub string) string   { return inboxPrefix(fed, pub) + ".secagg" }
+func secAggPrefixLen(fed string) int        { return len(subjSecAgg(fed, "")) }
 func streamName(fed string) string          { return "FEDCALIB_" + fed + "_UPDATES" }
 func bucketName(fed string) string          { return "fedcalib_" + fed }
 func msgID(fed string, round, k int) string { return fmt.Sprintf("%s/%d/%d", fed, round, k) }

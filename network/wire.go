@@ -18,6 +18,8 @@ const (
 	hdrFederation = "Fedcalib-Federation"
 	hdrRound      = "Fedcalib-Round"
 	hdrClient     = "Fedcalib-Client"
+	hdrAttempt    = "Fedcalib-Attempt" // secure aggregation: the round's attempt
+	hdrStage      = "Fedcalib-Stage"   // secure aggregation: the message's stage
 )
 
 // hello is a client's first enrolment request.
@@ -86,6 +88,39 @@ type Announcement struct {
 	Seed uint64 `json:"seed"`
 	// Done reports that the run has finished: clients may leave.
 	Done bool `json:"done,omitempty"`
+	// Secure, if not nil, runs the round under secure aggregation: the
+	// participants send their update only quantised and masked
+	// (SecureRound).
+	Secure *SecureRound `json:"secure,omitempty"`
+}
+
+// SecureRound is the public description of one attempt of a round under
+// secure aggregation, announced with it: the secagg.Config of the round
+// (its participants are the announcement's) and how a client quantises
+// its update. A client divides the i-th of the len(Clips) equal blocks
+// of its update by Clips[i] (each histogram by its clip norm, a FedAvg
+// delta by the clip norm), quantises the result with the Quantizer
+// {Bits, Range, Scale, Norm}, adds Skellam noise of variance
+// ClientVariance (distributed noise; 0: none) and masks it. The zero
+// value is not a valid round.
+type SecureRound struct {
+	// Seed is the attempt's public round seed (secagg.Config.Seed),
+	// drawn by the coordinator after the participants are fixed.
+	Seed [32]byte `json:"seed"`
+	// Neighbours and Threshold are k and t of the attempt.
+	Neighbours int `json:"neighbours"`
+	Threshold  int `json:"threshold"`
+	// Bits, Range, Scale and Norm are the quantiser's (secagg.Quantizer).
+	Bits  int     `json:"bits"`
+	Range float64 `json:"range"`
+	Scale float64 `json:"scale"`
+	Norm  float64 `json:"norm,omitempty"`
+	// Clips are the divisors of the update's blocks.
+	Clips []float64 `json:"clips"`
+	// ClientVariance is the variance of the Skellam noise each client
+	// adds to every coordinate, in quantised units; 0 without
+	// distributed noise.
+	ClientVariance float64 `json:"client_variance,omitempty"`
 }
 
 // encodeUpdate returns u as little-endian IEEE 754 float64s: every value,

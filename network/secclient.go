@@ -1,0 +1,174 @@
+package network
+
+import (
+	"context"
+	"encoding"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/fedcalib/fedcalib/dp"
+	"github.com/fedcalib/fedcalib/secagg"
+)
+
+// errStageTimeout reports that the coordinator's message of a stage did
+// not come before the round's deadline: the round went on without the
+// client, or failed.
+var errStageTimeout = errors.New("no message from the coordinator before the round's deadline")
+
+// secureJoin is a client's side of secure aggregation.
+type secureJoin struct {
+	nc        *nats.Conn
+	fed, pub  string
+	k         int
+	in        <-chan *nats.Msg // the client's secure-aggregation inbox
+	anns      <-chan *nats.Msg // round announcements
+	rep       *ClientReport
+	log       *slog.Logger
+	drop      func(t int, stage string) bool
+	t, attemp int
+}
+
+// run takes part in one attempt a of a round with the client's update u:
+// quantise, noise, mask, unmask. It returns a newer announcement read
+// meanwhile (a new attempt or round, or the end), if any.
+func (sj *secureJoin) run(ctx context.Context, a *Announcement, u []float64) (*Announcement, error) {
+	sr := a.Secure
+	sj.t, sj.attemp = a.Round, a.Attempt
+	if !(sr.ClientVariance >= 0) || math.IsInf(sr.ClientVariance, 1) || sr.ClientVariance > 1<<52 {
+		return nil, fmt.Errorf("%w: the round asks for noise variance %v", ErrFederation, sr.ClientVariance)
+	}
+	for _, c := range sr.Clips {
+		if !(c > 0) || math.IsInf(c, 1) {
+			return nil, fmt.Errorf("%w: the round announces clip norm %v", ErrFederation, c)
+		}
+	}
+	x := slices.Clone(u)
+	if err := normalise(x, sr.Clips, false); err != nil {
+		return nil, err
+	}
+	for i, v := range x {
+		if math.Abs(v) > sr.Range {
+			return nil, fmt.Errorf("value %d of the update, %v, is outside the secure aggregation's range ±%v", i, v, sr.Range)
+		}
+	}
+	q := sr.quantizer()
+	rng := dp.NewSecure()
+	input, err := q.Quantize(nil, x, rng)
+	if err != nil {
+		return nil, err
+	}
+	q.AddNoise(input, sr.ClientVariance, rng)
+	ids := make([]uint32, len(a.Participants))
+	for i, p := range a.Participants {
+		ids[i] = uint32(p)
+	}
+	round, err := secagg.NewRound(secagg.Config{Seed: sr.Seed, Participants: ids, Neighbours: sr.Neighbours, Threshold: sr.Threshold, Bits: sr.Bits, Dim: len(u)})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrFederation, err)
+	}
+	cl, err := secagg.NewClient(round, uint32(sj.k), nil)
+	if err != nil {
+		return nil, err
+	}
+	adv, err := cl.AdvertiseKeys()
+	if err != nil {
+		return nil, err
+	}
+	if stop, err := sj.send(stageKeys, adv); stop || err != nil {
+		return nil, err
+	}
+	var nk secagg.NeighbourKeys
+	if next, err := sj.wait(ctx, a, stageNeighbours, &nk); next != nil || err != nil {
+		return next, err
+	}
+	sh, err := cl.ShareKeys(&nk)
+	if err != nil {
+		return nil, err
+	}
+	if stop, err := sj.send(stageShares, sh); stop || err != nil {
+		return nil, err
+	}
+	var rs secagg.RoutedShares
+	if next, err := sj.wait(ctx, a, stageRouted, &rs); next != nil || err != nil {
+		return next, err
+	}
+	masked, err := cl.MaskedInput(&rs, input)
+	if err != nil {
+		return nil, err
+	}
+	if stop, err := sj.send(stageMasked, masked); stop || err != nil {
+		return nil, err
+	}
+	sj.rep.Answered = append(sj.rep.Answered, a.Round)
+	var req secagg.UnmaskRequest
+	if next, err := sj.wait(ctx, a, stageRequest, &req); next != nil || err != nil {
+		return next, err
+	}
+	resp, err := cl.Unmask(&req)
+	if err != nil {
+		sj.rep.Refused = append(sj.rep.Refused, fmt.Sprintf("round %d attempt %d: %v", a.Round, a.Attempt, err))
+		return nil, fmt.Errorf("refused the unmask request: %w", err)
+	}
+	_, err = sj.send(stageUnmask, resp)
+	return nil, err
+}
+
+// send publishes a message of the stage, unless the test hook drops the
+// client there (stop).
+func (sj *secureJoin) send(stage string, m encoding.BinaryMarshaler) (stop bool, err error) {
+	if sj.drop != nil && sj.drop(sj.t, stage) {
+		return true, nil
+	}
+	b, err := m.MarshalBinary()
+	if err != nil {
+		return false, err
+	}
+	msg := &nats.Msg{Subject: subjSecAgg(sj.fed, sj.pub), Header: secHeader(sj.fed, sj.t, sj.attemp, sj.k, stage), Data: b}
+	if err := sj.nc.PublishMsg(msg); err != nil {
+		return false, err
+	}
+	sj.rep.Sent += int64(len(b))
+	return false, nil
+}
+
+// wait reads the coordinator's message of the stage into m, or returns a
+// newer announcement.
+func (sj *secureJoin) wait(ctx context.Context, a *Announcement, stage string, m encoding.BinaryUnmarshaler) (*Announcement, error) {
+	timer := time.NewTimer(time.Until(a.Deadline) + time.Second)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-timer.C:
+			return nil, fmt.Errorf("stage %s: %w", stage, errStageTimeout)
+		case msg := <-sj.anns:
+			var b Announcement
+			if err := json.Unmarshal(msg.Data, &b); err != nil || b.Federation != sj.fed {
+				continue
+			}
+			if b.Done || b.Round > a.Round || (b.Round == a.Round && b.Attempt > a.Attempt) {
+				sj.rep.Received += int64(len(msg.Data))
+				return &b, nil
+			}
+		case msg := <-sj.in:
+			h := msg.Header
+			if h.Get(hdrFederation) != sj.fed || h.Get(hdrRound) != strconv.Itoa(a.Round) || h.Get(hdrAttempt) != strconv.Itoa(a.Attempt) || h.Get(hdrStage) != stage {
+				continue
+			}
+			sj.rep.Received += int64(len(msg.Data))
+			if err := m.UnmarshalBinary(msg.Data); err != nil {
+				return nil, err
+			}
+			return nil, nil
+		}
+	}
+}

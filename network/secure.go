@@ -1,0 +1,383 @@
+package network
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/dp"
+	"github.com/fedcalib/fedcalib/federation"
+	"github.com/fedcalib/fedcalib/secagg"
+)
+
+// Stages of a round under secure aggregation, as the Fedcalib-Stage
+// header names them. Client → coordinator, on fedcalib.F.secagg.P:
+// stageKeys (secagg.AdvertiseKeys), stageShares (secagg.ShareKeys),
+// stageMasked (secagg.MaskedInput), stageUnmask (secagg.UnmaskResponse).
+// Coordinator → client, on the client's inbox fedcalib.F.inbox.P.secagg:
+// stageNeighbours (secagg.NeighbourKeys), stageRouted
+// (secagg.RoutedShares), stageRequest (secagg.UnmaskRequest).
+const (
+	stageKeys       = "keys"
+	stageShares     = "shares"
+	stageMasked     = "masked"
+	stageUnmask     = "unmask"
+	stageNeighbours = "neighbour-keys"
+	stageRouted     = "routed-shares"
+	stageRequest    = "unmask-request"
+)
+
+// updateLen returns the update length of spec's protocol for clients
+// clients of classes classes.
+func updateLen(spec federation.Spec, clients, classes int, r federation.Rounds) (int, error) {
+	f, err := spec.Fitter()
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	st, ok := f.(federation.Stepper)
+	if !ok {
+		return 0, fmt.Errorf("%w: method %s has no protocol steps", ErrConfig, spec.Method)
+	}
+	zero := func() ([]float64, error) { return make([]float64, classes), nil }
+	_, s, err := st.Steps(federation.Federation{Clients: clients, Classes: classes, ClassCounts: zero}, r)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return s.UpdateLen(), nil
+}
+
+// secureRound runs round t under secure aggregation: attempts of the four
+// stages until one yields the sum of at least MinClients survivors (or
+// of all participants, when fewer were sampled), then AddSum, the
+// distributed release if any, EndRound and the commit.
+func (r *run) secureRound(ctx context.Context, t int, rep *RoundReport) error {
+	cfg := r.cfg
+	parts := rep.Sampled
+	step := r.server.(federation.SumStep)
+	var (
+		sum       []float64
+		survivors []int
+	)
+	switch {
+	case len(parts) == 1:
+		cfg.Log.Warn("secure aggregation needs at least two participants: the round's one participant is left out and nothing of it is released", "round", t, "client", parts[0])
+	case r.sec.distributed() && len(parts) < r.sec.survivors:
+		cfg.Log.Warn("fewer participants sampled than the survivors the distributed noise is planned for: the round releases nothing", "round", t, "sampled", len(parts), "planned", r.sec.survivors)
+	case len(parts) > 1:
+		need := min(cfg.MinClients, len(parts))
+		for rep.Attempts = 1; ; rep.Attempts++ {
+			var err error
+			sum, survivors, err = r.secureAttempt(ctx, t, rep)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if err == nil && len(survivors) >= need {
+				break
+			}
+			if err == nil {
+				err = fmt.Errorf("%d survivors", len(survivors))
+			}
+			if rep.Attempts >= cfg.MaxAttempts {
+				return fmt.Errorf("%w: secure aggregation of %d sampled clients failed in %d attempts (last: %w); a round needs %d survivors (--min-clients)",
+					ErrTooFewClients, len(parts), rep.Attempts, err, need)
+			}
+			cfg.Log.Warn("secure aggregation failed: announcing the round again; nothing was released", "round", t, "attempt", rep.Attempts, "err", err)
+			sum, survivors = nil, nil
+		}
+	}
+	start := time.Now()
+	in := make(map[int]bool, len(survivors))
+	for _, k := range survivors {
+		in[k] = true
+	}
+	for _, k := range parts {
+		if in[k] {
+			rep.Participants = append(rep.Participants, k)
+		} else {
+			rep.Dropouts = append(rep.Dropouts, k)
+		}
+	}
+	if len(survivors) > 0 {
+		if err := step.AddSum(sum, len(survivors)); err != nil {
+			return err
+		}
+	}
+	if r.sec.distributed() {
+		rel := dp.Release{Mechanism: fmt.Sprintf("%s round %d (distributed Skellam, %d survivors)", r.server.Protocol(), t, len(survivors)), SampleRate: cfg.Rounds.SampleRate, Rounds: 1}
+		z := 0.0
+		if s := len(survivors); s > 0 {
+			rel.Skellam = []dp.Skellam{r.sec.skellam.Round(r.sec.clientVar, s)}
+			z = math.Sqrt(float64(s)*r.sec.clientVar) / r.sec.q.Scale
+		}
+		if err := step.NoisedRound(rel, z); err != nil {
+			return err
+		}
+		r.cp.Survivors = append(r.cp.Survivors, len(survivors))
+	}
+	if err := r.server.EndRound(t, len(survivors)); err != nil {
+		return err
+	}
+	rep.Compute += time.Since(start)
+	return r.closeRound(ctx, rep, 0)
+}
+
+// secureAttempt runs one attempt of round t: it returns the dequantised
+// sum of the survivors' updates and the survivors.
+func (r *run) secureAttempt(ctx context.Context, t int, rep *RoundReport) ([]float64, []int, error) {
+	cfg, parts := r.cfg, rep.Sampled
+	var seed [32]byte
+	if _, err := rand.Read(seed[:]); err != nil {
+		return nil, nil, err
+	}
+	ids := make([]uint32, len(parts))
+	for i, k := range parts {
+		ids[i] = uint32(k)
+	}
+	sr := r.sec.round(seed, len(parts))
+	round, err := secagg.NewRound(secagg.Config{Seed: seed, Participants: ids, Neighbours: sr.Neighbours, Threshold: sr.Threshold, Bits: sr.Bits, Dim: r.sec.dim})
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	srv := secagg.NewServer(round)
+	stage := or(cfg.Secure.StageTimeout, cfg.RoundTimeout/4)
+	a := &Announcement{
+		Federation: r.fed, Round: t, Attempt: rep.Attempts, Rounds: cfg.Rounds.T,
+		Broadcast: r.server.Broadcast(), Participants: parts,
+		Deadline: time.Now().Add(4 * stage), Seed: r.cp.Seed, Secure: sr,
+	}
+	if err := r.announce(a); err != nil {
+		return nil, nil, err
+	}
+	sx := &exchange{run: r, t: t, attempt: rep.Attempts, rep: rep, timeout: stage, ann: a}
+	timed := func(f func() error) error {
+		st := time.Now()
+		err := f()
+		rep.Compute += time.Since(st)
+		return err
+	}
+	// 1. Keys.
+	var nk map[uint32]*secagg.NeighbourKeys
+	err = sx.collect(ctx, stageKeys, ids, func(b []byte) error {
+		var m secagg.AdvertiseKeys
+		if err := m.UnmarshalBinary(b); err != nil {
+			return err
+		}
+		return timed(func() error { return checkFrom(m.Client, sx.k, srv.ReceiveKeys(&m)) })
+	})
+	if err == nil {
+		err = timed(func() (err error) { nk, err = srv.CloseKeys(); return })
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("stage 1 (keys): %w", err)
+	}
+	sx.sendAll(stageNeighbours, nk)
+	// 2. Shares.
+	var rs map[uint32]*secagg.RoutedShares
+	err = sx.collect(ctx, stageShares, mapKeys(nk), func(b []byte) error {
+		var m secagg.ShareKeys
+		if err := m.UnmarshalBinary(b); err != nil {
+			return err
+		}
+		return timed(func() error { return checkFrom(m.Client, sx.k, srv.ReceiveShares(&m)) })
+	})
+	if err == nil {
+		err = timed(func() (err error) { rs, err = srv.CloseShares(); return })
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("stage 2 (shares): %w", err)
+	}
+	sx.sendAll(stageRouted, rs)
+	// 3. Masked inputs.
+	var ur map[uint32]*secagg.UnmaskRequest
+	err = sx.collect(ctx, stageMasked, mapKeys(rs), func(b []byte) error {
+		var m secagg.MaskedInput
+		if err := m.UnmarshalBinary(b); err != nil {
+			return err
+		}
+		return timed(func() error { return checkFrom(m.Client, sx.k, srv.ReceiveMasked(&m)) })
+	})
+	if err == nil {
+		err = timed(func() (err error) { ur, err = srv.CloseMasked(); return })
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("stage 3 (masked inputs): %w", err)
+	}
+	if r.cfg.tamper != nil {
+		r.cfg.tamper(t, ur)
+	}
+	sx.sendAll(stageRequest, ur)
+	// 4. Unmasking.
+	var total []uint64
+	err = sx.collect(ctx, stageUnmask, mapKeys(ur), func(b []byte) error {
+		var m secagg.UnmaskResponse
+		if err := m.UnmarshalBinary(b); err != nil {
+			return err
+		}
+		return timed(func() error { return checkFrom(m.Client, sx.k, srv.ReceiveUnmask(&m)) })
+	})
+	if err == nil {
+		err = timed(func() (err error) { total, err = srv.Sum(); return })
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("stage 4 (unmasking): %w", err)
+	}
+	var sum []float64
+	err = timed(func() error {
+		q := sr.quantizer()
+		sum = q.Dequantize(make([]float64, 0, len(total)), total)
+		return normalise(sum, sr.Clips, true)
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	surv := srv.Survivors()
+	out := make([]int, len(surv))
+	for i, id := range surv {
+		out[i] = int(id)
+	}
+	return sum, out, nil
+}
+
+// checkFrom returns err, or an error when a message's client field is not
+// the sender's.
+func checkFrom(claimed uint32, sender int, err error) error {
+	if claimed != uint32(sender) {
+		return fmt.Errorf("%w: message of client %d sent by client %d", secagg.ErrBadMessage, claimed, sender)
+	}
+	return err
+}
+
+func mapKeys[V any](m map[uint32]V) []uint32 {
+	out := make([]uint32, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// exchange is the coordinator's side of one attempt's message exchange.
+type exchange struct {
+	*run
+	t, attempt int
+	rep        *RoundReport
+	timeout    time.Duration
+	ann        *Announcement
+	k          int // sender of the message being handled
+}
+
+// collect reads stage messages of the attempt from the expected clients
+// until each sent one or the stage timeout passes, handing each to f. A
+// message f refuses is logged and its sender counts as having answered.
+func (sx *exchange) collect(ctx context.Context, stage string, expected []uint32, f func([]byte) error) error {
+	want := make(map[int]bool, len(expected))
+	for _, id := range expected {
+		want[int(id)] = true
+	}
+	timer := time.NewTimer(sx.timeout)
+	defer timer.Stop()
+	var tick <-chan time.Time
+	if stage == stageKeys { // a client that missed the announcement can still join
+		tk := time.NewTicker(min(time.Second, sx.timeout/2))
+		defer tk.Stop()
+		tick = tk.C
+	}
+	for len(want) > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+			return nil
+		case <-tick:
+			if err := sx.announce(sx.ann); err != nil {
+				sx.cfg.Log.Warn("announcing again", "round", sx.t, "err", err)
+			}
+		case m := <-sx.secIn:
+			k, ok := sx.index[m.Subject[secAggPrefixLen(sx.fed):]]
+			h := m.Header
+			if !ok || h.Get(hdrFederation) != sx.fed || h.Get(hdrRound) != strconv.Itoa(sx.t) ||
+				h.Get(hdrAttempt) != strconv.Itoa(sx.attempt) || h.Get(hdrStage) != stage || !want[k] {
+				continue // another round, attempt or stage, or a client not expected
+			}
+			delete(want, k)
+			sx.rep.Received += int64(len(m.Data))
+			sx.k = k
+			if err := f(m.Data); err != nil {
+				sx.rep.Refused[k] = err.Error()
+				sx.cfg.Log.Warn("refused a secure-aggregation message", "round", sx.t, "stage", stage, "client", k, "err", err)
+			}
+		}
+	}
+	return nil
+}
+
+// sendAll sends each client its message of the stage.
+func sendAll[M encoding.BinaryMarshaler](sx *exchange, stage string, msgs map[uint32]M) {
+	for _, id := range mapKeys(msgs) {
+		b, err := msgs[id].MarshalBinary()
+		if err == nil {
+			err = sx.send(int(id), stage, b)
+		}
+		if err != nil {
+			sx.cfg.Log.Warn("sending a secure-aggregation message", "round", sx.t, "stage", stage, "client", id, "err", err)
+		}
+	}
+}
+
+func (sx *exchange) sendAll(stage string, msgs any) {
+	switch m := msgs.(type) {
+	case map[uint32]*secagg.NeighbourKeys:
+		sendAll(sx, stage, m)
+	case map[uint32]*secagg.RoutedShares:
+		sendAll(sx, stage, m)
+	case map[uint32]*secagg.UnmaskRequest:
+		sendAll(sx, stage, m)
+	}
+}
+
+// send publishes one message to client k's inbox.
+func (sx *exchange) send(k int, stage string, b []byte) error {
+	if k < 0 || k >= len(sx.cfg.Clients) {
+		return fmt.Errorf("no client %d", k)
+	}
+	msg := &nats.Msg{Subject: subjSecAggIn(sx.fed, sx.cfg.Clients[k]), Header: secHeader(sx.fed, sx.t, sx.attempt, k, stage), Data: b}
+	sx.rep.Sent += int64(len(b))
+	return sx.nc.PublishMsg(msg)
+}
+
+// secHeader returns the headers of a secure-aggregation message.
+func secHeader(fed string, t, attempt, k int, stage string) nats.Header {
+	h := nats.Header{}
+	h.Set(hdrFederation, fed)
+	h.Set(hdrRound, strconv.Itoa(t))
+	h.Set(hdrAttempt, strconv.Itoa(attempt))
+	h.Set(hdrClient, strconv.Itoa(k))
+	h.Set(hdrStage, stage)
+	return h
+}
+
+// securePrivacy completes the privacy record of a secure run.
+func (r *run) securePrivacy(res *federation.Result) {
+	if r.sec == nil || res.Privacy == nil {
+		return
+	}
+	p, sc := res.Privacy, r.sec
+	sa := &calib.SecureAggregation{
+		Noise: sc.cfg.Noise, Neighbours: sc.cfg.Neighbours, Threshold: sc.cfg.Threshold,
+		Bits: sc.q.Bits, Scale: sc.q.Scale,
+	}
+	if sc.distributed() {
+		sa.ClientVariance, sa.L1, sa.L2 = sc.clientVar, sc.skellam.L1, sc.skellam.L2
+		sa.Survivors = slices.Clone(r.cp.Survivors)
+		p.Sigma = calib.DistributedSigma(sa, sc.sigmaUnit)
+	}
+	p.SecureAggregation = sa
+}

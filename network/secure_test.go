@@ -1,0 +1,369 @@
+package network
+
+import (
+	"context"
+	"errors"
+	"math"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/dp"
+	"github.com/fedcalib/fedcalib/federation"
+	"github.com/fedcalib/fedcalib/secagg"
+)
+
+// secureJoinAll starts a client for each of h's keys over pop, client k
+// dropping out of a round where drop(k, t, stage) says; wait returns the
+// reports and errors.
+func (h *harness) secureJoinAll(ctx context.Context, pop federation.Population, drop func(k, t int, stage string) bool) (wait func() ([]*ClientReport, []error)) {
+	var wg sync.WaitGroup
+	n := len(h.keys)
+	reps, errs := make([]*ClientReport, n), make([]error, n)
+	for k := range n {
+		cfg := ClientConfig{Key: h.keys[k], Data: func(w Welcome) (*calib.Set, error) { return pop.Client(w.Client) }}
+		if drop != nil {
+			cfg.drop = func(t int, stage string) bool { return drop(k, t, stage) }
+		}
+		wg.Go(func() { reps[k], errs[k] = Join(ctx, h.clientDial(), cfg) })
+	}
+	return func() ([]*ClientReport, []error) { wg.Wait(); return reps, errs }
+}
+
+// reference drives spec's plain steps over pop in process, adding in each
+// round exactly the updates of the clients the secure run aggregated.
+func reference(t *testing.T, spec federation.Spec, pop federation.Population, r federation.Rounds, recs []calib.RoundRecord) *federation.Result {
+	t.Helper()
+	f, err := spec.Fitter()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, ss, err := f.(federation.Stepper).Steps(federation.FederationOf(context.Background(), pop, 1), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range recs {
+		for _, k := range rec.Participants {
+			set, err := pop.Client(k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			u, err := cs.Update(nil, rec.Round, set, ss.Broadcast(), federation.ClientRand(r.Seed, rec.Round, k))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := ss.Add(u); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := ss.EndRound(rec.Round, len(rec.Participants)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := ss.Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// closeParams reports whether two scalers' parameters agree to rel.
+func closeParams(a, b calib.Calibrator, rel float64) (float64, bool) {
+	pa, pb := a.(calib.Scaler).Params(), b.(calib.Scaler).Params()
+	worst := 0.0
+	for i := range pa {
+		d := math.Abs(pa[i]-pb[i]) / math.Max(1, math.Abs(pb[i]))
+		worst = max(worst, d)
+	}
+	return worst, len(pa) == len(pb) && worst <= rel
+}
+
+// TestSecureEqualsPlain: with noise off, for every method of the registry,
+// over three rounds in which 0, 1 and t − 1 clients drop out after the
+// masks are agreed (before sending their masked input), the secure sum is
+// the plain sum of the survivors' updates: binning calibrators and sums
+// equal the plain steps' bit for bit (integer counts, scale 1); scaling
+// parameters to 1e-12 (quantised at b = 64 bits, scale 2^59: a rounding
+// error below 2^−59 of the clip norm per client and round).
+func TestSecureEqualsPlain(t *testing.T) {
+	const K, C, k, thr = 8, 3, 7, 4
+	pop := population(t, 800, C, K)
+	r := federation.Rounds{T: 3, SampleRate: 1, Seed: 21}
+	drops := []int{0, 1, thr - 1} // by round
+	for _, method := range calib.MethodNames() {
+		m, _ := calib.LookupMethod(method)
+		spec := federation.Spec{Method: method, Mexp: 4}
+		bits := 32
+		if m.Family == calib.Scaling {
+			spec.Mexp, spec.Clip, bits = 0, 10, 64
+		}
+		t.Run(method, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, K, t.TempDir())
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			wait := h.secureJoinAll(ctx, pop, func(kk, round int, stage string) bool { return kk < drops[round-1] && stage == stageMasked })
+			out, err := h.coordinate(ctx, t, Config{
+				Spec: spec, Rounds: r, RoundTimeout: 10 * time.Second, EnrolTimeout: 20 * time.Second,
+				Secure: &SecureConfig{Neighbours: k, Threshold: thr, Bits: bits, StageTimeout: time.Second},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, errs := wait()
+			noErrors(t, errs)
+			for i, rec := range out.Rounds {
+				if want := upTo(K)[drops[i]:]; !reflect.DeepEqual(rec.Participants, want) || len(rec.Dropouts) != drops[i] {
+					t.Fatalf("round %d: participants %v dropouts %v; want %v and %d dropouts", rec.Round, rec.Participants, rec.Dropouts, want, drops[i])
+				}
+			}
+			want := reference(t, spec, pop, r, out.Rounds)
+			if m.Family == calib.Binning {
+				if !samePredictions(want.Calibrator, out.Result.Calibrator, C) {
+					t.Errorf("the secure calibrator differs from the plain one")
+				}
+				if !reflect.DeepEqual(want.Histograms, out.Result.Histograms) {
+					t.Errorf("the secure sums differ from the plain ones")
+				}
+				return
+			}
+			if d, ok := closeParams(out.Result.Calibrator, want.Calibrator, 1e-12); !ok {
+				t.Errorf("parameters differ from the plain ones by %g (relative), want ≤ 1e-12", d)
+			}
+		})
+	}
+}
+
+// TestSecureEqualsCalibrate: without dropouts, a secure run gives the
+// calibrator of the simulation ("fedcalib calibrate"): bit for bit for
+// weighted FedBBQ (exact counts), to 1e-12 for FedTemp.
+func TestSecureEqualsCalibrate(t *testing.T) {
+	const K, C = 10, 3
+	pop := population(t, 1000, C, K)
+	r := federation.Rounds{T: 2, SampleRate: 0.7, Seed: 8}
+	for _, spec := range []federation.Spec{
+		{Method: "bbq", Mexp: 4, Weighting: calib.WeightAll},
+		{Method: "temp", Clip: 10},
+	} {
+		t.Run(spec.Method, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, K, t.TempDir())
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			wait := h.secureJoinAll(ctx, pop, nil)
+			out, err := h.coordinate(ctx, t, Config{Spec: spec, Rounds: r, RoundTimeout: 10 * time.Second, EnrolTimeout: 20 * time.Second, Secure: &SecureConfig{Bits: 64}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, errs := wait()
+			noErrors(t, errs)
+			want := fit(t, spec, pop, r)
+			if spec.Method == "bbq" {
+				if !samePredictions(want.Calibrator, out.Result.Calibrator, C) {
+					t.Errorf("the secure calibrator differs from calibrate's")
+				}
+				return
+			}
+			if d, ok := closeParams(out.Result.Calibrator, want.Calibrator, 1e-12); !ok {
+				t.Errorf("parameters differ from calibrate's by %g (relative)", d)
+			}
+		})
+	}
+}
+
+// recorder records every message clients send the coordinator.
+type recorder struct {
+	mu   sync.Mutex
+	msgs []*nats.Msg
+}
+
+func (h *harness) record(t *testing.T, fed string) *recorder {
+	nc, err := h.srv.Dial().Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	rec := &recorder{}
+	for _, subj := range []string{subjSecAggAll(fed), subjUpdateAll(fed), subjEnrolAll(fed)} {
+		if _, err := nc.Subscribe(subj, func(m *nats.Msg) { rec.mu.Lock(); rec.msgs = append(rec.msgs, m); rec.mu.Unlock() }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+// TestSecureView records everything the clients send the coordinator in a
+// secure FedBin run: no plain update, masked inputs whose top bits are
+// uniform (chi-square), and a coordinator that asks client 0 for both
+// shares of a surviving peer gets a refusal (secagg.ErrBothShares) and no
+// unmask response from it — the sum is still recovered from the other
+// holders' shares and equals the plain one.
+func TestSecureView(t *testing.T) {
+	const K, C = 8, 3
+	pop := population(t, 800, C, K)
+	r := federation.Rounds{T: 2, SampleRate: 1, Seed: 5}
+	spec := federation.Spec{Method: "bin", Mexp: 5}
+	h := newHarness(t, K, t.TempDir())
+	rec := h.record(t, DefaultFederation)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	wait := h.secureJoinAll(ctx, pop, nil)
+	var victim uint32
+	cfg := Config{
+		Spec: spec, Rounds: r, RoundTimeout: 10 * time.Second, EnrolTimeout: 20 * time.Second,
+		Secure: &SecureConfig{Neighbours: 7, Threshold: 4, StageTimeout: 1500 * time.Millisecond},
+		tamper: func(t int, reqs map[uint32]*secagg.UnmaskRequest) {
+			if t != 2 {
+				return
+			}
+			q := reqs[0]
+			victim = q.Survived[0] // ask for its mask key too: with both, its input alone
+			q.Dropped = append([]uint32{victim}, q.Dropped...)
+			slices.Sort(q.Dropped)
+		},
+	}
+	out, err := h.coordinate(ctx, t, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reps, errs := wait()
+	noErrors(t, errs)
+	if len(reps[0].Refused) != 1 || !strings.Contains(reps[0].Refused[0], secagg.ErrBothShares.Error()) {
+		t.Fatalf("client 0 refused %q; want one refusal for both shares of client %d", reps[0].Refused, victim)
+	}
+	if want := reference(t, spec, pop, r, out.Rounds); !reflect.DeepEqual(want.Histograms, out.Result.Histograms) {
+		t.Errorf("the secure sums differ from the plain ones")
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var counts [16]float64
+	n := 0
+	for _, m := range rec.msgs {
+		switch {
+		case strings.Contains(m.Subject, ".update."):
+			t.Errorf("a plain update reached the coordinator: %s", m.Subject)
+		case m.Header.Get(hdrStage) == stageUnmask && m.Header.Get(hdrRound) == "2" && m.Subject == subjSecAgg(DefaultFederation, h.pubs[0]):
+			t.Errorf("client 0 answered the request for both shares")
+		case m.Header.Get(hdrStage) == stageMasked:
+			var mi secagg.MaskedInput
+			if err := mi.UnmarshalBinary(m.Data); err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range mi.Masked {
+				counts[v>>(mi.Bits-4)]++
+				n++
+			}
+		}
+	}
+	// The histograms are small counts: in the clear, nearly all in bucket 0.
+	chi := 0.0
+	for _, c := range counts {
+		e := float64(n) / 16
+		chi += (c - e) * (c - e) / e
+	}
+	if n != 2*K*2*C*32 || chi > 37.7 { // χ²(15) at p = 0.001
+		t.Errorf("%d masked values, χ² = %.1f over 16 buckets of the top bits; want %d values and χ² ≤ 37.7", n, chi, 2*K*2*C*32)
+	}
+}
+
+// TestSecureConfig: bad secure-aggregation settings are refused before
+// anything runs, each with its sentinel.
+func TestSecureConfig(t *testing.T) {
+	_, pubs := keys(t, 20)
+	private := federation.Spec{Method: "temp", Epsilon: 1, Accountant: "rdp"}
+	for _, tc := range []struct {
+		name string
+		spec federation.Spec
+		sc   SecureConfig
+		want error
+	}{
+		{"threshold above neighbours", federation.Spec{Method: "bin"}, SecureConfig{Neighbours: 6, Threshold: 7}, secagg.ErrThreshold},
+		{"threshold at half", federation.Spec{Method: "bin"}, SecureConfig{Neighbours: 6, Threshold: 3}, secagg.ErrThreshold},
+		{"threshold above the default", federation.Spec{Method: "bin"}, SecureConfig{Threshold: 30}, secagg.ErrThreshold},
+		{"exact counts in 16 bits", federation.Spec{Method: "bin"}, SecureConfig{Bits: 16}, secagg.ErrBitsTooSmall},
+		{"scaling in 12 bits", federation.Spec{Method: "temp", Clip: 1}, SecureConfig{Bits: 12}, secagg.ErrBitsTooSmall},
+		{"distributed noise in 12 bits", private, SecureConfig{Bits: 12, Noise: NoiseDistributed}, secagg.ErrBitsTooSmall},
+		{"neighbours beyond the clients", federation.Spec{Method: "bin"}, SecureConfig{Neighbours: 20}, ErrConfig},
+		{"distributed without privacy", federation.Spec{Method: "bin"}, SecureConfig{Noise: NoiseDistributed}, ErrConfig},
+		{"distributed under zCDP", federation.Spec{Method: "temp", Epsilon: 1}, SecureConfig{Noise: NoiseDistributed}, ErrConfig},
+		{"unbounded scaling", federation.Spec{Method: "temp"}, SecureConfig{}, ErrConfig},
+		{"unknown noise", federation.Spec{Method: "bin"}, SecureConfig{Noise: "local"}, ErrConfig},
+		{"65 bits", federation.Spec{Method: "bin"}, SecureConfig{Bits: 65}, ErrConfig},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sc := tc.sc
+			_, err := NewCoordinator(Config{Spec: tc.spec, Rounds: federation.Rounds{T: 3, SampleRate: 1}, Clients: pubs, Classes: 10, Secure: &sc})
+			if !errors.Is(err, tc.want) || !errors.Is(err, ErrConfig) {
+				t.Errorf("error %v; want one wrapping %v and ErrConfig", err, tc.want)
+			}
+		})
+	}
+	for _, spec := range []federation.Spec{{Method: "bin"}, {Method: "temp", Clip: 1}, private, {Method: "bbq", Epsilon: 1, Accountant: "rdp"}} {
+		for _, noise := range []string{NoiseCentral, NoiseDistributed} {
+			if noise == NoiseDistributed && !spec.Private() {
+				continue
+			}
+			if _, err := NewCoordinator(Config{Spec: spec, Rounds: federation.Rounds{T: 3, SampleRate: 1}, Clients: pubs, Classes: 10, Secure: &SecureConfig{Noise: noise}}); err != nil {
+				t.Errorf("%s, %s noise: %v", spec.Method, noise, err)
+			}
+		}
+	}
+}
+
+// TestSecurePlanNoise: the distributed plan's per-client variance, summed
+// over the planned survivors, is the variance dp.SkellamPlan gives for ε,
+// whose RDP ε over T rounds is at most the target; the empirical variance
+// of the summed noise of 10^5 trials is within 2% of it; and the plan's
+// quantisation passes CheckFederation for all the allow-list.
+func TestSecurePlanNoise(t *testing.T) {
+	spec := federation.Spec{Method: "bbq", Mexp: 4, Epsilon: 1, Accountant: "rdp"}
+	const K, C, T, surv = 20, 3, 4, 5
+	dim := 2 * C * 16
+	p, err := planSecure(SecureConfig{Bits: 40, Noise: NoiseDistributed}, spec, K, surv, T, C, dim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu, err := p.skellam.Variance()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.clientVar * surv; math.Abs(got-mu) > 1e-9*mu {
+		t.Errorf("survivors × client variance = %v, plan variance %v", got, mu)
+	}
+	eps, _, err := dp.SkellamEpsilon(p.skellam.Round(p.clientVar, surv), T, dp.DefaultDelta)
+	if err != nil || eps > 1+1e-9 || eps < 0.99 {
+		t.Errorf("ε of the plan = %v (%v); want just below 1", eps, err)
+	}
+	if err := p.q.CheckFederation(K, dim, p.clientVar*K); err != nil {
+		t.Error(err)
+	}
+	// The summed noise of surv clients, one coordinate, 10^5 trials.
+	const trials = 100000
+	rng := dp.NewSeeded(1)
+	var s, ss float64
+	v := make([]uint64, 1)
+	for range trials {
+		total := int64(0)
+		for range surv {
+			v[0] = 0
+			p.q.AddNoise(v, p.clientVar, rng)
+			total += p.q.Signed(v[0])
+		}
+		x := float64(total)
+		s += x
+		ss += x * x
+	}
+	mean := s / trials
+	if got := ss/trials - mean*mean; math.Abs(got/mu-1) > 0.02 {
+		t.Errorf("empirical variance of the summed noise %v, intended %v (ratio %v)", got, mu, got/mu)
+	}
+}
