@@ -1,0 +1,398 @@
+package network
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/federation"
+)
+
+// The scale benchmark (docs/BENCHMARKS.md, "network") runs only when
+// asked:
+//
+//	go test ./network -run '^TestScale$' -scale -v -timeout 30m
+var (
+	scale        = flag.Bool("scale", false, "run TestScale: networked FedBBQ against the simulation at scale")
+	scaleClients = flag.Int("scale.clients", 1000, "TestScale: clients, each a goroutine with its own connection")
+	scaleRounds  = flag.Int("scale.rounds", 12, "TestScale: rounds T")
+	scaleRate    = flag.Float64("scale.rate", 0.1, "TestScale: sample rate p")
+	scaleRows    = flag.Int("scale.rows", 70, "TestScale: calibration rows per client (the paper's Table 4: 70)")
+	scaleReps    = flag.Int("scale.reps", 3, "TestScale: repetitions")
+	scaleStore   = flag.String("scale.store", "", "TestScale: folder of the coordinator's JetStream store (e.g. /dev/shm: no disk syncs); default a temporary folder")
+	scaleProfile = flag.String("scale.cpuprofile", "", "TestScale: write the coordinator process's CPU profile of the last repetition to this file")
+)
+
+// scaleEnv names the environment variable that makes TestScaleCoordinator
+// the coordinator process of TestScale; it holds a scaleJob.
+const scaleEnv = "FEDCALIB_SCALE_COORDINATOR"
+
+// scaleJob is what the coordinator process of TestScale runs.
+type scaleJob struct {
+	Store, Allow, Out, Report string
+	Spec                      federation.Spec
+	T                         int
+	Rate                      float64
+	Seed                      uint64
+}
+
+// scaleReport is what the coordinator process measured.
+type scaleReport struct {
+	RoundTimes  []time.Duration       // when each round closed (after its checkpoint), from the end of enrolment
+	Announced   map[int]time.Duration // when round t was first announced
+	FirstUpdate map[int]time.Duration // when the first update of round t was published
+	LastUpdate  map[int]time.Duration // when the last update of round t was published
+	RTT         time.Duration         // median NATS ping round trip of the coordinator's connection
+	In, Out     int64                 // message bytes the server received from and sent to the clients
+	Clients     int                   // client connections seen
+	IdleHWM     int64                 // VmHWM (bytes) once the server and coordinator are up, before enrolment
+	PeakHWM     int64                 // VmHWM (bytes) at the end
+	Sampled     int                   // participants, summed over rounds
+	Dropouts    int
+}
+
+// TestScale runs *scaleClients clients (goroutines of this process, each
+// with its own TLS connection) and a coordinator with its embedded server
+// (a second process, TestScaleCoordinator, so that its memory is its
+// own) through *scaleRounds rounds of FedBBQ, and the in-process
+// simulation on the same data, *scaleReps times, and prints the ratios.
+func TestScale(t *testing.T) {
+	if !*scale {
+		t.Skip("the scale benchmark runs with -scale")
+	}
+	K, C := *scaleClients, 10
+	// IID splits are 80/10/10: 10·rows examples per client give about
+	// rows calibration rows.
+	pop := population(t, 10**scaleRows*K, C, K)
+	ks, pubs := keys(t, K)
+	dir := t.TempDir()
+	store := dir
+	if *scaleStore != "" {
+		var err error
+		if store, err = os.MkdirTemp(*scaleStore, "fedcalib-scale"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(store) })
+	}
+	allow := filepath.Join(dir, "allow.txt")
+	if err := WriteAllowList(allow, pubs); err != nil {
+		t.Fatal(err)
+	}
+	rows := 0
+	for k := range K {
+		set, err := pop.Client(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows += len(set.Labels)
+	}
+	spec := federation.Spec{Method: "bbq", Mexp: calib.DefaultMexp}
+	r := federation.Rounds{T: *scaleRounds, SampleRate: *scaleRate, Seed: 1}
+	fmt.Printf("%d clients, %d classes, %d rows per client on average, %d rounds of FedBBQ (2^%d bins) at p = %g; store in %s; load %s\n",
+		K, C, rows/K, r.T, spec.Mexp, r.SampleRate, store, loadavg())
+	fmt.Println("rep  sim/round  net/round  RTT      net/sim  (net−RTT)/sim  B/client/round up, down  coord VmHWM idle → peak")
+	var phases []string
+	for rep := 1; rep <= *scaleReps; rep++ {
+		start := time.Now()
+		sim := fit(t, spec, pop, r)
+		simRound := time.Since(start) / time.Duration(r.T)
+
+		job := scaleJob{
+			Store: filepath.Join(store, fmt.Sprintf("store%d", rep)), Allow: allow,
+			Out: filepath.Join(dir, fmt.Sprintf("net%d.json", rep)), Report: filepath.Join(dir, fmt.Sprintf("report%d.json", rep)),
+			Spec: spec, T: r.T, Rate: r.SampleRate, Seed: r.Seed,
+		}
+		profile := ""
+		if rep == *scaleReps {
+			profile = *scaleProfile
+		}
+		rp := runScale(t, job, ks, pop, profile)
+		c, _, err := calib.ReadFile(job.Out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !samePredictions(sim.Calibrator, c, C) {
+			t.Errorf("rep %d: the networked calibrator differs from the simulation's", rep)
+		}
+		if rp.Dropouts != 0 {
+			t.Errorf("rep %d: %d dropouts", rep, rp.Dropouts)
+		}
+		// Rounds 2..T: round 1 starts when enrolment ends, which the
+		// report does not time.
+		netRound := (rp.RoundTimes[r.T-1] - rp.RoundTimes[0]) / time.Duration(r.T-1)
+		// Phases of rounds 2..T as a second connection of the
+		// coordinator's key sees them: from the previous round's close
+		// to the announcement (sampling, fan-out to every client), to the
+		// first update and the last one (client steps, JetStream
+		// publishes), to the round's close (consume, aggregate, fit,
+		// checkpoint, purge).
+		var opening, first, updates, closing time.Duration
+		for round := 2; round <= r.T; round++ {
+			opening += rp.Announced[round] - rp.RoundTimes[round-2]
+			first += rp.FirstUpdate[round] - rp.Announced[round]
+			updates += rp.LastUpdate[round] - rp.FirstUpdate[round]
+			closing += rp.RoundTimes[round-1] - rp.LastUpdate[round]
+		}
+		mean := func(d time.Duration) time.Duration { return (d / time.Duration(r.T-1)).Round(time.Microsecond) }
+		phases = append(phases, fmt.Sprintf("%-4d closed → announced %v, → first update %v, → last update %v, → closed %v",
+			rep, mean(opening), mean(first), mean(updates), mean(closing)))
+		perClient := func(b int64) int64 { return b / int64(rp.Clients*r.T) }
+		fmt.Printf("%-4d %-10v %-10v %-8v %-8.2f %-14.2f %d, %d  %.0f → %.0f MiB\n", rep,
+			simRound.Round(time.Microsecond), netRound.Round(time.Microsecond), rp.RTT.Round(time.Microsecond),
+			float64(netRound)/float64(simRound), float64(netRound-rp.RTT)/float64(simRound),
+			perClient(rp.In), perClient(rp.Out), float64(rp.IdleHWM)/(1<<20), float64(rp.PeakHWM)/(1<<20))
+	}
+	fmt.Println("rep  phases of a round (mean of rounds 2..T)")
+	for _, p := range phases {
+		fmt.Println(p)
+	}
+	fmt.Printf("load %s\n", loadavg())
+}
+
+// runScale runs the coordinator process of job (with a CPU profile
+// written to profile, if not empty) and the clients ks over pop, and
+// returns the coordinator's report.
+func runScale(t *testing.T, job scaleJob, ks []Key, pop federation.Population, profile string) *scaleReport {
+	t.Helper()
+	b, err := json.Marshal(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"-test.run=^TestScaleCoordinator$", "-test.timeout=20m"}
+	if profile != "" {
+		args = append(args, "-test.cpuprofile="+profile)
+	}
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), scaleEnv+"="+string(b))
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(stdout)
+	var url, fp string
+	for lines.Scan() {
+		if f := strings.Fields(lines.Text()); len(f) == 3 && f[0] == "SERVING" {
+			url, fp = f[1], f[2]
+			break
+		}
+	}
+	if url == "" {
+		cmd.Wait()
+		t.Fatal("the coordinator process did not start its server")
+	}
+	go func() {
+		for lines.Scan() { // drain the rest of the child's output
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, len(ks))
+	for i, k := range ks {
+		wg.Go(func() {
+			_, errs[i] = Join(ctx, Dial{URL: url, Fingerprint: fp}, ClientConfig{
+				Key: k, EnrolTimeout: 5 * time.Minute,
+				Data: func(w Welcome) (*calib.Set, error) { return pop.Client(w.Client) },
+			})
+		})
+		time.Sleep(time.Millisecond) // spread the TLS handshakes
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the coordinator process: %v", err)
+	}
+	wg.Wait()
+	noErrors(t, errs)
+	rb, err := os.ReadFile(job.Report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rp scaleReport
+	if err := json.Unmarshal(rb, &rp); err != nil {
+		t.Fatal(err)
+	}
+	return &rp
+}
+
+// TestScaleCoordinator is the coordinator process of TestScale: an
+// embedded server and a coordinator, measured. It does nothing unless
+// TestScale started it.
+func TestScaleCoordinator(t *testing.T) {
+	env := os.Getenv(scaleEnv)
+	if env == "" {
+		t.Skip("the coordinator process of TestScale")
+	}
+	var job scaleJob
+	if err := json.Unmarshal([]byte(env), &job); err != nil {
+		t.Fatal(err)
+	}
+	pubs, err := ReadAllowList(job.Allow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := NewServer(ServerConfig{Listen: "127.0.0.1:0", Store: job.Store, Clients: pubs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, err := srv.Dial().Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	var rp scaleReport
+	rtts := make([]time.Duration, 21)
+	for i := range rtts {
+		if rtts[i], err = nc.RTT(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slices.Sort(rtts)
+	rp.RTT = rtts[len(rtts)/2]
+	rp.IdleHWM = vmHWM(t)
+	// A second connection of the coordinator's key watches the
+	// announcements and the updates, to time the phases of a round.
+	watch, err := srv.Dial().Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close()
+	var (
+		mu    sync.Mutex
+		start time.Time
+	)
+	rp.Announced, rp.FirstUpdate, rp.LastUpdate = map[int]time.Duration{}, map[int]time.Duration{}, map[int]time.Duration{}
+	if _, err := watch.Subscribe(subjRound(DefaultFederation), func(m *nats.Msg) {
+		var a Announcement
+		if json.Unmarshal(m.Data, &a) == nil && !a.Done {
+			mu.Lock()
+			if _, ok := rp.Announced[a.Round]; !ok {
+				rp.Announced[a.Round] = time.Since(start)
+			}
+			mu.Unlock()
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := watch.Subscribe(subjUpdateAll(DefaultFederation), func(m *nats.Msg) {
+		if round, err := strconv.Atoi(m.Header.Get(hdrRound)); err == nil {
+			mu.Lock()
+			if _, ok := rp.FirstUpdate[round]; !ok {
+				rp.FirstUpdate[round] = time.Since(start)
+			}
+			rp.LastUpdate[round] = time.Since(start)
+			mu.Unlock()
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := watch.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	coord, err := NewCoordinator(Config{
+		Spec: job.Spec, Rounds: federation.Rounds{T: job.T, SampleRate: job.Rate, Seed: job.Seed},
+		Clients: pubs, MinClients: 1, RoundTimeout: time.Minute, EnrolTimeout: 10 * time.Minute,
+		Progress: func(r RoundReport) {
+			rp.RoundTimes = append(rp.RoundTimes, time.Since(start))
+			rp.Sampled += len(r.Sampled)
+			rp.Dropouts += len(r.Dropouts)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	start = time.Now()
+	mu.Unlock()
+	fmt.Printf("SERVING %s %s\n", srv.URL(), srv.Fingerprint())
+	out, err := coord.Run(context.Background(), nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp.PeakHWM = vmHWM(t)
+	mu.Lock()
+	defer mu.Unlock()
+	if err := WriteCalibrator(job.Out, out, calib.Provenance{Protocol: out.Result.Protocol, Clients: len(pubs)}); err != nil {
+		t.Fatal(err)
+	}
+	// The clients leave at the end of the run; count every client
+	// connection's bytes once they are closed.
+	client := make(map[string]bool, len(pubs))
+	for _, p := range pubs {
+		client[p] = true
+	}
+	for wait := time.Now(); ; time.Sleep(100 * time.Millisecond) {
+		open, err := srv.ns.Connz(&server.ConnzOptions{State: server.ConnOpen})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if open.NumConns <= 1 || time.Since(wait) > 30*time.Second { // only the coordinator left
+			break
+		}
+	}
+	cz, err := srv.ns.Connz(&server.ConnzOptions{State: server.ConnAll, Username: true, Limit: 2 * len(pubs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cz.Conns {
+		if client[c.AuthorizedUser] {
+			rp.Clients++
+			rp.In += c.InBytes
+			rp.Out += c.OutBytes
+		}
+	}
+	b, err := json.Marshal(&rp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(job.Report, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// vmHWM is this process's peak resident set size, in bytes.
+func vmHWM(t *testing.T) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "VmHWM:" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmHWM in /proc/self/status")
+	return 0
+}
+
+// loadavg is the first three fields of /proc/loadavg.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
+}
