@@ -31,6 +31,10 @@ type serveFlags struct {
 	classes, minClients        int
 	maxAttempts                int
 	roundTimeout, enrolTimeout time.Duration
+	// Secure aggregation.
+	secure                      bool
+	neighbours, threshold, bits int
+	noise                       string
 }
 
 // serveProtocolFlags are the flags serve takes from federated calibrate,
@@ -90,6 +94,23 @@ only. Non-private weighted binning (--weighting all or changed without
 --epsilon) needs each class's number of calibration examples: clients send
 their class counts at enrolment, in the clear, in that mode only.
 
+Secure aggregation: with --secure-aggregation every round runs SecAgg+
+(Bell et al. 2020) among its participants, so the coordinator learns only
+the round's sum, never one client's update: each client divides its update
+by its clip norm (each histogram by its own), quantises it to integers
+modulo 2^b (--bits) and masks it with pairwise and self masks agreed with
+--neighbours others; the coordinator routes the encrypted Shamir shares
+(threshold --threshold) and unmasks the sum of the clients that sent their
+masked input, dropouts included up to k − t per neighbourhood. The
+coordinator cannot check an update it never sees: clients clip their own.
+A scaling method needs a bound (--epsilon or --clip); a binning method
+without --epsilon sums exact counts (up to 65536 per bin and client).
+--noise central (default) adds the Gaussian noise to the unmasked sum, as
+without secure aggregation; --noise distributed has each client add its
+share of Skellam noise before masking, so nobody sees a noiseless sum, and
+needs --epsilon and --accountant rdp. A --bits too small for the
+federation's sum is refused. See docs/NETWORK.md for the threat model.
+
 Progress is printed per round on stderr. The output is a calibrator file
 with the privacy record and the list of rounds with their participants
 and dropouts.`,
@@ -132,6 +153,11 @@ and dropouts.`,
 	f.DurationVar(&fl.roundTimeout, "round-timeout", time.Minute, "how long a round waits for updates")
 	f.DurationVar(&fl.enrolTimeout, "enrol-timeout", 5*time.Minute, "how long to wait for every client to enrol before starting with those that did")
 	f.BoolVarP(&fl.cal.fed.quiet, "quiet", "q", false, "print no per-round progress")
+	f.BoolVar(&fl.secure, "secure-aggregation", false, "run every round under secure aggregation (SecAgg+): the coordinator sees only the sum of the round's updates")
+	f.IntVar(&fl.neighbours, "neighbours", 0, "with --secure-aggregation: neighbours k of each client in a round's graph; 0: the even number at or above 3·⌈log₂ n⌉ for n participants")
+	f.IntVar(&fl.threshold, "threshold", 0, "with --secure-aggregation: Shamir threshold t, in (k/2, k]; 0: ⌊k/2⌋ + 1")
+	f.IntVar(&fl.bits, "bits", network.DefaultBits, "with --secure-aggregation: modulus 2^b of the masked sums, b in [2, 64]")
+	f.StringVar(&fl.noise, "noise", network.NoiseCentral, "with --secure-aggregation and --epsilon: central (the coordinator adds Gaussian noise to the sum) or distributed (each client adds Skellam noise before masking; needs --accountant rdp)")
 	return cmd
 }
 
@@ -160,6 +186,9 @@ func serveConfig(cmd, scratch *cobra.Command, fl *serveFlags) (network.Config, e
 		return cfg, errors.New("--max-attempts, --replicas and --min-clients must be at least 1")
 	case fl.classes < 0 || fl.classes == 1:
 		return cfg, fmt.Errorf("--classes %d: want at least 2 (or 0: from the clients)", fl.classes)
+	}
+	if !fl.secure && (changed("neighbours") || changed("threshold") || changed("bits") || changed("noise")) {
+		return cfg, errors.New("--neighbours, --threshold, --bits and --noise go with --secure-aggregation")
 	}
 	if err := network.ValidFederation(fl.federation); err != nil {
 		return cfg, fmt.Errorf("--federation: %w", err)
@@ -199,6 +228,9 @@ func serveConfig(cmd, scratch *cobra.Command, fl *serveFlags) (network.Config, e
 		Clients:     keys, Classes: fl.classes, MinClients: fl.minClients,
 		RoundTimeout: fl.roundTimeout, EnrolTimeout: fl.enrolTimeout,
 		MaxAttempts: fl.maxAttempts, Replicas: fl.replicas,
+	}
+	if fl.secure {
+		cfg.Secure = &network.SecureConfig{Neighbours: fl.neighbours, Threshold: fl.threshold, Bits: fl.bits, Noise: fl.noise}
 	}
 	return cfg, nil
 }
@@ -306,6 +338,9 @@ func serveSummary(path string, o *network.Outcome) string {
 	}
 	if pr := o.Result.Privacy; pr != nil {
 		fmt.Fprintf(&b, "; ε = %.4g spent (δ = %g, %s, σ = %.4g)", pr.Epsilon, pr.Delta, pr.Accountant, pr.Sigma)
+		if sa := pr.SecureAggregation; sa != nil {
+			fmt.Fprintf(&b, "; secure aggregation, %s noise, b = %d", sa.Noise, sa.Bits)
+		}
 	} else {
 		b.WriteString("; not private")
 	}

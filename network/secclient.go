@@ -42,7 +42,7 @@ type secureJoin struct {
 func (sj *secureJoin) run(ctx context.Context, a *Announcement, u []float64) (*Announcement, error) {
 	sr := a.Secure
 	sj.t, sj.attemp = a.Round, a.Attempt
-	if !(sr.ClientVariance >= 0) || math.IsInf(sr.ClientVariance, 1) || sr.ClientVariance > 1<<52 {
+	if !(sr.ClientVariance >= 0) || math.IsInf(sr.ClientVariance, 1) || sr.ClientVariance > maxClientVariance {
 		return nil, fmt.Errorf("%w: the round asks for noise variance %v", ErrFederation, sr.ClientVariance)
 	}
 	for _, c := range sr.Clips {

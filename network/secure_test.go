@@ -367,3 +367,75 @@ func TestSecurePlanNoise(t *testing.T) {
 		t.Errorf("empirical variance of the summed noise %v, intended %v (ratio %v)", got, mu, got/mu)
 	}
 }
+
+// TestSecureDistributed: with distributed noise, a round in which one
+// client drops out is charged with its real survivors: the privacy
+// record's ε is the RDP accountant's over Skellam releases of variance
+// survivors × v (to 1e-9), calib.Privacy.Check verifies it, and a record
+// edited to fewer rounds or more survivors is refused. With central noise
+// the record is the simulation's plus the secure-aggregation fields.
+func TestSecureDistributed(t *testing.T) {
+	const K, C = 6, 3
+	pop := population(t, 600, C, K)
+	r := federation.Rounds{T: 2, SampleRate: 1, Seed: 4}
+	spec := federation.Spec{Method: "bbq", Mexp: 3, Epsilon: 1, Accountant: "rdp"}
+	for _, noise := range []string{NoiseDistributed, NoiseCentral} {
+		t.Run(noise, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, K, t.TempDir())
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			wait := h.secureJoinAll(ctx, pop, func(k, round int, stage string) bool { return k == 0 && round == 2 && stage == stageMasked })
+			out, err := h.coordinate(ctx, t, Config{
+				Spec: spec, Rounds: r, MinClients: 4, RoundTimeout: 10 * time.Second, EnrolTimeout: 20 * time.Second,
+				Secure: &SecureConfig{Noise: noise, StageTimeout: time.Second},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, errs := wait()
+			noErrors(t, errs)
+			p := out.Result.Privacy
+			if err := p.Check("bbq", C); err != nil {
+				t.Fatalf("Check: %v", err)
+			}
+			sa := p.SecureAggregation
+			if noise == NoiseCentral {
+				want := *reference(t, spec, pop, r, out.Rounds).Privacy
+				want.SecureAggregation = sa
+				if !reflect.DeepEqual(*p, want) || sa.Noise != NoiseCentral {
+					t.Errorf("privacy %+v, want the plain record %+v", p, want)
+				}
+				return
+			}
+			if !reflect.DeepEqual(sa.Survivors, []int{K, K - 1}) {
+				t.Fatalf("survivors %v, want [%d %d]", sa.Survivors, K, K-1)
+			}
+			var a dp.RDPAccountant
+			for _, s := range sa.Survivors {
+				if err := a.ComposeSkellam(dp.Skellam{Variance: float64(s) * sa.ClientVariance, L1: sa.L1, L2: sa.L2}, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			eps, _, err := a.Epsilon(p.Delta)
+			if err != nil || math.Abs(eps-p.Epsilon) > 1e-9*eps || eps > spec.Epsilon {
+				t.Errorf("recorded ε %v, accountant %v (%v); want equal to 1e-9 and ≤ %v", p.Epsilon, eps, err, spec.Epsilon)
+			}
+			for _, edit := range []func(q *calib.Privacy){
+				func(q *calib.Privacy) { q.SecureAggregation.Survivors = []int{K, K} },
+				func(q *calib.Privacy) { q.SecureAggregation.ClientVariance *= 2 },
+				func(q *calib.Privacy) { q.Accountant = "zcdp" },
+				func(q *calib.Privacy) { q.Sigma *= 1.5 },
+			} {
+				q := *p
+				sa2 := *sa
+				sa2.Survivors = slices.Clone(sa.Survivors)
+				q.SecureAggregation = &sa2
+				edit(&q)
+				if err := q.Check("bbq", C); err == nil {
+					t.Errorf("an edited record %+v passes Check", sa2)
+				}
+			}
+		})
+	}
+}
