@@ -1,0 +1,228 @@
+package calib
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+)
+
+// TopLabel holds the top-label calibration errors that calibration
+// libraries report beside ECE (netcal, torch-uncertainty, Kumar et al.'s
+// verified_calibration), over the top probability c_i = max_j p̂_ij and
+// whether it is right, a_i = 1{argmax_j p̂_ij = y_i}. Bins are the
+// equal-width bins of Bin unless said otherwise; acc_m and conf_m are the
+// mean a_i and c_i of the n_m examples of bin m, N the number of
+// examples. All are fractions. The zero value is a perfectly calibrated
+// report on no data.
+type TopLabel struct {
+	// ECE is Σ_m (n_m/N)·|acc_m − conf_m| (as Metrics.ECE).
+	ECE float64 `json:"ece"`
+	// AdaptiveECE is the same sum over equal-mass bins: the examples
+	// sorted by c_i and cut into bins of ⌊N/M⌋ or ⌈N/M⌉ examples, so
+	// that every bin is populated (Nixon et al. 2019; netcal's ACE).
+	AdaptiveECE float64 `json:"adaptive_ece"`
+	// MCE is the maximum calibration error max_m |acc_m − conf_m| over
+	// the non-empty bins (Naeini et al. 2015).
+	MCE float64 `json:"mce"`
+	// RMSCE is the root-mean-square calibration error
+	// √(Σ_m (n_m/N)·(acc_m − conf_m)²).
+	RMSCE float64 `json:"rmsce"`
+	// DebiasedCE is the debiased estimator of the ℓ2 calibration error of
+	// Kumar, Liang and Ma (2019, "Verified uncertainty calibration"):
+	// √max(0, Σ_m (n_m/N)·[(acc_m − conf_m)² − acc_m(1 − acc_m)/(n_m − 1)])
+	// over bins with n_m ≥ 2. The plug-in RMSCE is biased upwards by the
+	// sampling noise of acc_m; this subtracts its estimate.
+	DebiasedCE float64 `json:"debiased_ce"`
+	// SignedGap is the mean confidence minus the accuracy,
+	// (1/N) Σ_i (c_i − a_i): positive when the model is over-confident,
+	// negative when under-confident. It needs no bins.
+	SignedGap float64 `json:"signed_gap"`
+}
+
+// TopLabelErrors computes the top-label calibration errors of probs (an
+// n×classes row-major matrix of class probabilities) against labels, with
+// bins bins (0 means DefaultMetricBins). Its errors are those of
+// Evaluate.
+func TopLabelErrors(probs []float64, labels []int, classes, bins int) (TopLabel, error) {
+	if len(labels) == 0 {
+		return TopLabel{}, fmt.Errorf("cannot evaluate: %w", ErrEmpty)
+	}
+	a, err := NewAccumulator(classes, bins)
+	if err != nil {
+		return TopLabel{}, err
+	}
+	if err := a.Add(probs, labels); err != nil {
+		return TopLabel{}, err
+	}
+	t := a.topLabel()
+	t.AdaptiveECE = adaptiveECE(topConfidences(probs, labels, classes), a.bins)
+	return t, nil
+}
+
+// topLabel returns every field of TopLabel but AdaptiveECE, from the
+// accumulated top-label bins.
+func (a *Accumulator) topLabel() TopLabel {
+	n := float64(a.n)
+	var t TopLabel
+	var sq, debiased, confSum float64
+	for m, c := range a.topCount {
+		if c == 0 {
+			continue
+		}
+		nm := float64(c)
+		sum := a.topConf[m].float() / probScale
+		confSum += sum
+		acc, conf := float64(a.topFreq[m])/nm, sum/nm
+		gap := acc - conf
+		t.ECE += absDiff(a.topConf[m], a.topFreq[m])
+		t.MCE = max(t.MCE, math.Abs(gap))
+		sq += nm / n * gap * gap
+		if c >= 2 {
+			debiased += nm / n * (gap*gap - acc*(1-acc)/(nm-1))
+		}
+	}
+	t.ECE /= n // as Metrics computes it, to the bit
+	t.RMSCE = math.Sqrt(sq)
+	t.DebiasedCE = math.Sqrt(max(0, debiased))
+	t.SignedGap = (confSum - float64(a.correct)) / n
+	return t
+}
+
+// scored is one example's top confidence and whether it is right.
+type scored struct {
+	conf    float64
+	correct bool
+}
+
+// topConfidences returns each row's top probability (the first on ties)
+// and whether it is the label. The rows have been validated.
+func topConfidences(probs []float64, labels []int, classes int) []scored {
+	out := make([]scored, len(labels))
+	for i, y := range labels {
+		row := probs[i*classes : (i+1)*classes]
+		arg := 0
+		for j, p := range row {
+			if p > row[arg] {
+				arg = j
+			}
+		}
+		out[i] = scored{conf: min(max(row[arg], 0), 1), correct: arg == y}
+	}
+	return out
+}
+
+// adaptiveECE returns the ECE over bins equal-mass bins of s, which it
+// sorts by confidence (stably, so that the result does not depend on the
+// order of equal confidences' labels beyond their count).
+func adaptiveECE(s []scored, bins int) float64 {
+	slices.SortStableFunc(s, func(a, b scored) int { return cmp.Compare(a.conf, b.conf) })
+	n := len(s)
+	bins = min(bins, n)
+	var e float64
+	for m := range bins {
+		lo, hi := m*n/bins, (m+1)*n/bins
+		var conf, acc float64
+		for _, x := range s[lo:hi] {
+			conf += x.conf
+			if x.correct {
+				acc++
+			}
+		}
+		e += math.Abs(acc - conf)
+	}
+	return e / float64(n)
+}
+
+// Interval is a bootstrap confidence interval [Lo, Hi]. The zero value is
+// the point interval at 0.
+type Interval struct {
+	Lo float64 `json:"lo"`
+	Hi float64 `json:"hi"`
+}
+
+// Bootstrap holds percentile bootstrap confidence intervals for every
+// metric of Metrics and TopLabel, keyed by their JSON names ("cwece",
+// "accuracy", "mce", ...).
+type Bootstrap map[string]Interval
+
+// DefaultBootstrapLevel is the confidence level of BootstrapIntervals
+// when none is given.
+const DefaultBootstrapLevel = 0.95
+
+// MaxBootstrap is the largest number of bootstrap resamples: more than
+// any interval needs, and a bound on the work.
+const MaxBootstrap = 100000
+
+// BootstrapIntervals returns percentile bootstrap intervals at level (0
+// means DefaultBootstrapLevel) for every metric of probs against labels:
+// resamples resamples of the examples drawn with replacement from a PCG
+// stream seeded by seed, each evaluated as Evaluate and TopLabelErrors do
+// with bins bins; the interval of a metric is its (1−level)/2 and
+// (1+level)/2 empirical quantiles over the resamples. The same seed gives
+// the same intervals. It returns an error for resamples outside
+// [1, MaxBootstrap], a level outside (0, 1), or the errors of Evaluate.
+func BootstrapIntervals(probs []float64, labels []int, classes, bins, resamples int, level float64, seed uint64) (Bootstrap, error) {
+	if level == 0 {
+		level = DefaultBootstrapLevel
+	}
+	switch {
+	case resamples < 1 || resamples > MaxBootstrap:
+		return nil, fmt.Errorf("%d bootstrap resamples: want 1 to %d", resamples, MaxBootstrap)
+	case !(level > 0 && level < 1):
+		return nil, fmt.Errorf("confidence level %v: want a fraction in (0, 1), e.g. 0.95", level)
+	}
+	if _, err := Evaluate(probs, labels, classes, bins); err != nil {
+		return nil, err
+	}
+	n := len(labels)
+	rng := rand.New(rand.NewPCG(seed, 0x626f6f74)) // "boot"
+	draws := map[string][]float64{}
+	rp := make([]float64, n*classes)
+	rl := make([]int, n)
+	for range resamples {
+		for i := range n {
+			k := rng.IntN(n)
+			copy(rp[i*classes:(i+1)*classes], probs[k*classes:(k+1)*classes])
+			rl[i] = labels[k]
+		}
+		m, err := Evaluate(rp, rl, classes, bins)
+		if err != nil {
+			return nil, err
+		}
+		t, err := TopLabelErrors(rp, rl, classes, bins)
+		if err != nil {
+			return nil, err
+		}
+		for name, v := range metricValues(m, t) {
+			draws[name] = append(draws[name], v)
+		}
+	}
+	out := Bootstrap{}
+	for name, v := range draws {
+		slices.Sort(v)
+		out[name] = Interval{Lo: quantile(v, (1-level)/2), Hi: quantile(v, (1+level)/2)}
+	}
+	return out, nil
+}
+
+// metricValues names every metric by its JSON key.
+func metricValues(m Metrics, t TopLabel) map[string]float64 {
+	return map[string]float64{
+		"accuracy": m.Accuracy, "cwece": m.CWECE, "ece": m.ECE, "nll": m.NLL, "brier": m.Brier,
+		"adaptive_ece": t.AdaptiveECE, "mce": t.MCE, "rmsce": t.RMSCE, "debiased_ce": t.DebiasedCE, "signed_gap": t.SignedGap,
+	}
+}
+
+// quantile returns the q-quantile of sorted v by linear interpolation
+// between order statistics (NumPy's default).
+func quantile(v []float64, q float64) float64 {
+	pos := q * float64(len(v)-1)
+	i := int(pos)
+	if i >= len(v)-1 {
+		return v[len(v)-1]
+	}
+	f := pos - float64(i)
+	return v[i]*(1-f) + v[i+1]*f
+}
