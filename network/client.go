@@ -117,7 +117,7 @@ func Join(ctx context.Context, d Dial, cfg ClientConfig) (*ClientReport, error) 
 			rd.Counts[y]++
 		}
 	}
-	if w, err = request(ctx, nc, fed, pub, rd, 30*time.Second, asyncErr); err != nil {
+	if w, err = request(ctx, nc, fed, pub, rd, or(cfg.EnrolTimeout, 30*time.Second), asyncErr); err != nil {
 		return nil, err
 	}
 	rep.Welcome = *w

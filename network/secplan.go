@@ -198,36 +198,51 @@ func planSecure(sc SecureConfig, spec federation.Spec, clients, minClients, T, c
 	// Each block is divided by its clip norm: L2 norm ≤ 1, every
 	// coordinate in [−1, 1]; the whole update has norm ≤ √blocks.
 	p.q.Norm = math.Sqrt(float64(len(p.clips)))
-	var last error
-	for g := min(61, sc.Bits-2); g >= MinScaleBits; g-- {
+	// The largest g whose scale γ = 2^g fits: fits is monotone (a larger
+	// γ means larger quantised values, sensitivities and noise), so
+	// bisect on g ∈ [MinScaleBits, min(61, b − 2)].
+	fits := func(g int) error {
 		p.q.Scale = math.Ldexp(1, g)
 		noiseVar := 0.0
 		if p.distributed() {
 			l1, l2, err := p.q.Sensitivity(dim)
 			if err != nil {
-				return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+				return err
 			}
 			delta := orF(spec.Delta, dp.DefaultDelta)
 			p.skellam = dp.SkellamPlan{Epsilon: spec.Epsilon, Delta: delta, Rounds: T, L1: l1, L2: l2, Survivors: p.survivors}
 			if p.clientVar, err = p.skellam.ClientVariance(); err != nil {
-				return nil, fmt.Errorf("%w: distributed noise: %w", ErrConfig, err)
+				return fmt.Errorf("distributed noise: %w", err)
 			}
-			if p.clientVar > maxClientVariance {
-				continue // beyond the Skellam sampler; a coarser scale loses nothing to the noise
+			if p.clientVar > maxClientVariance { // beyond the Skellam sampler; a coarser scale loses nothing to the noise
+				return fmt.Errorf("%w: the noise variance %v per client is beyond the Skellam sampler", secagg.ErrBitsTooSmall, p.clientVar)
 			}
 			noiseVar = p.clientVar * float64(clients)
 		}
-		if last = p.q.CheckFederation(clients, dim, noiseVar); last == nil {
-			return p, nil
+		return p.q.CheckFederation(clients, dim, noiseVar)
+	}
+	lo, hi := MinScaleBits, min(61, sc.Bits-2)
+	if hi < lo {
+		return nil, fmt.Errorf("%w: %w: %d bits leave no room for the scale 2^%d", ErrConfig, secagg.ErrBitsTooSmall, sc.Bits, MinScaleBits)
+	}
+	if err := fits(lo); err != nil {
+		if errors.Is(err, secagg.ErrBitsTooSmall) {
+			return nil, fmt.Errorf("%w: at the least precision (scale 2^%d): %w", ErrConfig, MinScaleBits, err)
 		}
-		if !errors.Is(last, secagg.ErrBitsTooSmall) {
-			return nil, fmt.Errorf("%w: %w", ErrConfig, last)
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	for lo < hi { // fits(lo) holds
+		mid := (lo + hi + 1) / 2
+		if fits(mid) == nil {
+			lo = mid
+		} else {
+			hi = mid - 1
 		}
 	}
-	if last == nil {
-		last = fmt.Errorf("%w: %d bits leave no room for the scale 2^%d", secagg.ErrBitsTooSmall, sc.Bits, MinScaleBits)
+	if err := fits(lo); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	return nil, fmt.Errorf("%w: at the least precision (scale 2^%d): %w", ErrConfig, MinScaleBits, last)
+	return p, nil
 }
 
 // round returns the announced description of one attempt.
