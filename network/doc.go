@@ -21,6 +21,8 @@
 //	fedcalib.F.inbox.P.>  the client's inbox: replies and JetStream acks
 //	fedcalib.F.round      coordinator → all: round announcements (core NATS)
 //	fedcalib.F.update.P   client → stream FEDCALIB_F_UPDATES: the client's updates
+//	fedcalib.F.secagg.P   client → coordinator: secure-aggregation messages (core NATS)
+//	fedcalib.F.inbox.P.secagg  coordinator → client: its secure-aggregation messages
 //
 // The embedded server (NewServer) admits only the allow-listed keys and the
 // coordinator's own key, and gives each client the permissions of
@@ -64,6 +66,20 @@
 //     restarted coordinator resumes from that checkpoint: a restart never
 //     resets the ledger and re-reads the updates of the open round from the
 //     stream.
+//
+// # Secure aggregation
+//
+// With Config.Secure set, every round runs SecAgg+ (package secagg) among
+// its participants instead of step 3's plain updates: the announcement
+// carries a SecureRound (round seed, k, t, the quantiser, the clip norm of
+// each block and, for distributed noise, each client's Skellam variance);
+// each participant divides its update's blocks by their clip norms,
+// quantises it modulo 2^b, adds its noise share if any, and exchanges keys,
+// sealed shares, its masked input and the unmask shares asked of it with
+// the coordinator, which routes the shares, unmasks the survivors' sum and
+// gives it to the server step (federation.SumStep). The coordinator never
+// sees an update, so it cannot Check one. See SecureConfig and
+// docs/NETWORK.md for the parameters and the threat model.
 //
 // # Randomness
 //
