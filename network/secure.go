@@ -178,7 +178,7 @@ func (r *run) secureAttempt(ctx context.Context, t int, rep *RoundReport) ([]flo
 	if err != nil {
 		return nil, nil, fmt.Errorf("stage 1 (keys): %w", err)
 	}
-	sx.sendAll(stageNeighbours, nk)
+	sendAll(sx, stageNeighbours, nk)
 	// 2. Shares.
 	var rs map[uint32]*secagg.RoutedShares
 	err = sx.collect(ctx, stageShares, mapKeys(nk), func(b []byte) error {
@@ -194,7 +194,7 @@ func (r *run) secureAttempt(ctx context.Context, t int, rep *RoundReport) ([]flo
 	if err != nil {
 		return nil, nil, fmt.Errorf("stage 2 (shares): %w", err)
 	}
-	sx.sendAll(stageRouted, rs)
+	sendAll(sx, stageRouted, rs)
 	// 3. Masked inputs.
 	var ur map[uint32]*secagg.UnmaskRequest
 	err = sx.collect(ctx, stageMasked, mapKeys(rs), func(b []byte) error {
@@ -213,7 +213,7 @@ func (r *run) secureAttempt(ctx context.Context, t int, rep *RoundReport) ([]flo
 	if r.cfg.tamper != nil {
 		r.cfg.tamper(t, ur)
 	}
-	sx.sendAll(stageRequest, ur)
+	sendAll(sx, stageRequest, ur)
 	// 4. Unmasking.
 	var total []uint64
 	err = sx.collect(ctx, stageUnmask, mapKeys(ur), func(b []byte) error {
@@ -329,17 +329,6 @@ func sendAll[M encoding.BinaryMarshaler](sx *exchange, stage string, msgs map[ui
 		if err != nil {
 			sx.cfg.Log.Warn("sending a secure-aggregation message", "round", sx.t, "stage", stage, "client", id, "err", err)
 		}
-	}
-}
-
-func (sx *exchange) sendAll(stage string, msgs any) {
-	switch m := msgs.(type) {
-	case map[uint32]*secagg.NeighbourKeys:
-		sendAll(sx, stage, m)
-	case map[uint32]*secagg.RoutedShares:
-		sendAll(sx, stage, m)
-	case map[uint32]*secagg.UnmaskRequest:
-		sendAll(sx, stage, m)
 	}
 }
 

@@ -202,7 +202,7 @@ func (h *harness) record(t *testing.T, fed string) *recorder {
 }
 
 // TestSecureView records everything the clients send the coordinator in a
-// secure FedBin run: no plain update, masked inputs whose top bits are
+// secure FedBin run in which client 7 drops out of round 1 after masking: no plain update, masked inputs whose top bits are
 // uniform (chi-square), and a coordinator that asks client 0 for both
 // shares of a surviving peer gets a refusal (secagg.ErrBothShares) and no
 // unmask response from it — the sum is still recovered from the other
@@ -216,7 +216,10 @@ func TestSecureView(t *testing.T) {
 	rec := h.record(t, DefaultFederation)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	wait := h.secureJoinAll(ctx, pop, nil)
+	// Client 7 drops out of round 1 after sending its masked input: its
+	// input is in the sum, its self mask rebuilt from its neighbours'
+	// shares.
+	wait := h.secureJoinAll(ctx, pop, func(k, round int, stage string) bool { return k == 7 && round == 1 && stage == stageUnmask })
 	var victim uint32
 	cfg := Config{
 		Spec: spec, Rounds: r, RoundTimeout: 10 * time.Second, EnrolTimeout: 20 * time.Second,
@@ -239,6 +242,9 @@ func TestSecureView(t *testing.T) {
 	noErrors(t, errs)
 	if len(reps[0].Refused) != 1 || !strings.Contains(reps[0].Refused[0], secagg.ErrBothShares.Error()) {
 		t.Fatalf("client 0 refused %q; want one refusal for both shares of client %d", reps[0].Refused, victim)
+	}
+	if got := out.Rounds[0].Participants; !reflect.DeepEqual(got, upTo(K)) {
+		t.Errorf("round 1 aggregated %v; want every client, 7 included", got)
 	}
 	if want := reference(t, spec, pop, r, out.Rounds); !reflect.DeepEqual(want.Histograms, out.Result.Histograms) {
 		t.Errorf("the secure sums differ from the plain ones")

@@ -23,6 +23,9 @@ import (
 // and weighted FedBBQ. It runs only when FEDCALIB_SECURE_UTILITY names
 // the mnist-tiny logits of all 70,000 MNIST images (fedcalib infer
 // --data mnist:$(make -s mnist-dir):all) and logs one line per run.
+// FEDCALIB_SECURE_UTILITY_P=1 samples every client every round (p = 1,
+// where the central RDP accountant has no sampling to amplify either) with
+// --min-clients 90 instead of 5.
 func TestSecureUtility(t *testing.T) {
 	path := os.Getenv("FEDCALIB_SECURE_UTILITY")
 	if path == "" {
@@ -56,21 +59,25 @@ func TestSecureUtility(t *testing.T) {
 	t.Logf("base: cwECE %.3f%% accuracy %.2f%%", 100*base.CWECE, 100*base.Accuracy)
 	K := cal.Len()
 	seeds := []uint64{1, 2, 3}
+	rate, minClients := 0.1, 5
+	if os.Getenv("FEDCALIB_SECURE_UTILITY_P") == "1" {
+		rate, minClients = 1, 90
+	}
 	for _, spec := range []federation.Spec{
 		{Method: "temp", Epsilon: 1, Delta: 1e-5, Clip: 0.5, Accountant: "rdp"},
 		{Method: "bbq", Mexp: 7, Weighting: calib.WeightAll, Epsilon: 1, Delta: 1e-5, ClipPos: 10, ClipNeg: 50, Accountant: "rdp"},
 	} {
 		for _, noise := range []string{network.NoiseCentral, network.NoiseDistributed} {
 			for _, seed := range seeds {
-				r := federation.Rounds{T: 12, SampleRate: 0.1, Seed: seed}
+				r := federation.Rounds{T: 12, SampleRate: rate, Seed: seed}
 				start := time.Now()
-				out := runSecure(t, spec, r, cal, K, &network.SecureConfig{Noise: noise})
+				out := runSecure(t, spec, r, cal, K, minClients, &network.SecureConfig{Noise: noise})
 				m, err := calib.EvaluateSet(&testSet, out.Result.Calibrator, 15)
 				if err != nil {
 					t.Fatal(err)
 				}
 				p := out.Result.Privacy
-				t.Logf("%s %s seed %d: cwECE %.3f%% accuracy %.2f%% ε %.4f σ %.4g (%v)", spec.Method, noise, seed, 100*m.CWECE, 100*m.Accuracy, p.Epsilon, p.Sigma, time.Since(start).Round(time.Second))
+				t.Logf("p %v, %s %s seed %d: cwECE %.3f%% accuracy %.2f%% ε %.4f σ %.4g (%v)", rate, spec.Method, noise, seed, 100*m.CWECE, 100*m.Accuracy, p.Epsilon, p.Sigma, time.Since(start).Round(time.Second))
 			}
 		}
 	}
@@ -83,7 +90,7 @@ func softmaxAll(s *calib.Set) []float64 {
 
 // runSecure runs a coordinator and K in-process clients over an embedded
 // server.
-func runSecure(t *testing.T, spec federation.Spec, r federation.Rounds, pop federation.Population, K int, sc *network.SecureConfig) *network.Outcome {
+func runSecure(t *testing.T, spec federation.Spec, r federation.Rounds, pop federation.Population, K, minClients int, sc *network.SecureConfig) *network.Outcome {
 	t.Helper()
 	ks := make([]network.Key, K)
 	pubs := make([]string, K)
@@ -110,7 +117,7 @@ func runSecure(t *testing.T, spec federation.Spec, r federation.Rounds, pop fede
 			}
 		})
 	}
-	c, err := network.NewCoordinator(network.Config{Spec: spec, Rounds: r, Clients: pubs, MinClients: 5, RoundTimeout: 40 * time.Second, EnrolTimeout: 3 * time.Minute, Secure: sc})
+	c, err := network.NewCoordinator(network.Config{Spec: spec, Rounds: r, Clients: pubs, MinClients: minClients, RoundTimeout: 40 * time.Second, EnrolTimeout: 3 * time.Minute, Secure: sc})
 	if err != nil {
 		t.Fatal(err)
 	}
