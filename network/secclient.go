@@ -25,15 +25,15 @@ var errStageTimeout = errors.New("no message from the coordinator before the rou
 
 // secureJoin is a client's side of secure aggregation.
 type secureJoin struct {
-	nc        *nats.Conn
-	fed, pub  string
-	k         int
-	in        <-chan *nats.Msg // the client's secure-aggregation inbox
-	anns      <-chan *nats.Msg // round announcements
-	rep       *ClientReport
-	log       *slog.Logger
-	drop      func(t int, stage string) bool
-	t, attemp int
+	nc         *nats.Conn
+	fed, pub   string
+	k          int
+	in         <-chan *nats.Msg // the client's secure-aggregation inbox
+	anns       <-chan *nats.Msg // round announcements
+	rep        *ClientReport
+	log        *slog.Logger
+	drop       func(t int, stage string) bool
+	t, attempt int
 }
 
 // run takes part in one attempt a of a round with the client's update u:
@@ -41,7 +41,7 @@ type secureJoin struct {
 // meanwhile (a new attempt or round, or the end), if any.
 func (sj *secureJoin) run(ctx context.Context, a *Announcement, u []float64) (*Announcement, error) {
 	sr := a.Secure
-	sj.t, sj.attemp = a.Round, a.Attempt
+	sj.t, sj.attempt = a.Round, a.Attempt
 	if !(sr.ClientVariance >= 0) || math.IsInf(sr.ClientVariance, 1) || sr.ClientVariance > maxClientVariance {
 		return nil, fmt.Errorf("%w: the round asks for noise variance %v", ErrFederation, sr.ClientVariance)
 	}
@@ -131,7 +131,7 @@ func (sj *secureJoin) send(stage string, m encoding.BinaryMarshaler) (stop bool,
 	if err != nil {
 		return false, err
 	}
-	msg := &nats.Msg{Subject: subjSecAgg(sj.fed, sj.pub), Header: secHeader(sj.fed, sj.t, sj.attemp, sj.k, stage), Data: b}
+	msg := &nats.Msg{Subject: subjSecAgg(sj.fed, sj.pub), Header: secHeader(sj.fed, sj.t, sj.attempt, sj.k, stage), Data: b}
 	if err := sj.nc.PublishMsg(msg); err != nil {
 		return false, err
 	}

@@ -79,7 +79,7 @@ type securePlan struct {
 	skellam   dp.SkellamPlan   // distributed noise only
 	survivors int              // the fewest survivors of a round that releases (distributed noise)
 	sigmaUnit float64          // clip norm whose noise the privacy record's σ is (C₊ or C)
-	binning   bool             //
+	binning   bool             // a binning method
 	priv      *federation.Spec // nil without privacy
 }
 
