@@ -145,8 +145,12 @@ func runJoin(cmd *cobra.Command, fl *joinFlags) error {
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(cmd.OutOrStdout(), "client %d of federation %s: sent updates in %d of %s\n",
-		rep.Welcome.Client, rep.Welcome.Federation, len(rep.Answered), plural(rep.Welcome.Rounds, "round"))
+	refused := ""
+	if n := len(rep.Refused); n > 0 {
+		refused = fmt.Sprintf("; refused %s of the coordinator (%s)", plural(n, "request"), rep.Refused[0])
+	}
+	_, err = fmt.Fprintf(cmd.OutOrStdout(), "client %d of federation %s: sent updates in %d of %s%s\n",
+		rep.Welcome.Client, rep.Welcome.Federation, len(rep.Answered), plural(rep.Welcome.Rounds, "round"), refused)
 	return err
 }
 
