@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
+	"sync"
 
 	"github.com/fedcalib/fedcalib/infer/data"
 	"github.com/fedcalib/fedcalib/infer/logits"
@@ -67,9 +69,16 @@ func (r *Result) File() *logits.File {
 // labels and client ids. It does not close rd. Errors name the record
 // (counting from 0) that caused them; ctx cancels between batches.
 //
-// Reading and preprocessing happen between model runs, on the calling
-// goroutine: ONNX Runtime's thread pool is busy on every core during a
-// run, and work running beside it slows the run down more than it saves.
+// Reading and preprocessing run one batch ahead, on a second goroutine:
+// while ONNX Runtime runs batch i, batch i+1 is read into the other of two
+// reused batch buffers, so nothing is copied and at most one batch is
+// read ahead. Batches run in order, so the result is the same as reading
+// between runs. ONNX Runtime's thread pool is busy on every core during a
+// run, so the overlap gains only where reading is a large share of the
+// work (small models): on 2 cores mnist-tiny kept 0.92–1.05 of the bare
+// loop's throughput (medians of paired runs) against 0.85–0.94 reading
+// between runs; on the Shakespeare LSTM, 0.99 against 0.98
+// (docs/BENCHMARKS.md).
 func (s *Session) Infer(ctx context.Context, rd data.Reader) (*Result, error) {
 	progress := Progress{Total: -1}
 	if sz, ok := rd.(data.Sized); ok {
@@ -88,38 +97,39 @@ func (s *Session) Infer(ctx context.Context, rd data.Reader) (*Result, error) {
 	}
 	res := &Result{}
 	var extra [][]float32
-	for eof := false; !eof; {
+	batches, stop := b.batches(ctx, pipelined)
+	defer stop()
+	for fb := range batches {
+		if fb.err != nil {
+			return nil, fb.err
+		}
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		first := b.n
-		var err error
-		if eof, err = b.fill(); err != nil {
-			return nil, err
-		}
-		if b.rows == 0 {
-			break
-		}
+		bt := fb.slot
 		base := len(res.Logits)
-		if res.Logits, extra, err = s.RunExtra(res.Logits, extra, b.buf.head(b.rows, b.enc.size)); err != nil {
-			return nil, fmt.Errorf("records %d to %d: %w", first, b.n-1, err)
+		var err error
+		if res.Logits, extra, err = s.RunExtra(res.Logits, extra, bt.buf.head(bt.rows, b.enc.size)); err != nil {
+			return nil, fmt.Errorf("records %d to %d: %w", bt.first, bt.first+bt.rows-1, err)
 		}
 		if base == 0 && looksLikeProbabilities(res.Logits, s.classes) {
 			s.opt.Logger.Warn("model outputs look like probabilities (rows are non-negative and sum to 1), but calibrators want logits: export the model without its final softmax",
 				"model", s.path, "output", s.out.Name)
 		}
-		for i, l := range b.labels {
+		for i, l := range bt.labels {
 			if l < 0 || l >= int64(s.classes) {
-				return nil, fmt.Errorf("record %d: label %d is outside [0, %d), the model's classes", first+i, l, s.classes)
+				return nil, fmt.Errorf("record %d: label %d is outside [0, %d), the model's classes", bt.first+i, l, s.classes)
 			}
 		}
-		res.Labels = append(res.Labels, b.labels...)
-		res.Client = append(res.Client, b.client...)
+		res.Labels = append(res.Labels, bt.labels...)
+		res.Client = append(res.Client, bt.client...)
+		fb.release()
 		if s.opt.Progress != nil {
-			progress.Done = b.n
+			progress.Done = bt.first + bt.rows
 			s.opt.Progress(progress)
 		}
 	}
+	stop() // the reader is done: b's fields are ours
 	if b.n == 0 {
 		return nil, errors.New("the data holds no records: check the dataset path, its split option, and that the files are not empty")
 	}
@@ -144,30 +154,134 @@ func (s *Session) Infer(ctx context.Context, rd data.Reader) (*Result, error) {
 	return res, nil
 }
 
-// A batcher reads records into one reused batch.
+// pipelined says whether Infer reads the next batch on a second goroutine
+// while ONNX Runtime runs the current one (see batcher.batches).
+var pipelined = true
+
+// A batcher reads records into batch slots, reused.
 type batcher struct {
 	rd    data.Reader
 	enc   *encoder
 	dtype DType
 	size  int // rows per batch
 
-	buf    *Batch // size rows; nil until the first record fixes the row shape
-	rows   int    // rows of buf filled by the last fill
-	labels []int64
-	client []int32 // client ids of the rows
-
 	rec       data.Record
-	n         int // records read so far
+	planned   bool // whether the first record fixed the row shape
+	n         int  // records read so far
 	clients   map[string]int32
 	names     []string
 	anyClient bool // whether any record has had a client name
 }
 
-// fill reads up to b.size records into b.buf and reports whether the data
+// A slot holds one batch of records: their model input and what the
+// reader said about them.
+type slot struct {
+	buf    *Batch // size rows; nil until the first record fixes the row shape
+	rows   int    // rows of buf filled
+	first  int    // the index of the first record
+	labels []int64
+	client []int32 // client ids of the rows
+}
+
+// A filled is a batch ready to run, or the error that ended the reading.
+type filled struct {
+	slot    *slot
+	err     error
+	release func() // hands slot back for reuse once the caller is done with it
+}
+
+// batches returns the batches of b's records in order, ending after the
+// last one or with the first error, and a function that stops the
+// reading and waits until the reader is no longer used; it is safe to
+// call more than once. Each batch's slot must be released before the next
+// is received. With ahead, a second goroutine fills the next slot while
+// the caller runs the current one: two slots, so at most one batch is
+// read ahead, and no copies. Without, each batch is read when the caller
+// asks for it, on the caller's goroutine.
+func (b *batcher) batches(ctx context.Context, ahead bool) (iter.Seq[filled], func()) {
+	if !ahead {
+		sl := &slot{}
+		seq := func(yield func(filled) bool) {
+			for {
+				if err := ctx.Err(); err != nil {
+					yield(filled{err: err})
+					return
+				}
+				eof, err := b.fill(sl)
+				if err != nil {
+					yield(filled{err: err})
+					return
+				}
+				if sl.rows > 0 && !yield(filled{slot: sl, release: func() {}}) {
+					return
+				}
+				if eof {
+					return
+				}
+			}
+		}
+		return seq, func() {}
+	}
+	free := make(chan *slot, 2)
+	free <- &slot{}
+	free <- &slot{}
+	out := make(chan filled) // unbuffered: the free slots bound the reading ahead
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer close(out)
+		send := func(f filled) bool {
+			select {
+			case out <- f:
+				return true
+			case <-done:
+				return false
+			}
+		}
+		for {
+			var sl *slot
+			select {
+			case sl = <-free:
+			case <-done:
+				return
+			}
+			if err := ctx.Err(); err != nil {
+				send(filled{err: err})
+				return
+			}
+			eof, err := b.fill(sl)
+			if err != nil {
+				send(filled{err: err})
+				return
+			}
+			if sl.rows > 0 && !send(filled{slot: sl, release: func() { free <- sl }}) {
+				return
+			}
+			if eof {
+				return
+			}
+		}
+	})
+	var once sync.Once
+	stop := func() {
+		once.Do(func() { close(done) })
+		wg.Wait()
+	}
+	seq := func(yield func(filled) bool) {
+		for f := range out {
+			if !yield(f) {
+				return
+			}
+		}
+	}
+	return seq, stop
+}
+
+// fill reads up to b.size records into sl and reports whether the data
 // ended.
-func (b *batcher) fill() (eof bool, err error) {
-	b.rows, b.labels, b.client = 0, b.labels[:0], b.client[:0]
-	for b.rows < b.size {
+func (b *batcher) fill(sl *slot) (eof bool, err error) {
+	sl.rows, sl.first, sl.labels, sl.client = 0, b.n, sl.labels[:0], sl.client[:0]
+	for sl.rows < b.size {
 		err := b.rd.Next(&b.rec)
 		if errors.Is(err, io.EOF) {
 			return true, nil
@@ -175,20 +289,23 @@ func (b *batcher) fill() (eof bool, err error) {
 		if err != nil {
 			return false, fmt.Errorf("reading record %d: %w", b.n, err)
 		}
-		if b.buf == nil {
+		if !b.planned {
 			if err := b.enc.plan(&b.rec); err != nil {
 				return false, fmt.Errorf("record %d: %w", b.n, err)
 			}
-			b.buf = newBatch(b.dtype, b.size, b.enc.sample)
+			b.planned = true
 		}
-		f, i := b.buf.row(b.rows, b.enc.size)
+		if sl.buf == nil {
+			sl.buf = newBatch(b.dtype, b.size, b.enc.sample)
+		}
+		f, i := sl.buf.row(sl.rows, b.enc.size)
 		if err := b.enc.encode(&b.rec, f, i); err != nil {
 			return false, fmt.Errorf("record %d: %w", b.n, err)
 		}
-		b.labels = append(b.labels, int64(b.rec.Label))
+		sl.labels = append(sl.labels, int64(b.rec.Label))
 		b.anyClient = b.anyClient || b.rec.Client != ""
-		b.client = append(b.client, clientID(b.clients, &b.names, b.rec.Client))
-		b.rows++
+		sl.client = append(sl.client, clientID(b.clients, &b.names, b.rec.Client))
+		sl.rows++
 		b.n++
 	}
 	return false, nil
