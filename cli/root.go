@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	ort "github.com/yalue/onnxruntime_go"
 
 	"github.com/fedcalib/fedcalib/infer"
 	"github.com/fedcalib/fedcalib/internal/fileio"
@@ -186,10 +185,11 @@ func runtimeVersion() (version, where string) {
 	if cached, err := infer.CachedRuntimePath(); err == nil && fileio.Same(path, cached) {
 		return infer.RuntimeVersion, path // ResolveRuntime checked its sha256
 	}
-	if _, err := infer.InitRuntime(""); err != nil {
+	v, _, err := infer.LoadedRuntimeVersion("")
+	if err != nil {
 		return "not loadable", err.Error()
 	}
-	return ort.GetVersion(), path
+	return v, path
 }
 
 // printVersion writes what `fedcalib --version` and `fedcalib version`

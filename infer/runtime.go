@@ -138,6 +138,15 @@ var runtimeEnv struct {
 	path string // the library loaded; empty until a load succeeds
 }
 
+// LoadedRuntimeVersion loads ONNX Runtime as InitRuntime(explicit) does
+// and returns the version the library reports, with its path.
+func LoadedRuntimeVersion(explicit string) (version, path string, err error) {
+	if path, err = InitRuntime(explicit); err != nil {
+		return "", "", err
+	}
+	return ort.GetVersion(), path, nil
+}
+
 // InitRuntime loads the ONNX Runtime library found by
 // ResolveRuntime(explicit) and creates the process-wide ONNX Runtime
 // environment. It is safe to call many times and from many goroutines:
