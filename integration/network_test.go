@@ -339,8 +339,11 @@ func testServeKilled(t *testing.T, bin string) {
 	const K = 5
 	f := newFed(t, bin, K, 1)
 	args := func(out string) []string {
+		// Every present client must answer (--min-clients 5): a round that
+		// closes while clients reconnect after the restart is announced
+		// again instead of closing without them, however loaded the machine.
 		return []string{"--method", "temp", "--epsilon", "2", "--rounds", "4", "--sample-rate", "1", "--seed", "9",
-			"--min-clients", "3", "--round-timeout", "1s", "--enrol-timeout", "2s", "--out", out}
+			"--min-clients", "5", "--max-attempts", "30", "--round-timeout", "1s", "--enrol-timeout", "5s", "--out", out}
 	}
 	runAll := func(srv *proc, url, fp string) []*proc {
 		var joins []*proc
