@@ -22,7 +22,9 @@ type TopLabel struct {
 	// AdaptiveECE is the same sum over equal-mass bins: the examples
 	// sorted by c_i and cut into bins of ⌊N/M⌋ or ⌈N/M⌉ examples, so
 	// that every bin is populated (Nixon et al. 2019; netcal's ACE).
-	AdaptiveECE float64 `json:"adaptive_ece"`
+	// Zero (and left out of JSON) where it was not computed: see
+	// Accumulator.TopLabel.
+	AdaptiveECE float64 `json:"adaptive_ece,omitempty"`
 	// MCE is the maximum calibration error max_m |acc_m − conf_m| over
 	// the non-empty bins (Naeini et al. 2015).
 	MCE float64 `json:"mce"`
@@ -56,14 +58,20 @@ func TopLabelErrors(probs []float64, labels []int, classes, bins int) (TopLabel,
 	if err := a.Add(probs, labels); err != nil {
 		return TopLabel{}, err
 	}
-	t := a.topLabel()
+	t := a.TopLabel()
 	t.AdaptiveECE = adaptiveECE(topConfidences(probs, labels, classes), a.bins)
 	return t, nil
 }
 
-// topLabel returns every field of TopLabel but AdaptiveECE, from the
-// accumulated top-label bins.
-func (a *Accumulator) topLabel() TopLabel {
+// TopLabel returns the top-label calibration errors of the examples
+// accumulated so far, all but AdaptiveECE (zero here), whose equal-mass
+// bins need the examples themselves: see TopLabelErrors. Like the
+// metrics, they merge exactly across accumulators. It returns the zero
+// TopLabel when nothing was accumulated.
+func (a *Accumulator) TopLabel() TopLabel {
+	if a.n == 0 {
+		return TopLabel{}
+	}
 	n := float64(a.n)
 	var t TopLabel
 	var sq, debiased, confSum float64

@@ -31,13 +31,33 @@ type evalReport struct {
 	Method string `json:"method,omitempty"`
 	// Before holds the uncalibrated metrics; nil without a calibrator.
 	Before *calib.Metrics `json:"before,omitempty"`
+	// TopLabel holds the top-label calibration errors beyond ECE of the
+	// evaluated (calibrated, with a calibrator) probabilities; the
+	// adaptive ECE only with --bootstrap, which has every probability.
+	TopLabel calib.TopLabel `json:"top_label"`
+	// BeforeTopLabel is TopLabel of the uncalibrated probabilities; nil
+	// without a calibrator.
+	BeforeTopLabel *calib.TopLabel `json:"before_top_label,omitempty"`
+	// Bootstrap holds --bootstrap's intervals of every metric of the
+	// evaluated probabilities; nil without --bootstrap.
+	Bootstrap *bootstrapReport `json:"bootstrap,omitempty"`
+}
+
+// bootstrapReport is what eval --bootstrap adds.
+type bootstrapReport struct {
+	Resamples int             `json:"resamples"`
+	Level     float64         `json:"level"`
+	Seed      uint64          `json:"seed"`
+	Intervals calib.Bootstrap `json:"intervals"`
 }
 
 func newEvalCmd() *cobra.Command {
 	var (
 		logitsPath, split, plotDir, partPath string
 		calibPaths                           []string
-		bins                                 int
+		bins, resamples                      int
+		level                                float64
+		seed                                 uint64
 		asJSON                               bool
 	)
 	cmd := &cobra.Command{
@@ -60,10 +80,19 @@ clients' test splits.
 Given --calibrator more than once, eval compares the calibrators in one
 table: one row each, with the ε they spent, and "*" marking an accuracy
 drop of more than 1 point (the paper's asterisk); --json then prints
-{"before": …, "calibrators": [{"file", "method", "epsilon", metrics…}]}.`,
+{"before": …, "calibrators": [{"file", "method", "epsilon", metrics…}]}.
+
+--json also gives the top-label errors beyond ECE (key top_label, and
+before_top_label with a calibrator): maximum (mce), root-mean-square
+(rmsce) and debiased (debiased_ce, Kumar et al. 2019) calibration error
+and the signed gap, mean confidence − accuracy (> 0: over-confident).
+--bootstrap N resamples the examples N times (seeded by --seed) and gives
+percentile intervals at --level for every metric, and the equal-mass
+(adaptive) ECE; docs/CALIBRATION.md has every formula.`,
 		Example: `  fedcalib eval --logits cifar10.npz
   fedcalib eval --logits cifar10.npz --calibrator bbq.json --json
   fedcalib eval --logits cifar10.npz --split all --bins 20
+  fedcalib eval --logits cifar10.npz --calibrator temp.json --bootstrap 1000 --seed 7
   fedcalib eval --logits mnist.npz --partition p.json --calibrator temp.json --calibrator bbq.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -72,6 +101,16 @@ drop of more than 1 point (the paper's asterisk); --json then prints
 			}
 			if bins < 1 {
 				return fmt.Errorf("--bins is %d: want a positive number of bins", bins)
+			}
+			switch changed := cmd.Flags().Changed; {
+			case changed("bootstrap") && (resamples < 1 || resamples > calib.MaxBootstrap):
+				return fmt.Errorf("--bootstrap is %d: want 1 to %d resamples (e.g. 1000)", resamples, calib.MaxBootstrap)
+			case !(level > 0 && level < 1):
+				return fmt.Errorf("--level is %v: want a confidence level in (0, 1), e.g. 0.95", level)
+			case !changed("bootstrap") && (changed("level") || changed("seed")):
+				return fmt.Errorf("--level and --seed set up --bootstrap: give --bootstrap N too")
+			case changed("bootstrap") && len(calibPaths) > 1:
+				return fmt.Errorf("--bootstrap intervals are for one calibrator: give --calibrator at most once")
 			}
 			if plotDir != "" {
 				if err := checkOutDir("--plot", plotDir, append([]string{logitsPath, partPath}, calibPaths...)...); err != nil {
@@ -123,6 +162,12 @@ drop of more than 1 point (the paper's asterisk); --json then prints
 				return fmt.Errorf("%s: %w", logitsPath, err)
 			}
 			rep.Split = splitName
+			if resamples > 0 {
+				b.describe("eval: bootstrap")
+				if err := bootstrapEval(rep, setOf(f, sel), cals[len(cals)-1], bins, resamples, level, seed); err != nil {
+					return fmt.Errorf("%s: %w", logitsPath, err)
+				}
+			}
 			b.set(1+len(calibPaths), steps)
 			out := cmd.OutOrStdout()
 			if plotDir != "" {
@@ -152,6 +197,9 @@ drop of more than 1 point (the paper's asterisk); --json then prints
 	fl.StringVar(&split, "split", "", `rows to evaluate: test, calibration or all (default test when the file has a split column, else all)`)
 	fl.IntVar(&bins, "bins", calib.DefaultMetricBins, "number of equal-width bins of cwECE and ECE")
 	fl.BoolVar(&asJSON, "json", false, "print the metrics as JSON (fractions, not %)")
+	fl.IntVar(&resamples, "bootstrap", 0, fmt.Sprintf("also give percentile bootstrap confidence intervals of every metric from this many resamples of the examples (1 to %d, e.g. 1000); holds every probability in memory", calib.MaxBootstrap))
+	fl.Float64Var(&level, "level", calib.DefaultBootstrapLevel, "confidence level of --bootstrap's intervals")
+	fl.Var((*seedValue)(&seed), "seed", "seed of --bootstrap's resampling, 0 to 2^64−1; the same seed gives the same intervals")
 	fl.StringVar(&plotDir, "plot", "", "also draw reliability diagrams (top label and per class, before and after, PNG and SVG) into this directory")
 	return cmd
 }
@@ -202,9 +250,11 @@ func evaluate(accs []*calib.Accumulator, cals []calib.Calibrator) (*evalReport, 
 	if err != nil {
 		return nil, err
 	}
-	rep := &evalReport{Metrics: ms[0], Bins: accs[0].Bins()}
+	rep := &evalReport{Metrics: ms[0], Bins: accs[0].Bins(), TopLabel: accs[0].TopLabel()}
 	if len(cals) > 1 {
+		before := rep.TopLabel
 		rep.Metrics, rep.Before, rep.Method = ms[1], &ms[0], cals[1].Method()
+		rep.TopLabel, rep.BeforeTopLabel = accs[1].TopLabel(), &before
 	}
 	return rep, nil
 }
@@ -309,6 +359,26 @@ func plotReliability(dir string, accs []*calib.Accumulator, cals []calib.Calibra
 	return diagram.Write(dir, accs[0].Reliability(), after, diagram.Options{Title: title})
 }
 
+// bootstrapEval adds to rep the bootstrap intervals of the probabilities
+// that c (nil: softmax) predicts for s, and their adaptive ECE.
+func bootstrapEval(rep *evalReport, s *calib.Set, c calib.Calibrator, bins, resamples int, level float64, seed uint64) error {
+	p, err := calib.Probabilities(s, c)
+	if err != nil {
+		return err
+	}
+	t, err := calib.TopLabelErrors(p, s.Labels, s.Classes, bins)
+	if err != nil {
+		return err
+	}
+	rep.TopLabel.AdaptiveECE = t.AdaptiveECE
+	iv, err := calib.BootstrapIntervals(p, s.Labels, s.Classes, bins, resamples, level, seed)
+	if err != nil {
+		return err
+	}
+	rep.Bootstrap = &bootstrapReport{Resamples: resamples, Level: level, Seed: seed, Intervals: iv}
+	return nil
+}
+
 // printEval writes rep as a readable table.
 func printEval(w io.Writer, path string, rep *evalReport) error {
 	fmt.Fprintf(w, "%s: %d %s examples, %d classes, %d bins\n\n", path, rep.N, rep.Split, rep.Classes, rep.Bins)
@@ -323,7 +393,18 @@ func printEval(w io.Writer, path string, rep *evalReport) error {
 		row("uncalibrated", *rep.Before)
 		row(rep.Method, rep.Metrics)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if bs := rep.Bootstrap; bs != nil {
+		iv := bs.Intervals
+		pct := func(k string) string { return fmt.Sprintf("[%.3f%%, %.3f%%]", 100*iv[k].Lo, 100*iv[k].Hi) }
+		_, err := fmt.Fprintf(w, "\n%g%% bootstrap intervals (%d resamples, seed %d): cwECE %s, ECE %s, accuracy [%.2f%%, %.2f%%], NLL [%.4f, %.4f]\nadaptive ECE %.3f%%, signed gap %+.3f%% (> 0: over-confident) %s\n",
+			100*bs.Level, bs.Resamples, bs.Seed, pct("cwece"), pct("ece"), 100*iv["accuracy"].Lo, 100*iv["accuracy"].Hi,
+			iv["nll"].Lo, iv["nll"].Hi, 100*rep.TopLabel.AdaptiveECE, 100*rep.TopLabel.SignedGap, pct("signed_gap"))
+		return err
+	}
+	return nil
 }
 
 // dropWarning returns the warning that ends calibrate's summary line when

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -276,5 +277,54 @@ func TestEvalCompare(t *testing.T) {
 	}
 	if rep.Calibrators[0].Accuracy != rep.Before.Accuracy {
 		t.Errorf("temperature changed accuracy: %v vs %v", rep.Calibrators[0].Accuracy, rep.Before.Accuracy)
+	}
+}
+
+// TestEvalBootstrap: --bootstrap gives the same intervals for the same
+// seed, intervals that hold the point estimates of accuracy and of the
+// signed gap, and the adaptive ECE; its flags are checked.
+func TestEvalBootstrap(t *testing.T) {
+	path := evalFile(t, true)
+	run := func(seed string) map[string]any {
+		code, stdout, stderr := fedcalib("eval", "--logits", path, "--json", "--bootstrap", "100", "--seed", seed, "--level", "0.9")
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		return decodeReport(t, stdout)
+	}
+	a, b, c := run("5"), run("5"), run("6")
+	if !reflect.DeepEqual(a, b) {
+		t.Error("the same seed gave different intervals")
+	}
+	if reflect.DeepEqual(a["bootstrap"], c["bootstrap"]) {
+		t.Error("another seed gave the same intervals")
+	}
+	bs := a["bootstrap"].(map[string]any)
+	if bs["resamples"] != 100.0 || bs["level"] != 0.9 || bs["seed"] != 5.0 {
+		t.Errorf("bootstrap record %v", bs)
+	}
+	iv := bs["intervals"].(map[string]any)
+	if len(iv) != 10 {
+		t.Errorf("%d intervals, want one per metric", len(iv))
+	}
+	top := a["top_label"].(map[string]any)
+	for key, point := range map[string]float64{"accuracy": a["accuracy"].(float64), "signed_gap": top["signed_gap"].(float64)} {
+		i := iv[key].(map[string]any)
+		if lo, hi := i["lo"].(float64), i["hi"].(float64); !(lo <= point && point <= hi) {
+			t.Errorf("%s: interval [%v, %v] misses the estimate %v", key, lo, hi, point)
+		}
+	}
+	if ace, ok := top["adaptive_ece"].(float64); !ok || !(ace > 0) {
+		t.Errorf("adaptive ECE %v", top["adaptive_ece"])
+	}
+	for _, args := range [][]string{
+		{"--bootstrap", "0"}, {"--bootstrap", "-5"}, {"--bootstrap", "1000000"},
+		{"--bootstrap", "10", "--level", "1"}, {"--bootstrap", "10", "--level", "NaN"},
+		{"--seed", "3"}, {"--level", "0.9"},
+	} {
+		code, _, stderr := fedcalib(append([]string{"eval", "--logits", path}, args...)...)
+		if code != ExitUsage || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("%v: exit %d, stderr %q", args, code, stderr)
+		}
 	}
 }
