@@ -62,8 +62,9 @@ By default it embeds a NATS server with JetStream (--listen, storage in
 --store) that admits only the keys of the allow-list --clients (one NKey
 public key a line, from "fedcalib keys new"; the client on line k, from 0,
 is client k, as in a simulation over the same partition) with per-client
-permissions: a client can publish only its own updates and read only the
-round announcements and its own inbox. The listener serves TLS with
+permissions: a client can publish only its own updates and read only its
+own inbox (where each round invites only its participants) and the end of
+the run. The listener serves TLS with
 --tls-cert/--tls-key, or with a development certificate generated into
 --store whose SHA-256 fingerprint is printed for clients to pin
 (--tls-fingerprint); --plaintext is allowed on loopback only, or anywhere
@@ -73,13 +74,14 @@ deployment instead, which must grant the same permissions.
 It waits until every allow-listed client enrolled or --enrol-timeout
 passed (and fails unless --min-clients did), then runs --rounds rounds:
 each samples its participants (Poisson, rate p, over the allow-list),
-announces them, and closes when all answered or --round-timeout passed,
+invites them, and closes when all answered or --round-timeout passed,
 with at least --min-clients accepted updates (or all participants, when
-fewer were sampled); otherwise the round is announced again, at most
---max-attempts times, and nothing is released meanwhile: noise is added
-and the privacy ledger charged only when a round closes. An update of the
-wrong shape, with NaN or infinite values, negative counts, or above the
-clip norm is refused and logged, and that client counts as a dropout.
+fewer were sampled); otherwise those that did not answer are invited
+again, at most --max-attempts times in all, and nothing is released
+meanwhile: noise is added and the privacy ledger charged only when a
+round closes. An update of the wrong shape, with NaN or infinite values,
+negative counts, or above the clip norm is refused and logged, and that
+client counts as a dropout.
 
 After every round the server's state, with the privacy ledger, is
 committed to JetStream; killed and restarted on the same --store (or
@@ -149,7 +151,7 @@ and dropouts.`,
 	f.IntVar(&fl.replicas, "replicas", 1, "JetStream replicas of the update stream and the checkpoint bucket (3 on a three-node cluster)")
 	f.IntVar(&fl.classes, "classes", 0, "number of classes C; 0: that of the first client to enrol (all must agree)")
 	f.IntVar(&fl.minClients, "min-clients", 1, "clients that must enrol, and accepted updates a round needs to close")
-	f.IntVar(&fl.maxAttempts, "max-attempts", 3, "announcements of a round that stays short of --min-clients before serve gives up")
+	f.IntVar(&fl.maxAttempts, "max-attempts", 3, "attempts of a round that stays short of --min-clients before serve gives up")
 	f.DurationVar(&fl.roundTimeout, "round-timeout", time.Minute, "how long a round waits for updates")
 	f.DurationVar(&fl.enrolTimeout, "enrol-timeout", 5*time.Minute, "how long to wait for every client to enrol before starting with those that did")
 	f.BoolVarP(&fl.cal.fed.quiet, "quiet", "q", false, "print no per-round progress")

@@ -55,7 +55,7 @@ type scaleJob struct {
 // scaleReport is what the coordinator process measured.
 type scaleReport struct {
 	RoundTimes  []time.Duration       // when each round closed (after its checkpoint), from the end of enrolment
-	Announced   map[int]time.Duration // when round t was first announced
+	Announced   map[int]time.Duration // when the first invitation of round t was sent
 	FirstUpdate map[int]time.Duration // when the first update of round t was published
 	LastUpdate  map[int]time.Duration // when the last update of round t was published
 	RTT         time.Duration         // median NATS ping round trip of the coordinator's connection
@@ -138,7 +138,7 @@ func TestScale(t *testing.T) {
 		netRound := (rp.RoundTimes[r.T-1] - rp.RoundTimes[0]) / time.Duration(r.T-1)
 		// Phases of rounds 2..T as a second connection of the
 		// coordinator's key sees them: from the previous round's close
-		// to the announcement (sampling, fan-out to every client), to the
+		// to the first invitation (sampling, the broadcast), to the
 		// first update and the last one (client steps, JetStream
 		// publishes), to the round's close (consume, aggregate, fit,
 		// checkpoint, purge).
@@ -150,7 +150,7 @@ func TestScale(t *testing.T) {
 			closing += rp.RoundTimes[round-1] - rp.LastUpdate[round]
 		}
 		mean := func(d time.Duration) time.Duration { return (d / time.Duration(r.T-1)).Round(time.Microsecond) }
-		phases = append(phases, fmt.Sprintf("%-4d closed → announced %v, → first update %v, → last update %v, → closed %v",
+		phases = append(phases, fmt.Sprintf("%-4d closed → invited %v, → first update %v, → last update %v, → closed %v",
 			rep, mean(opening), mean(first), mean(updates), mean(closing)))
 		perClient := func(b int64) int64 { return b / int64(rp.Clients*r.T) }
 		fmt.Printf("%-4d %-10v %-10v %-8v %-8.2f %-14.2f %d, %d  %.0f → %.0f MiB\n", rep,
@@ -278,7 +278,7 @@ func TestScaleCoordinator(t *testing.T) {
 	rp.RTT = rtts[len(rtts)/2]
 	rp.IdleHWM = vmHWM(t)
 	// A second connection of the coordinator's key watches the
-	// announcements and the updates, to time the phases of a round.
+	// invitations and the updates, to time the phases of a round.
 	watch, err := srv.Dial().Connect()
 	if err != nil {
 		t.Fatal(err)
@@ -289,7 +289,7 @@ func TestScaleCoordinator(t *testing.T) {
 		start time.Time
 	)
 	rp.Announced, rp.FirstUpdate, rp.LastUpdate = map[int]time.Duration{}, map[int]time.Duration{}, map[int]time.Duration{}
-	if _, err := watch.Subscribe(subjRound(DefaultFederation), func(m *nats.Msg) {
+	if _, err := watch.Subscribe(subjInviteAll(DefaultFederation), func(m *nats.Msg) {
 		var a Announcement
 		if json.Unmarshal(m.Data, &a) == nil && !a.Done {
 			mu.Lock()

@@ -55,14 +55,15 @@ type ClientReport struct {
 	// survivors.
 	Refused []string
 	// Sent and Received are the payload bytes the client sent (updates,
-	// secure-aggregation messages) and received (announcements,
-	// secure-aggregation messages).
+	// secure-aggregation messages) and received (invitations, the end of
+	// the run, secure-aggregation messages).
 	Sent, Received int64
 }
 
 // Join connects to the server of d with cfg.Key, enrols in the federation
-// and answers every round announcement that names it with its update,
-// until the coordinator announces the end of the run. Errors wrap
+// and answers every round invitation it receives (on its own inbox) with
+// its update, until the coordinator announces the end of the run (to
+// every client, on fedcalib.F.round). Errors wrap
 // ErrUnreachable, ErrNotAllowed, ErrFederation or ErrKey.
 func Join(ctx context.Context, d Dial, cfg ClientConfig) (*ClientReport, error) {
 	fed := fedOr(cfg.Federation)
@@ -92,12 +93,19 @@ func Join(ctx context.Context, d Dial, cfg ClientConfig) (*ClientReport, error) 
 	}
 	nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
 	defer nc.Close()
+	// Invitations and the end of the run share one channel, in the
+	// order each subscription delivers them.
 	anns := make(chan *nats.Msg, 64)
 	sub, err := nc.ChanSubscribe(subjRound(fed), anns)
 	if err != nil {
 		return nil, fmt.Errorf("%w: subscribing to the announcements: %w", ErrNotAllowed, err)
 	}
 	defer sub.Unsubscribe()
+	isub, err := nc.ChanSubscribe(subjInvite(fed, pub), anns)
+	if err != nil {
+		return nil, fmt.Errorf("%w: subscribing to the inbox: %w", ErrNotAllowed, err)
+	}
+	defer isub.Unsubscribe()
 	w, err := request(ctx, nc, fed, pub, hello{Kind: "hello", Version: Version}, or(cfg.EnrolTimeout, 30*time.Second), asyncErr)
 	if err != nil {
 		return nil, err
@@ -149,7 +157,7 @@ func Join(ctx context.Context, d Dial, cfg ClientConfig) (*ClientReport, error) 
 	sj := &secureJoin{nc: nc, fed: fed, pub: pub, k: k, in: secIn, anns: anns, rep: rep, log: log, drop: cfg.drop}
 	done, doneAttempt := 0, 0 // last round (and attempt) answered
 	var buf []float64
-	var pending *Announcement // an announcement read during a secure exchange
+	var pending *Announcement // an invitation (or the end) read during a secure exchange
 	for {
 		if pending != nil {
 			a := *pending
@@ -187,8 +195,8 @@ func Join(ctx context.Context, d Dial, cfg ClientConfig) (*ClientReport, error) 
 			continue
 		case m = <-anns:
 		}
-		var a Announcement
-		if err := json.Unmarshal(m.Data, &a); err != nil || a.Federation != fed {
+		a, ok := readAnnouncement(m, fed, pub)
+		if !ok {
 			log.Warn("ignored a malformed announcement")
 			continue
 		}
@@ -200,7 +208,7 @@ func Join(ctx context.Context, d Dial, cfg ClientConfig) (*ClientReport, error) 
 			pending = &a
 			continue
 		}
-		if a.Round <= done || !slices.Contains(a.Participants, k) {
+		if a.Round <= done { // an invitation again, for clients that missed it
 			continue
 		}
 		if a.Seed != w.Seed {
@@ -213,7 +221,7 @@ func Join(ctx context.Context, d Dial, cfg ClientConfig) (*ClientReport, error) 
 		}
 		if err := publish(ctx, js, fed, pub, a, k, buf); err != nil {
 			log.Warn("could not send the update", "round", a.Round, "err", err)
-			continue // a re-announcement of the round tries again
+			continue // the next invitation of the round tries again
 		}
 		rep.Sent += int64(8 * len(buf))
 		done = a.Round
@@ -221,6 +229,21 @@ func Join(ctx context.Context, d Dial, cfg ClientConfig) (*ClientReport, error) 
 		log.Info("sent update", "round", a.Round, "of", a.Rounds, "client", k, "values", len(buf), "compute", time.Since(start).Round(time.Microsecond))
 	}
 }
+
+// readAnnouncement decodes m, a message of the client pub's invitation
+// subscription or of the round subject, and reports whether it is an
+// announcement of federation fed that the client should act on: an
+// invitation on its own inbox, or the end of the run on either.
+func readAnnouncement(m *nats.Msg, fed, pub string) (Announcement, bool) {
+	var a Announcement
+	if err := json.Unmarshal(m.Data, &a); err != nil || a.Federation != fed {
+		return a, false
+	}
+	return a, a.Done || m.Subject == subjInvite(fed, pub)
+}
+
+// publishTry bounds the wait for the ack of one try of publish.
+const publishTry = 2 * time.Second
 
 // publish sends an update to the stream until it is stored or the
 // round's deadline passes.
@@ -232,7 +255,12 @@ func publish(ctx context.Context, js jetstream.JetStream, fed, pub string, a Ann
 	ctx, cancel := context.WithDeadline(ctx, a.Deadline.Add(time.Second))
 	defer cancel()
 	for {
-		_, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID(fed, a.Round, k)))
+		// Each try waits for its ack a few seconds at most: an ack lost
+		// while a cluster node stops or a stream leader changes is tried
+		// again in time, and the message id stores the update once.
+		tctx, tcancel := context.WithTimeout(ctx, publishTry)
+		_, err := js.PublishMsg(tctx, msg, jetstream.WithMsgID(msgID(fed, a.Round, k)))
+		tcancel()
 		if err == nil || ctx.Err() != nil {
 			return err
 		}

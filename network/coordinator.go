@@ -94,7 +94,7 @@ type RoundReport struct {
 	// Received and Sent are the payload bytes the coordinator received
 	// from the participants (updates, or secure-aggregation messages) and
 	// sent to them one by one (secure-aggregation messages), over all
-	// attempts; announcements are not counted.
+	// attempts; invitations are not counted.
 	Received, Sent int64
 	// Compute is the time the coordinator spent computing the round:
 	// checking and adding updates and closing the round, or, under secure
@@ -639,13 +639,43 @@ func (r *run) commit(ctx context.Context) error {
 	return nil
 }
 
-// announce publishes a round announcement.
+// invite sends the round invitation a to each client of ks on its own
+// inbox (fedcalib.F.inbox.P.invite): a client that was not sampled hears
+// nothing of the round, so a round costs O(pK) messages, not O(K).
+func (r *run) invite(a *Announcement, ks []int) error {
+	b, err := json.Marshal(a)
+	if err != nil {
+		return err
+	}
+	for _, k := range ks {
+		if err := r.nc.Publish(subjInvite(r.fed, r.cfg.Clients[k]), b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// announce publishes a to every client on fedcalib.F.round: only the end
+// of the run goes there.
 func (r *run) announce(a *Announcement) error {
 	b, err := json.Marshal(a)
 	if err != nil {
 		return err
 	}
 	return r.nc.Publish(subjRound(r.fed), b)
+}
+
+// unanswered returns the participants parts whose update was neither
+// accepted (got) nor refused: those to invite again.
+func unanswered(parts []int, got map[int][]float64, refused map[int]string) []int {
+	var out []int
+	for _, k := range parts {
+		_, ok := got[k]
+		if _, no := refused[k]; !ok && !no {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // round runs round t: announce, collect, close, commit.
@@ -666,12 +696,14 @@ func (r *run) round(ctx context.Context, t int, msgs <-chan jetstream.Msg) error
 		need := min(cfg.MinClients, len(parts))
 		every := min(time.Second, cfg.RoundTimeout/4)
 		for rep.Attempts = 1; ; rep.Attempts++ {
+			// A plain invitation does not list the participants: a
+			// client learns only that it was sampled.
 			a := &Announcement{
 				Federation: r.fed, Round: t, Attempt: rep.Attempts, Rounds: cfg.Rounds.T,
-				Broadcast: r.server.Broadcast(), Participants: parts,
-				Deadline: time.Now().Add(cfg.RoundTimeout), Seed: r.cp.Seed,
+				Broadcast: r.server.Broadcast(),
+				Deadline:  time.Now().Add(cfg.RoundTimeout), Seed: r.cp.Seed,
 			}
-			if err := r.announce(a); err != nil {
+			if err := r.invite(a, unanswered(parts, got, rep.Refused)); err != nil {
 				return err
 			}
 			deadline := time.NewTimer(cfg.RoundTimeout)
@@ -685,9 +717,9 @@ func (r *run) round(ctx context.Context, t int, msgs <-chan jetstream.Msg) error
 					return ctx.Err()
 				case <-deadline.C:
 					break collect
-				case <-tick.C:
-					if err := r.announce(a); err != nil {
-						cfg.Log.Warn("announcing again", "round", t, "err", err)
+				case <-tick.C: // for clients that connected late or reconnected
+					if err := r.invite(a, unanswered(parts, got, rep.Refused)); err != nil {
+						cfg.Log.Warn("inviting again", "round", t, "err", err)
 					}
 				case m := <-msgs:
 					rep.Received += int64(len(m.Data()))
@@ -708,7 +740,7 @@ func (r *run) round(ctx context.Context, t int, msgs <-chan jetstream.Msg) error
 				return fmt.Errorf("%w: %d of %d sampled clients sent an acceptable update in %d attempts of %v, fewer than the %d needed (--min-clients)",
 					ErrTooFewClients, len(got), len(parts), rep.Attempts, cfg.RoundTimeout, need)
 			}
-			cfg.Log.Warn("round short of updates: announcing it again; nothing was released", "round", t, "updates", len(got), "needed", need, "attempt", rep.Attempts)
+			cfg.Log.Warn("round short of updates: inviting its participants again; nothing was released", "round", t, "updates", len(got), "needed", need, "attempt", rep.Attempts)
 		}
 	}
 	start := time.Now()
@@ -805,7 +837,11 @@ func (r *run) receive(t int, m jetstream.Msg, sampled map[int]bool, got map[int]
 	got[k] = u
 }
 
-// finish marks the run done and tells the clients.
+// finish marks the run done and tells the clients: three times to all on
+// fedcalib.F.round, and once on each allow-listed client's own inbox,
+// where a client that missed the broadcasts (while it reconnected, or
+// where the subject's interest had not reached every node of a cluster)
+// still learns it. That is K messages once a run, not once a round.
 func (r *run) finish() {
 	r.mu.Lock()
 	r.done = true
@@ -818,6 +854,13 @@ func (r *run) finish() {
 		if err := r.announce(a); err != nil {
 			r.cfg.Log.Warn("announcing the end", "err", err)
 		}
+	}
+	all := make([]int, len(r.cfg.Clients))
+	for k := range all {
+		all[k] = k
+	}
+	if err := r.invite(a, all); err != nil {
+		r.cfg.Log.Warn("announcing the end", "err", err)
 	}
 	r.nc.Flush()
 }

@@ -19,23 +19,26 @@
 //
 //	fedcalib.F.enrol.P    client → coordinator: hello and ready requests (core NATS)
 //	fedcalib.F.inbox.P.>  the client's inbox: replies and JetStream acks
-//	fedcalib.F.round      coordinator → all: round announcements (core NATS)
+//	fedcalib.F.inbox.P.invite  coordinator → client: its round invitations (core NATS)
+//	fedcalib.F.round      coordinator → all: the end of the run (core NATS)
 //	fedcalib.F.update.P   client → stream FEDCALIB_F_UPDATES: the client's updates
 //	fedcalib.F.secagg.P   client → coordinator: secure-aggregation messages (core NATS)
 //	fedcalib.F.inbox.P.secagg  coordinator → client: its secure-aggregation messages
 //
 // The embedded server (NewServer) admits only the allow-listed keys and the
 // coordinator's own key, and gives each client the permissions of
-// ClientPermissions: publish to its own enrol and update subjects only,
-// subscribe to the announcements and its own inbox only. A client can
-// therefore never read another client's update, nor the JetStream API. An
-// external NATS deployment must grant the same permissions.
+// ClientPermissions: publish to its own enrol, update and secagg subjects
+// only, subscribe to fedcalib.F.round and its own inbox only. A client can
+// therefore never read another client's update or invitation, nor the
+// JetStream API. An external NATS deployment must grant the same
+// permissions.
 //
 // # Message flow
 //
-//  1. A client subscribes to the announcements, sends a hello to its enrol
-//     subject and receives a Welcome: its index k, the number of clients
-//     K, the protocol (federation.Spec) and the rounds (T, p, seed). It
+//  1. A client subscribes to fedcalib.F.round and to its invitations,
+//     sends a hello to its enrol subject and receives a Welcome: its index
+//     k, the number of clients K, the protocol (federation.Spec) and the
+//     rounds (T, p, seed). It
 //     loads its calibration rows and sends a ready request with its number
 //     of classes — and, only for non-private weighted binning, its class
 //     counts N_j^k, which are not private.
@@ -46,33 +49,41 @@
 //     dropout when sampled; one that enrols late takes part, but its
 //     class counts are not used.
 //  3. For each round t it samples the participants with
-//     federation.Rounds.Participants over the allow-list and announces
-//     (round, attempt, broadcast, participants, deadline, seed). Each
-//     named client computes its update and publishes it to JetStream with
-//     the message id F/t/k, so a replay is stored once.
+//     federation.Rounds.Participants over the allow-list and invites each
+//     of them on its own inbox (round, attempt, broadcast, deadline,
+//     seed); the other clients hear nothing of the round, so a round
+//     costs O(pK) messages, not O(K). The invitation is sent again every
+//     second to the participants that have not answered (for clients
+//     that connect late or reconnect). Each invited client computes its
+//     update and publishes it to JetStream with the message id F/t/k, so
+//     a replay is stored once.
 //  4. The coordinator reads the stream, refuses (and logs) an update of
 //     another federation or round, of the wrong length, with a non-finite
 //     or negative value or above the clip norm (federation.ServerStep.Check)
 //     — that client counts as a dropout — and closes the round when every
 //     participant answered or the round timeout passed. With fewer than
 //     MinClients accepted updates (or all participants, when fewer were
-//     sampled) the round is announced again (a new attempt) and nothing is
-//     released: EndRound, which adds the noise and charges the ledger, runs
-//     only when a round closes. Otherwise it adds the updates in increasing
-//     k and calls EndRound.
+//     sampled) the participants that have not answered are invited again
+//     (a new attempt) and nothing is released: EndRound, which adds the
+//     noise and charges the ledger, runs only when a round closes.
+//     Otherwise it adds the updates in increasing k and calls EndRound.
 //  5. After every round it commits the server's state (with the privacy
 //     ledger) and the round records to the JetStream key-value bucket
-//     fedcalib_F, in one put, and only then announces the next round. A
+//     fedcalib_F, in one put, and only then invites the next round. A
 //     restarted coordinator resumes from that checkpoint: a restart never
 //     resets the ledger and re-reads the updates of the open round from the
 //     stream.
+//  6. After the last round it announces the end of the run to every
+//     client on fedcalib.F.round (and once on each client's inbox, for
+//     clients that missed it), and the clients leave.
 //
 // # Secure aggregation
 //
 // With Config.Secure set, every round runs SecAgg+ (package secagg) among
-// its participants instead of step 3's plain updates: the announcement
-// carries a SecureRound (round seed, k, t, the quantiser, the clip norm of
-// each block and, for distributed noise, each client's Skellam variance);
+// its participants instead of step 3's plain updates: the invitation
+// lists the participants and carries a SecureRound (round seed, k, t, the
+// quantiser, the clip norm of each block and, for distributed noise, each
+// client's Skellam variance);
 // each participant divides its update's blocks by their clip norms,
 // quantises it modulo 2^b, adds its noise share if any, and exchanges keys,
 // sealed shares, its masked input and the unmask shares asked of it with
@@ -85,8 +96,8 @@
 //
 // Client sampling, each client's own stream (federation.ClientRand, used by
 // fedcal's local SGD) and the initial parameters depend on the run's seed,
-// which the coordinator announces. The noise of round t comes from the
-// seeded stream of (seed, t) when Config.SecureNoise is false — the
+// which the welcome and every invitation carry. The noise of round t comes
+// from the seeded stream of (seed, t) when Config.SecureNoise is false — the
 // simulation's noise, so that the calibrator equals "fedcalib calibrate"
 // bit for bit, but predictable by anyone who knows the seed, so only fit
 // for tests — and from crypto/rand when it is true, as any real release

@@ -19,14 +19,14 @@ import (
 )
 
 // deadClients enrols clients ks of h and closes their connections at the
-// first announcement naming them: killed mid-round.
+// first invitation: killed mid-round.
 func (h *harness) deadClients(ctx context.Context, t *testing.T, ks []int, classes int) {
 	t.Helper()
 	for _, k := range ks {
 		errs := make(chan error, 4)
 		nc := h.clientConn(t, k, errs)
 		anns := make(chan *nats.Msg, 16)
-		if _, err := nc.ChanSubscribe(subjRound(DefaultFederation), anns); err != nil {
+		if _, err := nc.ChanSubscribe(subjInvite(DefaultFederation, h.pubs[k]), anns); err != nil {
 			t.Fatal(err)
 		}
 		go func() {

@@ -157,10 +157,10 @@ func WriteAllowList(path string, keys []string) error {
 
 // ClientPermissions returns the NATS permissions of the client with public
 // key pub in federation fed: publish only to its own enrol, update and
-// secure-aggregation subjects, subscribe only to the round announcements
-// and its own inbox (where the coordinator also routes its
-// secure-aggregation messages). An external NATS deployment should give
-// each client these.
+// secure-aggregation subjects, subscribe only to the end-of-run subject
+// fedcalib.F.round and its own inbox (where the coordinator sends its
+// round invitations and its secure-aggregation messages). An external
+// NATS deployment should give each client these.
 func ClientPermissions(fed, pub string) *server.Permissions {
 	fed = fedOr(fed)
 	return &server.Permissions{

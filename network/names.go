@@ -69,6 +69,8 @@ func inboxPrefix(fed, pub string) string    { return "fedcalib." + fed + ".inbox
 func subjSecAgg(fed, pub string) string     { return "fedcalib." + fed + ".secagg." + pub }
 func subjSecAggAll(fed string) string       { return "fedcalib." + fed + ".secagg.*" }
 func subjSecAggIn(fed, pub string) string   { return inboxPrefix(fed, pub) + ".secagg" }
+func subjInvite(fed, pub string) string     { return inboxPrefix(fed, pub) + ".invite" }
+func subjInviteAll(fed string) string       { return subjInvite(fed, "*") }
 func secAggPrefixLen(fed string) int        { return len(subjSecAgg(fed, "")) }
 func streamName(fed string) string          { return "FEDCALIB_" + fed + "_UPDATES" }
 func bucketName(fed string) string          { return "fedcalib_" + fed }

@@ -3,7 +3,6 @@ package network
 import (
 	"context"
 	"encoding"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,7 +28,7 @@ type secureJoin struct {
 	fed, pub   string
 	k          int
 	in         <-chan *nats.Msg // the client's secure-aggregation inbox
-	anns       <-chan *nats.Msg // round announcements
+	anns       <-chan *nats.Msg // the client's invitations and the end of the run
 	rep        *ClientReport
 	log        *slog.Logger
 	drop       func(t int, stage string) bool
@@ -37,8 +36,8 @@ type secureJoin struct {
 }
 
 // run takes part in one attempt a of a round with the client's update u:
-// quantise, noise, mask, unmask. It returns a newer announcement read
-// meanwhile (a new attempt or round, or the end), if any.
+// quantise, noise, mask, unmask. It returns a newer invitation (a new
+// attempt or round) or the end of the run, read meanwhile, if any.
 func (sj *secureJoin) run(ctx context.Context, a *Announcement, u []float64) (*Announcement, error) {
 	sr := a.Secure
 	sj.t, sj.attempt = a.Round, a.Attempt
@@ -140,7 +139,7 @@ func (sj *secureJoin) send(stage string, m encoding.BinaryMarshaler) (stop bool,
 }
 
 // wait reads the coordinator's message of the stage into m, or returns a
-// newer announcement.
+// newer invitation or the end of the run.
 func (sj *secureJoin) wait(ctx context.Context, a *Announcement, stage string, m encoding.BinaryUnmarshaler) (*Announcement, error) {
 	timer := time.NewTimer(time.Until(a.Deadline) + time.Second)
 	defer timer.Stop()
@@ -151,8 +150,8 @@ func (sj *secureJoin) wait(ctx context.Context, a *Announcement, stage string, m
 		case <-timer.C:
 			return nil, fmt.Errorf("stage %s: %w", stage, errStageTimeout)
 		case msg := <-sj.anns:
-			var b Announcement
-			if err := json.Unmarshal(msg.Data, &b); err != nil || b.Federation != sj.fed {
+			b, ok := readAnnouncement(msg, sj.fed, sj.pub)
+			if !ok {
 				continue
 			}
 			if b.Done || b.Round > a.Round || (b.Round == a.Round && b.Attempt > a.Attempt) {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -89,7 +90,7 @@ func (r *run) secureRound(ctx context.Context, t int, rep *RoundReport) error {
 				return fmt.Errorf("%w: secure aggregation of %d sampled clients failed in %d attempts (last: %w); a round needs %d survivors (--min-clients)",
 					ErrTooFewClients, len(parts), rep.Attempts, err, need)
 			}
-			cfg.Log.Warn("secure aggregation failed: announcing the round again; nothing was released", "round", t, "attempt", rep.Attempts, "err", err)
+			cfg.Log.Warn("secure aggregation failed: inviting the round's participants again; nothing was released", "round", t, "attempt", rep.Attempts, "err", err)
 			sum, survivors = nil, nil
 		}
 	}
@@ -153,7 +154,7 @@ func (r *run) secureAttempt(ctx context.Context, t int, rep *RoundReport) ([]flo
 		Broadcast: r.server.Broadcast(), Participants: parts,
 		Deadline: time.Now().Add(4 * stage), Seed: r.cp.Seed, Secure: sr,
 	}
-	if err := r.announce(a); err != nil {
+	if err := r.invite(a, parts); err != nil {
 		return nil, nil, err
 	}
 	sx := &exchange{run: r, t: t, attempt: rep.Attempts, rep: rep, timeout: stage, ann: a}
@@ -285,7 +286,7 @@ func (sx *exchange) collect(ctx context.Context, stage string, expected []uint32
 	timer := time.NewTimer(sx.timeout)
 	defer timer.Stop()
 	var tick <-chan time.Time
-	if stage == stageKeys { // a client that missed the announcement can still join
+	if stage == stageKeys { // a client that missed the invitation can still join
 		tk := time.NewTicker(min(time.Second, sx.timeout/2))
 		defer tk.Stop()
 		tick = tk.C
@@ -297,8 +298,8 @@ func (sx *exchange) collect(ctx context.Context, stage string, expected []uint32
 		case <-timer.C:
 			return nil
 		case <-tick:
-			if err := sx.announce(sx.ann); err != nil {
-				sx.cfg.Log.Warn("announcing again", "round", sx.t, "err", err)
+			if err := sx.invite(sx.ann, slices.Sorted(maps.Keys(want))); err != nil {
+				sx.cfg.Log.Warn("inviting again", "round", sx.t, "err", err)
 			}
 		case m := <-sx.secIn:
 			k, ok := sx.index[m.Subject[secAggPrefixLen(sx.fed):]]

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"math"
 	"reflect"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -83,6 +82,17 @@ func TestPermissions(t *testing.T) {
 		{"announce a round", func(nc *nats.Conn) error {
 			return nc.Publish(subjRound(DefaultFederation), []byte("{}"))
 		}},
+		{"invite another client", func(nc *nats.Conn) error {
+			return nc.Publish(subjInvite(DefaultFederation, other), []byte("{}"))
+		}},
+		{"read another client's invitations", func(nc *nats.Conn) error {
+			_, err := nc.SubscribeSync(subjInvite(DefaultFederation, other))
+			return err
+		}},
+		{"read every invitation", func(nc *nats.Conn) error {
+			_, err := nc.SubscribeSync(subjInviteAll(DefaultFederation))
+			return err
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			errs := make(chan error, 4)
@@ -102,6 +112,9 @@ func TestPermissions(t *testing.T) {
 	if _, err := nc.SubscribeSync(subjRound(DefaultFederation)); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := nc.SubscribeSync(subjInvite(DefaultFederation, h.pubs[0])); err != nil {
+		t.Fatal(err)
+	}
 	if err := nc.Publish(subjUpdate(DefaultFederation, h.pubs[0]), encodeUpdate([]float64{1})); err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +126,7 @@ func TestPermissions(t *testing.T) {
 	}
 }
 
-// rogue enrols as client k and, for every announcement naming it, sends
+// rogue enrols as client k and, for every invitation it receives, sends
 // the updates send returns (each with the message id it gives) in place
 // of the honest update.
 func (h *harness) rogue(ctx context.Context, t *testing.T, k int, set *calib.Set, send func(honest []float64) ([][]float64, []string)) {
@@ -121,7 +134,7 @@ func (h *harness) rogue(ctx context.Context, t *testing.T, k int, set *calib.Set
 	errs := make(chan error, 4)
 	nc := h.clientConn(t, k, errs)
 	anns := make(chan *nats.Msg, 16)
-	if _, err := nc.ChanSubscribe(subjRound(DefaultFederation), anns); err != nil {
+	if _, err := nc.ChanSubscribe(subjInvite(DefaultFederation, h.pubs[k]), anns); err != nil {
 		t.Fatal(err)
 	}
 	go func() {
@@ -143,7 +156,7 @@ func (h *harness) rogue(ctx context.Context, t *testing.T, k int, set *calib.Set
 		done := 0
 		for m := range anns {
 			var a Announcement
-			if json.Unmarshal(m.Data, &a) != nil || a.Done || a.Round <= done || !slices.Contains(a.Participants, k) {
+			if json.Unmarshal(m.Data, &a) != nil || a.Done || a.Round <= done {
 				continue
 			}
 			done = a.Round

@@ -10,8 +10,10 @@ import (
 )
 
 // Version is the version of the wire protocol that hello requests carry;
-// the coordinator refuses other versions.
-const Version = 1
+// the coordinator refuses other versions. Version 2 invites each round's
+// participants on their own inboxes (version 1 announced every round to
+// every client).
+const Version = 2
 
 // Headers of an update message.
 const (
@@ -65,8 +67,10 @@ type Welcome struct {
 	Done bool `json:"done,omitempty"`
 }
 
-// Announcement is a round announcement. The zero value is not a valid
-// announcement.
+// Announcement is a round invitation, which the coordinator sends to each
+// participant of the round on its own inbox (fedcalib.F.inbox.P.invite),
+// or the end of the run (Done), which it sends to every client on
+// fedcalib.F.round. The zero value is not a valid announcement.
 type Announcement struct {
 	// Federation is the federation's name.
 	Federation string `json:"federation"`
@@ -80,8 +84,11 @@ type Announcement struct {
 	// Broadcast is the server's broadcast of the round
 	// (federation.ServerStep.Broadcast).
 	Broadcast []float64 `json:"broadcast"`
-	// Participants lists the clients sampled for the round, increasing.
-	Participants []int `json:"participants"`
+	// Participants lists the clients sampled for the round, increasing,
+	// under secure aggregation only (the clients need it to build the
+	// round's graph); a plain invitation leaves it out, so that a client
+	// learns nothing of who else was sampled.
+	Participants []int `json:"participants,omitempty"`
 	// Deadline is when the round closes with whoever answered.
 	Deadline time.Time `json:"deadline"`
 	// Seed is the run's seed.
