@@ -3,6 +3,8 @@ package calib
 import (
 	"fmt"
 	"math"
+	"runtime"
+	"sync"
 )
 
 // Bounds of the temperature that Temperature.Fit searches.
@@ -174,6 +176,12 @@ func tempPhi(s *Set, v float64, buf []float64) (phi, dphi float64) {
 	return d1, beta * d2
 }
 
+// tempBlock is the number of rows whose NLL sums tempNLL computes as one
+// unit: blocks run in parallel, and their sums are added in block order,
+// so the result does not depend on the number of goroutines. A set of at
+// most one block is summed row by row in order.
+const tempBlock = 16384
+
 // tempNLL returns the mean NLL of softmax(β·z) on s and its first and
 // second derivatives in β. buf is scratch space of s.Classes values.
 //
@@ -181,8 +189,37 @@ func tempPhi(s *Set, v float64, buf []float64) (phi, dphi float64) {
 // derivative E[x] − x_y and its second derivative Var[x], the moments
 // under softmax(βx).
 func tempNLL(s *Set, beta float64, buf []float64) (f, d1, d2 float64) {
+	n := s.Len()
+	blocks := (n + tempBlock - 1) / tempBlock
+	if blocks <= 1 {
+		f, d1, d2 = tempNLLRows(s, 0, n, beta, buf)
+		return f / float64(n), d1 / float64(n), d2 / float64(n)
+	}
+	sums := make([][3]float64, blocks)
+	workers := min(runtime.GOMAXPROCS(0), blocks)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			scratch := make([]float64, s.Classes)
+			for b := w; b < blocks; b += workers {
+				lo := b * tempBlock
+				sums[b][0], sums[b][1], sums[b][2] = tempNLLRows(s, lo, min(lo+tempBlock, n), beta, scratch)
+			}
+		})
+	}
+	wg.Wait()
+	for _, b := range sums {
+		f, d1, d2 = f+b[0], d1+b[1], d2+b[2]
+	}
+	return f / float64(n), d1 / float64(n), d2 / float64(n)
+}
+
+// tempNLLRows returns the sums over rows lo to hi of s of the NLL of
+// softmax(β·z) and of its first and second derivatives in β.
+func tempNLLRows(s *Set, lo, hi int, beta float64, buf []float64) (f, d1, d2 float64) {
 	c := s.Classes
-	for i, y := range s.Labels {
+	for i := lo; i < hi; i++ {
+		y := s.Labels[i]
 		z := s.Logits[i*c : (i+1)*c]
 		m := z[0]
 		for _, v := range z[1:] {
@@ -209,6 +246,5 @@ func tempNLL(s *Set, beta float64, buf []float64) (f, d1, d2 float64) {
 		d1 += mean - xy
 		d2 += vr / sum
 	}
-	n := float64(s.Len())
-	return f / n, d1 / n, d2 / n
+	return f, d1, d2
 }

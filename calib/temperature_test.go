@@ -3,6 +3,7 @@ package calib
 import (
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 )
 
@@ -182,5 +183,37 @@ func TestTemperaturePredictPanicsUnfitted(t *testing.T) {
 			}()
 			temp.Predict(make([]float64, 2), []float64{1, 2})
 		}()
+	}
+}
+
+// TestTemperatureFitDoesNotDependOnThreads: a set of several blocks is
+// fitted in parallel, and the same T comes out with 1 or 4 goroutines.
+func TestTemperatureFitDoesNotDependOnThreads(t *testing.T) {
+	s := randomSet(rand.New(rand.NewPCG(11, 12)), 3*tempBlock+123, 5, 4)
+	var got [2]float64
+	for i, procs := range []int{1, 4} {
+		old := runtime.GOMAXPROCS(procs)
+		tc := new(Temperature)
+		err := tc.Fit(s)
+		runtime.GOMAXPROCS(old)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[i] = tc.T
+	}
+	if got[0] != got[1] {
+		t.Errorf("T = %v with 1 goroutine, %v with 4", got[0], got[1])
+	}
+	// The parallel sums equal the block sums added in order.
+	buf := make([]float64, 5)
+	f, d1, d2 := tempNLL(s, 0.7, buf)
+	var wf, wd1, wd2 float64
+	for lo := 0; lo < s.Len(); lo += tempBlock {
+		a, b, c := tempNLLRows(s, lo, min(lo+tempBlock, s.Len()), 0.7, buf)
+		wf, wd1, wd2 = wf+a, wd1+b, wd2+c
+	}
+	n := float64(s.Len())
+	if f != wf/n || d1 != wd1/n || d2 != wd2/n {
+		t.Errorf("tempNLL = %v %v %v, block sums %v %v %v", f, d1, d2, wf/n, wd1/n, wd2/n)
 	}
 }
