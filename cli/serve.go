@@ -24,6 +24,7 @@ type serveFlags struct {
 	listen, natsURL, creds, store string
 	tlsCert, tlsKey               string
 	plaintext, insecure           bool
+	sync                          string
 	federation                    string
 	replicas                      int
 	// Clients and rounds.
@@ -36,6 +37,12 @@ type serveFlags struct {
 	neighbours, threshold, bits int
 	noise                       string
 }
+
+// Values of serve --sync.
+const (
+	syncPeriodic = "periodic" // JetStream's default: synced every two minutes
+	syncAlways   = "always"   // every JetStream write synced before its ack
+)
 
 // serveProtocolFlags are the flags serve takes from federated calibrate,
 // with their definitions, defaults and checks.
@@ -85,7 +92,15 @@ client counts as a dropout.
 
 After every round the server's state, with the privacy ledger, is
 committed to JetStream; killed and restarted on the same --store (or
---nats), serve resumes where it stopped and never resets the ledger.
+--nats), serve resumes where it stopped and never resets the ledger. The
+embedded server hands every write to the operating system at once, so a
+killed serve loses nothing, and syncs its files to disk every two minutes
+(--sync periodic): a power loss or a crash of the machine can lose up to
+the last two minutes of rounds, which a restart runs again with fresh
+noise. --sync always syncs every write before acknowledging it, so that
+nothing committed is lost even then, at the cost of a disk flush per
+update; use it for private fits on machines that can lose power (see
+docs/NETWORK.md).
 
 Noise: without --seed the run's seed is drawn at random and the noise of a
 private fit comes from crypto/rand, as any release of real data must.
@@ -147,6 +162,7 @@ and dropouts.`,
 	f.StringVar(&fl.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
 	f.BoolVar(&fl.plaintext, "plaintext", false, "serve without TLS: loopback addresses only, unless --insecure")
 	f.BoolVar(&fl.insecure, "insecure", false, "allow --plaintext on a non-loopback address")
+	f.StringVar(&fl.sync, "sync", syncPeriodic, "when the embedded server syncs JetStream writes to disk: periodic (every two minutes; a killed process loses nothing, a power loss up to two minutes of rounds) or always (every write: survives a power loss, slower)")
 	f.StringVar(&fl.federation, "federation", network.DefaultFederation, "name of the federation (letters, digits, - and _)")
 	f.IntVar(&fl.replicas, "replicas", 1, "JetStream replicas of the update stream and the checkpoint bucket (3 on a three-node cluster)")
 	f.IntVar(&fl.classes, "classes", 0, "number of classes C; 0: that of the first client to enrol (all must agree)")
@@ -174,8 +190,10 @@ func serveConfig(cmd, scratch *cobra.Command, fl *serveFlags) (network.Config, e
 		return cfg, errors.New("serve needs --clients ALLOW.txt, the clients' public keys (\"fedcalib keys new\" prints one)")
 	case fl.natsURL == "" && fl.store == "":
 		return cfg, errors.New("serve needs --store DIR for the embedded server's storage (or --nats URL --creds F)")
-	case fl.natsURL != "" && (changed("listen") || changed("store") || changed("tls-cert") || changed("plaintext")):
-		return cfg, errors.New("--nats uses an external NATS server: drop --listen, --store, --tls-cert and --plaintext")
+	case fl.natsURL != "" && (changed("listen") || changed("store") || changed("tls-cert") || changed("plaintext") || changed("sync")):
+		return cfg, errors.New("--nats uses an external NATS server: drop --listen, --store, --tls-cert, --plaintext and --sync")
+	case fl.sync != syncPeriodic && fl.sync != syncAlways:
+		return cfg, fmt.Errorf("--sync %q: want %s or %s", fl.sync, syncPeriodic, syncAlways)
 	case fl.creds != "" && fl.natsURL == "":
 		return cfg, errors.New("--creds goes with --nats URL")
 	case (fl.tlsCert == "") != (fl.tlsKey == ""):
@@ -263,7 +281,7 @@ func runServe(cmd, scratch *cobra.Command, fl *serveFlags) error {
 		}
 		sc := network.ServerConfig{
 			Listen: fl.listen, Store: fl.store, Federation: fl.federation, Clients: cfg.Clients,
-			Plaintext: fl.plaintext, Insecure: fl.insecure,
+			Plaintext: fl.plaintext, Insecure: fl.insecure, SyncAlways: fl.sync == syncAlways,
 		}
 		if fl.tlsCert != "" {
 			c, err := tls.LoadX509KeyPair(fl.tlsCert, fl.tlsKey)

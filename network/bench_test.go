@@ -37,6 +37,7 @@ var (
 	scaleReps    = flag.Int("scale.reps", 3, "TestScale: repetitions")
 	scaleStore   = flag.String("scale.store", "", "TestScale: folder of the coordinator's JetStream store (e.g. /dev/shm: no disk syncs); default a temporary folder")
 	scaleProfile = flag.String("scale.cpuprofile", "", "TestScale: write the coordinator process's CPU profile of the last repetition to this file")
+	scaleSync    = flag.Bool("scale.syncalways", false, "TestScale: the embedded server syncs every JetStream write to disk (ServerConfig.SyncAlways, serve --sync always)")
 )
 
 // scaleEnv names the environment variable that makes TestScaleCoordinator
@@ -50,6 +51,7 @@ type scaleJob struct {
 	T                         int
 	Rate                      float64
 	Seed                      uint64
+	SyncAlways                bool
 }
 
 // scaleReport is what the coordinator process measured.
@@ -104,8 +106,8 @@ func TestScale(t *testing.T) {
 	}
 	spec := federation.Spec{Method: "bbq", Mexp: calib.DefaultMexp}
 	r := federation.Rounds{T: *scaleRounds, SampleRate: *scaleRate, Seed: 1}
-	fmt.Printf("%d clients, %d classes, %d rows per client on average, %d rounds of FedBBQ (2^%d bins) at p = %g; store in %s; load %s\n",
-		K, C, rows/K, r.T, spec.Mexp, r.SampleRate, store, loadavg())
+	fmt.Printf("%d clients, %d classes, %d rows per client on average, %d rounds of FedBBQ (2^%d bins) at p = %g; store in %s (sync always: %t); load %s\n",
+		K, C, rows/K, r.T, spec.Mexp, r.SampleRate, store, *scaleSync, loadavg())
 	fmt.Println("rep  sim/round  net/round  RTT      net/sim  (net−RTT)/sim  B/client/round up, down  coord VmHWM idle → peak")
 	var phases []string
 	for rep := 1; rep <= *scaleReps; rep++ {
@@ -116,7 +118,7 @@ func TestScale(t *testing.T) {
 		job := scaleJob{
 			Store: filepath.Join(store, fmt.Sprintf("store%d", rep)), Allow: allow,
 			Out: filepath.Join(dir, fmt.Sprintf("net%d.json", rep)), Report: filepath.Join(dir, fmt.Sprintf("report%d.json", rep)),
-			Spec: spec, T: r.T, Rate: r.SampleRate, Seed: r.Seed,
+			Spec: spec, T: r.T, Rate: r.SampleRate, Seed: r.Seed, SyncAlways: *scaleSync,
 		}
 		profile := ""
 		if rep == *scaleReps {
@@ -257,7 +259,7 @@ func TestScaleCoordinator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := NewServer(ServerConfig{Listen: "127.0.0.1:0", Store: job.Store, Clients: pubs})
+	srv, err := NewServer(ServerConfig{Listen: "127.0.0.1:0", Store: job.Store, Clients: pubs, SyncAlways: job.SyncAlways})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,6 +45,16 @@ type ServerConfig struct {
 	Name string
 	// Cluster, if not nil, makes the server a node of a NATS cluster.
 	Cluster *ClusterConfig
+	// SyncAlways makes JetStream sync every write (each stored update,
+	// each checkpoint) to disk before acknowledging it, so that a closed
+	// round survives a power loss or a crash of the operating system.
+	// False uses JetStream's default: every write reaches the operating
+	// system before it is acknowledged, so a crash of the process (even
+	// SIGKILL) loses nothing, and the files are synced every two minutes,
+	// so a power loss can lose the writes of up to the last two minutes
+	// (see docs/NETWORK.md, "Durability"). Syncing every write costs a
+	// disk flush per update: about 4 ms each on a slow virtual disk.
+	SyncAlways bool
 }
 
 // ClusterConfig makes an embedded server a node of a NATS cluster with
@@ -119,7 +129,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		Nkeys:      users,
 		JetStream:  true,
 		StoreDir:   filepath.Join(cfg.Store, "jetstream"),
-		SyncAlways: true, // a committed round survives the machine, not only the process
+		SyncAlways: cfg.SyncAlways,
 		NoLog:      true,
 		NoSigs:     true,
 	}
