@@ -678,7 +678,7 @@ func unanswered(parts []int, got map[int][]float64, refused map[int]string) []in
 	return out
 }
 
-// round runs round t: announce, collect, close, commit.
+// round runs round t: invite, collect, close, commit.
 func (r *run) round(ctx context.Context, t int, msgs <-chan jetstream.Msg) error {
 	cfg := r.cfg
 	parts := (&federation.Rounds{T: cfg.Rounds.T, SampleRate: cfg.Rounds.SampleRate, Seed: r.cp.Seed}).Participants(t, len(cfg.Clients))
