@@ -55,6 +55,8 @@ func TestServeJoinFlags(t *testing.T) {
 		{[]string{"serve", "--method", "temp", "--clients", allow, "--store", dir, "--out", c, "--min-clients", "2"}, "--min-clients 2 is more than the 1 clients"},
 		{[]string{"serve", "--method", "temp", "--clients", allow, "--store", dir, "--out", c, "--federation", "a.b"}, "--federation"},
 		{[]string{"serve", "--method", "temp", "--clients", allow, "--store", dir, "--out", allow}, "--out"},
+		{[]string{"serve", "--method", "temp", "--clients", allow, "--store", dir, "--out", c, "--sync", "bogus"}, `--sync "bogus": want periodic or always`},
+		{[]string{"serve", "--method", "temp", "--clients", allow, "--nats", "nats://127.0.0.1:1", "--creds", key, "--out", c, "--sync", "always"}, "drop --listen, --store, --tls-cert, --plaintext and --sync"},
 		{[]string{"join", "--key", key, "--logits", "x.npz"}, "needs --server"},
 		{[]string{"join", "--server", "tls://127.0.0.1:1", "--logits", "x.npz"}, "needs --key"},
 		{[]string{"join", "--server", "tls://127.0.0.1:1", "--key", key}, "needs its local data"},
