@@ -13,6 +13,8 @@ import (
 
 	"codeberg.org/sbinet/npyio/npy"
 	"codeberg.org/sbinet/npyio/npy/float16"
+
+	inpy "github.com/fedcalib/fedcalib/internal/npy"
 	"github.com/klauspost/compress/flate"
 )
 
@@ -296,31 +298,13 @@ func (a *npyArray) fill(i int) error {
 	}
 	a.block = a.block[:got*rb]
 	if a.dtype.order == binary.BigEndian {
-		swapBytes(a.block, a.dtype.size)
+		inpy.SwapBytes(a.block, a.dtype.size)
 	}
 	if a.fortran {
 		a.block = fortranToC(a.block, a.shape, a.dtype.size)
 	}
 	a.next, a.end = i, i+got
 	return nil
-}
-
-// swapBytes reverses the bytes of each size-byte element of b.
-func swapBytes(b []byte, size int) {
-	switch size {
-	case 2:
-		for i := 0; i+1 < len(b); i += 2 {
-			binary.LittleEndian.PutUint16(b[i:], binary.BigEndian.Uint16(b[i:]))
-		}
-	case 4:
-		for i := 0; i+3 < len(b); i += 4 {
-			binary.LittleEndian.PutUint32(b[i:], binary.BigEndian.Uint32(b[i:]))
-		}
-	case 8:
-		for i := 0; i+7 < len(b); i += 8 {
-			binary.LittleEndian.PutUint64(b[i:], binary.BigEndian.Uint64(b[i:]))
-		}
-	}
 }
 
 // fortranToC returns the row-major (C-order) form of the column-major

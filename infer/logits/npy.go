@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/klauspost/compress/flate"
+
+	"github.com/fedcalib/fedcalib/internal/npy"
 )
 
 // maxHeader bounds the length of a .npy header dictionary; NumPy writes a
@@ -348,7 +350,7 @@ func (a *array) each(fn func(b []byte, first int) error) error {
 			return fmt.Errorf("%s: element %d of %d: %w", a.name, first, a.size, noEOF(err))
 		}
 		if a.bigEndian {
-			swap(b, a.dtype.size)
+			npy.SwapBytes(b, a.dtype.size)
 		}
 		if err := fn(b, first); err != nil {
 			return err
@@ -371,24 +373,6 @@ func noEOF(err error) error {
 		return io.ErrUnexpectedEOF
 	}
 	return err
-}
-
-// swap reverses the bytes of each size-byte element of b.
-func swap(b []byte, size int) {
-	switch size {
-	case 2:
-		for i := 0; i+1 < len(b); i += 2 {
-			binary.LittleEndian.PutUint16(b[i:], binary.BigEndian.Uint16(b[i:]))
-		}
-	case 4:
-		for i := 0; i+3 < len(b); i += 4 {
-			binary.LittleEndian.PutUint32(b[i:], binary.BigEndian.Uint32(b[i:]))
-		}
-	case 8:
-		for i := 0; i+7 < len(b); i += 8 {
-			binary.LittleEndian.PutUint64(b[i:], binary.BigEndian.Uint64(b[i:]))
-		}
-	}
 }
 
 // readFloat32 reads a float32 or float64 array of any shape into a new

@@ -11,6 +11,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/fedcalib/fedcalib/internal/npy"
 )
 
 func TestParseHeader(t *testing.T) {
@@ -94,7 +96,7 @@ func TestSwapAndTranspose(t *testing.T) {
 		{8, []byte{8, 7, 6, 5, 4, 3, 2, 1}},
 	} {
 		got := bytes.Clone(b)
-		swap(got, tc.size)
+		npy.SwapBytes(got, tc.size)
 		if !bytes.Equal(got, tc.want) {
 			t.Errorf("swap(%d) = %v, want %v", tc.size, got, tc.want)
 		}
