@@ -175,14 +175,14 @@ func joinData(cmd *cobra.Command, fl *joinFlags, w network.Welcome) (*calib.Set,
 		return f.Set(rows), nil
 	}
 	// The population code of federated calibrate: the same partition
-	// gives client i the same rows.
-	data := f.Set(nil)
+	// gives client i the same rows, read from the file's float32 block.
 	src := federation.Source{File: fl.partition, Seed: w.Seed}
-	p, _, err := src.Partition(data.Labels, data.Classes, f.Client, f.Split)
+	p, _, err := src.Partition(f.IntLabels(), f.Classes, f.Client, f.Split)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", fl.logits, err)
 	}
-	pop, err := federation.NewPopulation(data, p, federation.Calibration)
+	f.Client, f.Split = nil, nil // the partition has them now
+	pop, err := federation.NewRowPopulation(f, p, federation.Calibration)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", fl.logits, err)
 	}
