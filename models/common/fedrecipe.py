@@ -405,3 +405,12 @@ def export_onnx(torch, model, path, *, classes, mean, std, doc, extra_meta=None,
     os.replace(tmp, path)
     return file_sha256(path)
 
+
+def write_results(out_dir, results):
+    """Writes results (a dict) as out_dir/results.json atomically: a
+    temporary file, then a rename, so a reader never sees half a file."""
+    tmp = os.path.join(out_dir, "results.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(results, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, os.path.join(out_dir, "results.json"))

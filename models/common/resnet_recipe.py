@@ -363,11 +363,7 @@ def main(argv, task):
                         "python": platform.python_version(), "machine": platform.machine(),
                         "threads": a.threads},
     }
-    tmp = os.path.join(a.out, "results.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(results, f, indent=1)
-        f.write("\n")
-    os.replace(tmp, os.path.join(a.out, "results.json"))
+    fr.write_results(a.out, results)
     t, c = final["test"], final["calibration"]
     print(f"exported round {rounds_run} ({stopped}; {train_seconds:.0f}s of training): test acc "
           f"{t['accuracy']:.4f} cwECE {t['cwece']:.4f} ECE {t['ece']:.4f} NLL {t['nll']:.4f} "

@@ -184,11 +184,7 @@ def main(argv, task):
         results["eval_data"] = {"spec": spec, "rows": int(len(fin_test)),
                                 "note": "the final test rows, in row order, as a file fedcalib reads"}
         print(f"final test rows written for fedcalib: {spec}", flush=True)
-    tmp = os.path.join(a.out, "results.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(results, f, indent=1)
-        f.write("\n")
-    os.replace(tmp, os.path.join(a.out, "results.json"))
+    fr.write_results(a.out, results)
     t, c = final["test"], final["calibration"]
     print(f"done in {train_seconds:.0f}s: test acc {t['accuracy']:.4f} cwECE {t['cwece']:.4f} "
           f"ECE {t['ece']:.4f} NLL {t['nll']:.4f} (n={t['n']}); calibration acc "
