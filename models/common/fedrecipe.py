@@ -233,10 +233,17 @@ def metrics(logits, labels, bins=15):
 # ---------------------------------------------------------------- training
 
 
-def set_determinism(torch, seed, threads=2):
+def set_determinism(torch, seed, threads=2, cuda=False):
+    """Seeds torch and asks for deterministic kernels. With cuda, cuBLAS gets
+    the fixed workspace its deterministic mode needs, and the few CUDA
+    kernels without a deterministic version (adaptive average pooling's
+    backward pass) warn instead of failing: a GPU run is reproducible up to
+    those kernels' summation order."""
+    if cuda:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
-    torch.use_deterministic_algorithms(True)
+    torch.use_deterministic_algorithms(True, warn_only=cuda)
 
 
 def preprocess(images, mean, std):
@@ -259,7 +266,7 @@ def fedavg(torch, model, x, y, client_rows, *, rounds, sample_rate, local_epochs
            batch_size, client_lr, server_lr, seed, momentum=0.0, weight_decay=0.0,
            eval_fn=None, eval_every=10, log=print, batch_transform=None,
            max_client_rows=None, loss_fn=None, start_round=0, history=None,
-           after_round=None, seconds_offset=0.0):
+           after_round=None, seconds_offset=0.0, device=None):
     """FedAvg (McMahan et al. 2017) with a server learning rate.
 
     Each round every client joins independently with probability sample_rate
@@ -292,7 +299,11 @@ def fedavg(torch, model, x, y, client_rows, *, rounds, sample_rate, local_epochs
     "seconds", and after_round(round, history, sample_rng) is called after
     each round (e.g. to checkpoint); if it returns True training stops.
     Tensors of the state dict that are not floating point (BatchNorm's
-    num_batches_tracked) are not averaged: they keep the global value."""
+    num_batches_tracked) are not averaged: they keep the global value.
+
+    device (default None: where the tensors are, the CPU) moves the data
+    once to that device (e.g. "cuda"); the model must already be there. The
+    client draws and minibatch orders do not depend on it."""
     import torch.nn.functional as F
 
     k = len(client_rows)
@@ -300,6 +311,8 @@ def fedavg(torch, model, x, y, client_rows, *, rounds, sample_rate, local_epochs
     sample_rng = np.random.default_rng([seed, 1])
     xt = torch.from_numpy(x)
     yt = torch.from_numpy(y)
+    if device is not None:
+        xt, yt = xt.to(device), yt.to(device)
     history = [] if history is None else history
     for _ in range(start_round):
         sample_rng.random(k)  # replay the skipped rounds' client draws
@@ -324,6 +337,8 @@ def fedavg(torch, model, x, y, client_rows, *, rounds, sample_rate, local_epochs
                 order = rows[rng.permutation(len(rows))]
                 for i in range(0, len(order), batch_size):
                     b = torch.from_numpy(order[i:i + batch_size])
+                    if device is not None:
+                        b = b.to(device)
                     opt.zero_grad(set_to_none=True)
                     xb = xt[b] if batch_transform is None else batch_transform(xt[b])
                     if loss_fn is None:

@@ -20,6 +20,12 @@ resumable, because a ResNet18 needs hours of CPU per run on this project's
     card can be written at any time (also while a training run goes on: it
     reads the last completed round).
   * One line per round goes to stdout and is appended to CACHE/rounds.jsonl.
+  * --device cuda trains on a GPU (the data and the model move there once;
+    client draws and minibatch orders are the same as on the CPU), with
+    --checkpoint-every N to save every N rounds (and always at the round
+    training stops). The final evaluation and the export always run on the
+    CPU, so the card's numbers come from the arithmetic fedcalib's CPU
+    inference does. models/gpu-train.sh runs the ResNet18 recipes so.
 
 A model's train.py passes a task dict like zoo_recipe's:
 
@@ -29,6 +35,8 @@ A model's train.py passes a task dict like zoo_recipe's:
   build(torch)           -> the torch.nn.Module (output = logits)
   dummy(torch)           -> example input for the ONNX export
   mean, std              for the fedcalib.input.* metadata (scale 1/255)
+  base_meta              optional: the fedcalib.input.* keys when scale 1/255
+                         with mean and std does not describe the input
   partition              default partition file
   defaults               FedAvg hyperparameters (see --help)
   out                    default output folder (the model's folder)
@@ -131,6 +139,11 @@ def parse(argv, task):
     p.add_argument("--threads", type=int, default=d.get("threads", 1),
                    help="torch CPU threads (1: on the shared 2-core machine one SGD step of "
                         "ResNet18 on 64 MNIST images took 1.8-2.8 s with 1 thread, 3.4-4.4 s with 2)")
+    p.add_argument("--device", default="cpu",
+                   help="torch device for training (cpu, cuda); the final evaluation and "
+                        "the export run on the CPU")
+    p.add_argument("--checkpoint-every", type=int, default=1,
+                   help="save the checkpoint every N rounds and at the round training stops")
     p.add_argument("--no-channels-last", dest="channels_last", action="store_false",
                    help="keep NCHW-contiguous tensors (channels_last is faster on CPU; "
                         "the model is the same)")
@@ -188,6 +201,13 @@ def load_checkpoint(torch, path):
     return ck
 
 
+def device_name(torch, device):
+    """The training device in words (the GPU's name for cuda)."""
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return f"{device} ({torch.cuda.get_device_name(torch.device(device))})"
+    return device
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -196,7 +216,9 @@ def main(argv, task):
     t_start = time.time()
     import torch
 
-    fr.set_determinism(torch, a.seed, a.threads)
+    if a.checkpoint_every < 1:
+        sys.exit("--checkpoint-every must be at least 1")
+    fr.set_determinism(torch, a.seed, a.threads, cuda=a.device.startswith("cuda"))
     cache = a.cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "fedcalib", "train",
                                         task["name"])
     os.makedirs(cache, exist_ok=True)
@@ -220,7 +242,7 @@ def main(argv, task):
     model = model.to(memory_format=fmt)
 
     ck = load_checkpoint(torch, ckpt_path)
-    start_round, history, train_seconds = 0, [], 0.0
+    start_round, history, train_seconds, train_device = 0, [], 0.0, device_name(torch, a.device)
     if ck is not None:
         diff = {k: (ck["config"].get(k), config[k]) for k in TRAIN_KEYS
                 if ck["config"].get(k) != config[k]}
@@ -231,24 +253,33 @@ def main(argv, task):
         torch.set_rng_state(ck["torch_rng_state"])
         random.setstate(ck["python_rng_state"])
         start_round, history, train_seconds = ck["round"], ck["history"], ck["train_seconds"]
+        train_device = ck.get("train_device", "cpu")
         print(f"resumed from {ckpt_path}: round {start_round}, {train_seconds:.0f}s of training",
               flush=True)
     elif a.export_only:
         sys.exit(f"--export-only: no checkpoint at {ckpt_path}")
-    print(f"model: {nparams} parameters; {a.threads} torch threads; "
+    print(f"model: {nparams} parameters; {a.threads} torch threads; device {a.device}; "
           f"channels_last={a.channels_last}; checkpoint {ckpt_path}", flush=True)
 
     xt = torch.from_numpy(x)
+    xdev = {"cpu": xt}
 
     def tf(xb):
         return task["transform"](torch, xb).contiguous(memory_format=fmt)
 
     def predict(rows, batch=500):
+        """Logits of rows, on the device the model is on."""
         model.eval()
+        dev = next(model.parameters()).device
+        key = str(dev)
+        if key not in xdev:
+            xdev[key] = xt.to(dev)
+        xs = xdev[key]
         out = []
         with torch.inference_mode():
             for i in range(0, len(rows), batch):
-                out.append(model(tf(xt[torch.from_numpy(rows[i:i + batch])])).numpy())
+                idx = torch.from_numpy(rows[i:i + batch]).to(dev)
+                out.append(model(tf(xs[idx])).float().cpu().numpy())
         return np.concatenate(out) if out else np.zeros((0, len(data["classes"])), np.float32)
 
     test_rows = part.rows(fr.SPLIT_TEST)
@@ -257,10 +288,14 @@ def main(argv, task):
 
     def evaluate():
         m = fr.metrics(predict(eval_rows), labels[eval_rows])
-        return {"test_accuracy": round(m["accuracy"], 4), "test_cwece": round(m["cwece"], 4)}
+        # plain floats: the checkpoint must load with another numpy (a GPU
+        # machine's checkpoint is exported on this one)
+        return {"test_accuracy": round(float(m["accuracy"]), 4),
+                "test_cwece": round(float(m["cwece"]), 4)}
 
-    stopped = "export-only"
+    stopped = ck.get("stopped", "export-only") if ck else "export-only"
     if not a.export_only and start_round < a.rounds:
+        model.to(a.device)
         state = {"ran": 0, "t_run": time.time(), "last": time.time(), "stop": "completed"}
 
         def after_round(r, hist, sample_rng):
@@ -272,27 +307,33 @@ def main(argv, task):
             secs = train_seconds + (now - state["t_run"])
             hist[-1]["seconds"] = round(secs, 1)
             rec["seconds"] = round(secs, 1)
-            sd = {n: t.detach().contiguous().clone() for n, t in model.state_dict().items()}
-            save_atomic(torch, {
-                "format": CKPT_FORMAT, "name": task["name"], "round": r, "state_dict": sd,
-                "history": hist, "train_seconds": secs, "config": config,
-                "sample_rng_state": sample_rng.bit_generator.state,
-                "torch_rng_state": torch.get_rng_state(), "python_rng_state": random.getstate(),
-                "saved": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "torch": torch.__version__,
-            }, ckpt_path)
+            stop = False
+            if a.max_rounds is not None and state["ran"] >= a.max_rounds:
+                state["stop"] = f"max-rounds ({a.max_rounds})"
+                stop = True
+            elif a.deadline_minutes is not None and r < a.rounds:
+                per_round = (now - state["t_run"]) / state["ran"]
+                if now + per_round > t_start + 60 * a.deadline_minutes:
+                    state["stop"] = f"deadline ({a.deadline_minutes} min)"
+                    stop = True
+            if stop or r % a.checkpoint_every == 0 or r == a.rounds:
+                sd = {n: t.detach().cpu().contiguous().clone()
+                      for n, t in model.state_dict().items()}
+                save_atomic(torch, {
+                    "format": CKPT_FORMAT, "name": task["name"], "round": r, "state_dict": sd,
+                    "history": hist, "train_seconds": secs, "config": config,
+                    "sample_rng_state": sample_rng.bit_generator.state,
+                    "torch_rng_state": torch.get_rng_state(),
+                    "python_rng_state": random.getstate(),
+                    "saved": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "torch": torch.__version__,
+                    "train_device": device_name(torch, a.device),
+                    "stopped": state["stop"] if stop else "interrupted",
+                }, ckpt_path)
             line = json.dumps(rec)
             print(line, flush=True)
             with open(rounds_log, "a") as f:
                 f.write(line + "\n")
-            if a.max_rounds is not None and state["ran"] >= a.max_rounds:
-                state["stop"] = f"max-rounds ({a.max_rounds})"
-                return True
-            if a.deadline_minutes is not None and r < a.rounds:
-                per_round = (now - state["t_run"]) / state["ran"]
-                if now + per_round > t_start + 60 * a.deadline_minutes:
-                    state["stop"] = f"deadline ({a.deadline_minutes} min)"
-                    return True
-            return False
+            return stop
 
         fr.fedavg(torch, model, x, labels, part.client_train_rows(),
                   rounds=a.rounds, sample_rate=a.sample_rate, local_epochs=a.local_epochs,
@@ -300,10 +341,13 @@ def main(argv, task):
                   momentum=a.momentum, seed=a.seed, eval_fn=evaluate,
                   eval_every=a.eval_every, log=lambda s: None, batch_transform=tf,
                   max_client_rows=a.max_client_rows, start_round=start_round,
-                  history=history, after_round=after_round, seconds_offset=train_seconds)
+                  history=history, after_round=after_round, seconds_offset=train_seconds,
+                  device=None if a.device == "cpu" else a.device)
+        model.to("cpu")
         stopped = state["stop"]
         ck = load_checkpoint(torch, ckpt_path)
         history, train_seconds = ck["history"], ck["train_seconds"]
+        train_device = ck.get("train_device", a.device)
         print(f"stopped: {stopped} after round {ck['round']} ({state['ran']} rounds this run)",
               flush=True)
         if a.no_export:
@@ -328,6 +372,7 @@ def main(argv, task):
     sha = fr.export_onnx(
         torch, export_model, onnx_path, classes=data["classes"], mean=task["mean"],
         std=task["std"], doc=task["description"], dummy=task["dummy"](torch),
+        base_meta=task.get("base_meta"),
         extra_meta={
             "fedcalib.model.name": task["name"],
             "fedcalib.model.recipe": f"models/{task['name']}/train.py",
@@ -361,7 +406,8 @@ def main(argv, task):
         "checkpoint": ckpt_path,
         "environment": {"torch": torch.__version__, "numpy": np.__version__,
                         "python": platform.python_version(), "machine": platform.machine(),
-                        "threads": a.threads},
+                        "threads": a.threads, "train_device": train_device,
+                        "train_torch": ck.get("torch", torch.__version__) if ck else torch.__version__},
     }
     fr.write_results(a.out, results)
     t, c = final["test"], final["calibration"]

@@ -6,7 +6,10 @@ average pool, linear head): 11.17 M parameters, ~45 MB of ONNX, not
 committed. Trained by FedAvg on the Dirichlet(beta=0.1) 100-client partition
 of all 60,000 images (imagefolder:cifar10-jpeg.tar.gz:train then :test),
 the same data and partition as cifar10-cnn, with the paper's settings
-(q = 0.1, client lr 0.01, server lr 1, B = 64, one local epoch).
+(q = 0.1, client lr 0.01, server lr 1, B = 64, one local epoch). The paper
+trains its CIFAR ResNet18 for E = 100 global epochs; with a tenth of the
+clients a round, a global epoch is about ten rounds, so the schedule is
+1,000 rounds, and the card says how many of them were run.
 
 Resumable (checkpoint after every round under ~/.cache/fedcalib/train/
 resnet18-cifar10/); see ../common/resnet_recipe.py. Run from the repository
@@ -39,10 +42,12 @@ _norm = {}
 def transform(torch, xb):
     """uint8 CHW pixels -> (pixel/255 - mean[c]) / std[c], the preprocessing
     the ONNX metadata records (scale 1/255, per-channel mean and std)."""
-    if "m" not in _norm:
-        _norm["m"] = torch.tensor(MEAN, dtype=torch.float32).view(1, 3, 1, 1)
-        _norm["s"] = torch.tensor(STD, dtype=torch.float32).view(1, 3, 1, 1)
-    return (xb.to(torch.float32) * (1.0 / 255.0) - _norm["m"]) / _norm["s"]
+    key = str(xb.device)
+    if key not in _norm:
+        _norm[key] = (torch.tensor(MEAN, dtype=torch.float32, device=xb.device).view(1, 3, 1, 1),
+                      torch.tensor(STD, dtype=torch.float32, device=xb.device).view(1, 3, 1, 1))
+    m, s = _norm[key]
+    return (xb.to(torch.float32) * (1.0 / 255.0) - m) / s
 
 
 TASK = {
@@ -58,7 +63,7 @@ TASK = {
     "std": STD,
     "partition": os.path.normpath(os.path.join(HERE, "..", "partitions", "cifar10-dir0.1-k100.json.gz")),
     "defaults": {
-        "rounds": 100,
+        "rounds": 1000,
         "sample_rate": 0.1,
         "local_epochs": 1,
         "batch_size": 64,
