@@ -195,7 +195,9 @@ def save_atomic(torch, obj, path):
 def load_checkpoint(torch, path):
     if not os.path.exists(path):
         return None
-    ck = torch.load(path, map_location="cpu")
+    # weights_only=False: the checkpoint holds RNG states and the history
+    # beside the tensors (newer torch loads weights only by default)
+    ck = torch.load(path, map_location="cpu", weights_only=False)
     if ck.get("format") != CKPT_FORMAT:
         sys.exit(f"{path}: format {ck.get('format')!r}, want {CKPT_FORMAT!r}")
     return ck
