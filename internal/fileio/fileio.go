@@ -1,5 +1,6 @@
 // Package fileio holds fedcalib's file helpers: Write and Create, which
-// never leave a half-written output behind (SPEC §10); CheckOutput and
+// never leave a half-written output behind (SPEC §10), and WriteDir, its
+// counterpart for a directory of files; CheckOutput and
 // CheckDir, which refuse an output before any work is done; and SHA256,
 // the content hash recorded in provenance and used to verify downloads.
 //

@@ -45,7 +45,8 @@ func unregister(name string) {
 }
 
 // RemoveTemps removes every temporary file of the process that Create made
-// and no Commit or Abort has finished, and returns their names. It is for
+// and no Commit or Abort has finished, and every temporary directory of a
+// WriteDir still running, and returns their names. It is for
 // an interrupted process about to exit while a write or a check of one of
 // them may still be running: that write then fails.
 func RemoveTemps() []string {
@@ -53,7 +54,7 @@ func RemoveTemps() []string {
 	defer temps.Unlock()
 	var removed []string
 	for name := range temps.names {
-		if os.Remove(name) == nil {
+		if _, err := os.Lstat(name); err == nil && os.RemoveAll(name) == nil {
 			removed = append(removed, name)
 		}
 		delete(temps.names, name)
