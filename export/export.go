@@ -63,9 +63,10 @@ const prefix = "fedcalib_"
 // Append splices calibrator c (described by file, which may be nil) into
 // m: the nodes computing calibrated probabilities from the logits output
 // are appended to the graph, a float32 [batch, classes] output is added,
-// the metadata_props record the calibrator, and the default-domain opset
-// is raised to MinOpset when that is safe. It returns the names of the
-// logits and probabilities outputs. Untouched parts of m keep their bytes.
+// the metadata_props record the calibrator (the Key* constants), and the
+// default-domain opset is raised to MinOpset when that is safe. It
+// returns the names of the logits and probabilities outputs. Untouched
+// parts of m keep their bytes.
 func Append(m *onnx.Model, c calib.Calibrator, file *calib.File, opt Options) (logitsName, outName string, err error) {
 	logitsName, err = logitsOutput(m, opt.Logits)
 	if err != nil {
@@ -94,6 +95,13 @@ func Append(m *onnx.Model, c calib.Calibrator, file *calib.File, opt Options) (l
 	m.SetMetadata(KeyMethod, c.Method())
 	m.SetMetadata(KeyLogits, logitsName)
 	m.SetMetadata(KeyOutput, outName)
+	props, err := servingMetadata(c, file)
+	if err != nil {
+		return "", "", err
+	}
+	for _, p := range props {
+		m.SetMetadata(p.Key, p.Value)
+	}
 	if file != nil {
 		var buf bytes.Buffer
 		if err := calib.Encode(&buf, c, file.Privacy, file.Provenance); err != nil {

@@ -1,0 +1,99 @@
+package export
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"testing"
+
+	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/onnx"
+)
+
+// sha256Hex is the hex SHA-256 of s.
+func sha256Hex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// TestParamsSHA256 hashes parameters whose canonical JSON is written out
+// by hand: keys sorted (temperature's "t" comes after "classes", though Go
+// encodes it first), no spaces, 1e-7 as ECMAScript writes it.
+func TestParamsSHA256(t *testing.T) {
+	temp := calib.NewTemperature(3)
+	temp.T = 1.5
+	bin := &calib.Histogram{Bins: 2, Table: []float64{0.25, -1, 1e-7, 0.5}}
+	weighted := &calib.Histogram{Bins: 2, Table: []float64{0.25, -1, 1e-7, 0.5}}
+	if err := weighted.SetWeighting(calib.WeightAll, []float64{0.5, 1}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		c     calib.Calibrator
+		canon string
+	}{
+		{temp, `{"classes":3,"t":1.5}`},
+		{bin, `{"bins":2,"table":[0.25,-1,1e-7,0.5]}`},
+		{weighted, `{"alpha":[0.5,1],"bins":2,"table":[0.25,-1,1e-7,0.5],"weighting":"all"}`},
+	} {
+		got, err := ParamsSHA256(tc.c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := sha256Hex(tc.canon); got != want {
+			t.Errorf("%s: %s, want sha256(%s) = %s", tc.c.Method(), got, tc.canon, want)
+		}
+	}
+}
+
+// TestServingMetadata appends calibrators described by calibrator files
+// of each kind of fit to the tiny model and reads the serving record
+// back from the serialised model. Whether the top class can change is
+// written out from the issue's list (binning, vector and matrix can;
+// temp, opvector and fedcal cannot), not taken from the registry.
+func TestServingMetadata(t *testing.T) {
+	cals := fitted(t, 3)
+	priv := privacyRecord(t, "temp", 3)
+	for _, tc := range []struct {
+		name string
+		c    calib.Calibrator
+		file *calib.File
+		want map[string]string // "" = absent
+	}{
+		{"no file", cals["matrix"], nil, map[string]string{
+			KeyKeepsTopClass: "false", KeyProtocol: "", KeyClients: "", KeyRounds: "", KeyAccountant: ""}},
+		{"central", cals["bbq"], &calib.File{Provenance: calib.Provenance{Protocol: "central"}}, map[string]string{
+			KeyKeepsTopClass: "false", KeyProtocol: "central", KeyClients: "", KeyRounds: "", KeyAccountant: ""}},
+		{"private federated", cals["temp"], &calib.File{Privacy: priv, Provenance: calib.Provenance{Protocol: "FedTemp", Clients: 100}}, map[string]string{
+			KeyKeepsTopClass: "true", KeyProtocol: "FedTemp", KeyClients: "100", KeyRounds: "2", KeyAccountant: "zcdp",
+			KeyEpsilon: fmt.Sprint(priv.Epsilon), KeyDelta: "1e-05"}},
+		{"networked", cals["opvector"], &calib.File{Provenance: calib.Provenance{Protocol: "FedOPVector", Clients: 3},
+			Rounds: []calib.RoundRecord{{Round: 1}, {Round: 2}, {Round: 3}}}, map[string]string{
+			KeyKeepsTopClass: "true", KeyProtocol: "FedOPVector", KeyClients: "3", KeyRounds: "3", KeyAccountant: "", KeyEpsilon: ""}},
+		{"fedcal", cals["fedcal"], nil, map[string]string{KeyKeepsTopClass: "true"}},
+		{"vector", cals["vector"], nil, map[string]string{KeyKeepsTopClass: "false"}},
+		{"bin", cals["bin"], nil, map[string]string{KeyKeepsTopClass: "false"}},
+	} {
+		m, err := onnx.ReadFile("../infer/testdata/tiny.onnx")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := Append(m, tc.c, tc.file, Options{}); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		back, err := onnx.Parse(m.Bytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum, err := ParamsSHA256(tc.c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc.want[KeyParamsSHA256] = sum
+		for key, want := range tc.want {
+			got, ok := back.MetadataValue(key)
+			if got != want || ok != (want != "") {
+				t.Errorf("%s: %s = %q (present %v), want %q", tc.name, key, got, ok, want)
+			}
+		}
+	}
+}
