@@ -35,13 +35,14 @@ type conformanceCase struct {
 // conformanceCases holds one case per method of the registry. A method
 // without a case fails TestConformance.
 var conformanceCases = map[string]conformanceCase{
-	calib.MethodBin:      {settings: calib.Settings{Mexp: 4}},
-	calib.MethodBBQ:      {settings: calib.Settings{Mexp: 4}},
-	calib.MethodTemp:     {},
-	calib.MethodVector:   {},
-	calib.MethodMatrix:   {},
-	calib.MethodOPVector: {},
-	calib.MethodFedCal:   {settings: calib.Settings{Seed: 5}},
+	calib.MethodBin:       {settings: calib.Settings{Mexp: 4}},
+	calib.MethodBBQ:       {settings: calib.Settings{Mexp: 4}},
+	calib.MethodTemp:      {},
+	calib.MethodVector:    {},
+	calib.MethodMatrix:    {},
+	calib.MethodDirichlet: {settings: calib.Settings{Seed: 5}},
+	calib.MethodOPVector:  {},
+	calib.MethodFedCal:    {settings: calib.Settings{Seed: 5}},
 }
 
 // conformanceAlpha is the weighting of the weighted binning variants: a

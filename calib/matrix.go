@@ -102,18 +102,23 @@ func (m *Matrix) Predict(dst, logits []float64) {
 	}
 }
 
-func (m *Matrix) validate() error {
-	c := len(m.B)
+func (m *Matrix) validate() error { return validateMatrix("a", m.A, m.B) }
+
+// validateMatrix checks the parameters of a matrix map read from a file:
+// the C×C matrix a, named name, and the bias b of C ≥ 2 values, all
+// finite.
+func validateMatrix(name string, a, b []float64) error {
+	c := len(b)
 	if c < 2 {
 		return fmt.Errorf("b has %d values: want one per class, at least 2", c)
 	}
-	if len(m.A) != c*c {
-		return fmt.Errorf("a has %d values: want %d×%d = %d for %d classes", len(m.A), c, c, c*c, c)
+	if len(a) != c*c {
+		return fmt.Errorf("%s has %d values: want %d×%d = %d for %d classes", name, len(a), c, c, c*c, c)
 	}
-	if err := checkFinite("a", m.A); err != nil {
+	if err := checkFinite(name, a); err != nil {
 		return err
 	}
-	return checkFinite("b", m.B)
+	return checkFinite("b", b)
 }
 
 // matrixLogits writes Az + b into dst.

@@ -12,13 +12,14 @@ import (
 // place that lists them: every other package asks the registry (Methods,
 // LookupMethod, New).
 const (
-	MethodBin      = "bin"      // one-vs-all histogram binning (Histogram)
-	MethodBBQ      = "bbq"      // Bayesian binning into quantiles (BBQ)
-	MethodTemp     = "temp"     // temperature scaling (Temperature)
-	MethodVector   = "vector"   // vector scaling (Vector)
-	MethodMatrix   = "matrix"   // matrix scaling (Matrix)
-	MethodOPVector = "opvector" // order-preserving vector scaling (OPVector)
-	MethodFedCal   = "fedcal"   // the FedCal order-preserving MLP (FedCalMLP)
+	MethodBin       = "bin"       // one-vs-all histogram binning (Histogram)
+	MethodBBQ       = "bbq"       // Bayesian binning into quantiles (BBQ)
+	MethodTemp      = "temp"      // temperature scaling (Temperature)
+	MethodVector    = "vector"    // vector scaling (Vector)
+	MethodMatrix    = "matrix"    // matrix scaling (Matrix)
+	MethodDirichlet = "dirichlet" // Dirichlet calibration with ODIR (Dirichlet)
+	MethodOPVector  = "opvector"  // order-preserving vector scaling (OPVector)
+	MethodFedCal    = "fedcal"    // the FedCal order-preserving MLP (FedCalMLP)
 )
 
 // Family says how a method is fitted, and so how it is federated.
@@ -56,7 +57,8 @@ type Settings struct {
 	// DefaultMexp; scaling methods ignore it.
 	Mexp int
 	// Seed seeds the methods whose fit is random (fedcal's initial
-	// network and example order); the others ignore it.
+	// network and example order, dirichlet's cross-validation folds);
+	// the others ignore it.
 	Seed int64
 }
 
@@ -136,6 +138,17 @@ var methods = [...]Method{
 		zero:    func() Calibrator { return new(Matrix) },
 		central: func(Settings) Calibrator { return new(Matrix) },
 		scaler:  func(c int, _ *rand.Rand) Scaler { return NewMatrix(c) },
+		size:    func(c, _ float64) float64 { return c*c + c },
+	},
+	{
+		Name: MethodDirichlet, Protocol: "FedDirichlet", Family: Scaling,
+		Summary: "Dirichlet calibration, softmax(W·log softmax(z) + b) with ODIR regularisation",
+		zero:    func() Calibrator { return new(Dirichlet) },
+		// The central fit chooses the regularisation by cross-validation
+		// on the calibration rows; a federation (NewScaler) cannot, and
+		// fits the fixed DefaultDirichletLambda and DefaultDirichletMu.
+		central: func(s Settings) Calibrator { return &Dirichlet{Folds: DefaultDirichletFolds, Seed: s.Seed} },
+		scaler:  func(c int, _ *rand.Rand) Scaler { return NewDirichlet(c) },
 		size:    func(c, _ float64) float64 { return c*c + c },
 	},
 	{

@@ -9,15 +9,17 @@ import (
 
 // Scaler is a scaling calibrator whose parameters form one flat vector, so
 // that a federated server can average them (FedAvg, paper Alg. 2; SPEC §6).
-// Temperature, Vector, Matrix, OPVector and FedCalMLP implement it.
+// Temperature, Vector, Matrix, Dirichlet, OPVector and FedCalMLP implement
+// it.
 //
 // Fit warm-starts from the current parameters: a federated client calls
 // SetParams(w) with the server's parameters w, then Fit on its local
 // calibration set, and returns Params() − w as its update. A scaler built
 // by its constructor (NewTemperature, NewVector, …) starts from the
-// identity map (T = 1; a = 1, b = 0; A = I, b = 0; the order-preserving
-// scalers' weights m = 1); the zero value has no classes yet and Fit first
-// initialises it to the identity for the set's number of classes.
+// identity map (T = 1; a = 1, b = 0; A = I or W = I, b = 0; the
+// order-preserving scalers' weights m = 1); the zero value has no classes
+// yet and Fit first initialises it to the identity for the set's number of
+// classes.
 type Scaler interface {
 	Calibrator
 

@@ -43,12 +43,12 @@ func scDraw(rng *rand.Rand, p []float64) int {
 
 // scScalers returns a fresh identity scaler of every method for c classes.
 func scScalers(c int) []Scaler {
-	return []Scaler{NewTemperature(c), NewVector(c), NewMatrix(c), NewOPVector(c), NewFedCalMLP(c, 1)}
+	return []Scaler{NewTemperature(c), NewVector(c), NewMatrix(c), NewDirichlet(c), NewOPVector(c), NewFedCalMLP(c, 1)}
 }
 
 // scZeroScalers returns the zero value of every scaler.
 func scZeroScalers() []Scaler {
-	return []Scaler{new(Temperature), new(Vector), new(Matrix), new(OPVector), new(FedCalMLP)}
+	return []Scaler{new(Temperature), new(Vector), new(Matrix), new(Dirichlet), new(OPVector), new(FedCalMLP)}
 }
 
 // scFirstMax returns the index of the first largest value of x.
@@ -117,6 +117,7 @@ func TestScalersNumParams(t *testing.T) {
 		{NewTemperature(10), 1},
 		{NewVector(10), 20},
 		{NewMatrix(10), 110},
+		{NewDirichlet(10), 110},
 		{NewOPVector(10), 20},
 		{NewFedCalMLP(10, 0), 10*64 + 64 + 64*64 + 64 + 64*10 + 10},
 		{NewFedCalMLP(2, 0), 129*2 + 4224},
@@ -222,6 +223,7 @@ func TestScalersBadInput(t *testing.T) {
 	for _, sc := range []Scaler{
 		&Vector{Options: FitOptions{MaxIterations: -1}},
 		&Matrix{Options: FitOptions{GradientTol: math.NaN()}},
+		&Dirichlet{Options: FitOptions{MaxIterations: -1}},
 		&OPVector{Options: FitOptions{GradientTol: -1}},
 		&FedCalMLP{LearningRate: math.Inf(1)},
 		&FedCalMLP{Epochs: -1},
@@ -295,11 +297,12 @@ func TestScalersSetParams(t *testing.T) {
 func TestScalersFitWarmStarts(t *testing.T) {
 	s := scOverconfident(rand.New(rand.NewPCG(5, 5)), 500, 3, 6, 3)
 	one := FitOptions{MaxIterations: 1}
-	v, m, o := NewVector(3), NewMatrix(3), NewOPVector(3)
-	v.Options, m.Options, o.Options = one, one, one
+	v, m, d, o := NewVector(3), NewMatrix(3), NewDirichlet(3), NewOPVector(3)
+	v.Options, m.Options, d.Options, o.Options = one, one, one, one
 	for _, tc := range []struct{ full, warm, cold Scaler }{
 		{NewVector(3), v, &Vector{Options: one}},
 		{NewMatrix(3), m, &Matrix{Options: one}},
+		{NewDirichlet(3), d, &Dirichlet{Lambda: DefaultDirichletLambda, Mu: DefaultDirichletMu, Options: one}},
 		{NewOPVector(3), o, &OPVector{Options: one}},
 	} {
 		if err := tc.full.Fit(s); err != nil {
@@ -373,6 +376,9 @@ func TestScalersSidecarRejectsBadParams(t *testing.T) {
 		{"vector", `{"a": [1, 1], "b": [0]}`, "b has 1 values"},
 		{"vector", `{"a": [1], "b": [0]}`, "at least 2"},
 		{"matrix", `{"a": [1, 0, 0], "b": [0, 0]}`, "want 2×2"},
+		{"dirichlet", `{"w": [1, 0, 0], "b": [0, 0]}`, "w has 3 values: want 2×2"},
+		{"dirichlet", `{"w": [1, 0, 0, 1], "b": [0]}`, "at least 2"},
+		{"dirichlet", `{"w": [1, 0, 0, 1], "b": [0, 0], "lambda": 0.1}`, "unknown field"},
 		{"opvector", `{"a": [0, 0], "b": [0, 0, 0]}`, "b has 3 values"},
 		{"fedcal", `{"w1": [], "b1": [], "w2": [], "b2": [], "w3": [], "b3": [0, 0]}`, "w1 has 0 values"},
 		{"vector", `{"a": [1, 1], "b": [0, 0], "options": {}}`, "unknown field"},
