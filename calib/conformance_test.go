@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -310,7 +311,7 @@ func checkRoundTrip(t *testing.T, c calib.Calibrator, logits, want []float64) {
 	if f.Format != calib.FormatV1 || f.Method != c.Method() || f.Classes != c.Classes() {
 		t.Errorf("file says format %q, method %q, %d classes", f.Format, f.Method, f.Classes)
 	}
-	if f.Provenance != prov || f.Privacy == nil || *f.Privacy != *priv {
+	if !reflect.DeepEqual(f.Provenance, prov) || f.Privacy == nil || *f.Privacy != *priv {
 		t.Errorf("metadata did not survive: privacy %+v, provenance %+v", f.Privacy, f.Provenance)
 	}
 	got := predict(back, logits)

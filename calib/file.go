@@ -363,15 +363,23 @@ type Provenance struct {
 	Clients     int    `json:"clients,omitempty"`      // K
 	Seed        Seed   `json:"seed"`                   // random seed
 	Tool        string `json:"tool,omitempty"`         // fedcalib version
+	// ClassNames names the classes of the logits the calibrator was
+	// fitted on, in label order (the logits file's "classes"); nil when
+	// they had none. Encode and Decode check it with CheckClassNames.
+	ClassNames []string `json:"class_names,omitempty"`
 }
 
 // Encode writes c as a version-1 sidecar file to w. It refuses a privacy
-// record that Check refuses, so that Decode reads whatever Encode writes.
+// record that Check refuses, and class names (prov.ClassNames) that
+// CheckClassNames refuses, so that Decode reads whatever Encode writes.
 func Encode(w io.Writer, c Calibrator, priv *Privacy, prov Provenance) error {
 	if priv != nil {
 		if err := priv.Check(c.Method(), c.Classes()); err != nil {
 			return fmt.Errorf("encode %s calibrator: %w", c.Method(), err)
 		}
+	}
+	if err := CheckClassNames(prov.ClassNames, c.Classes()); err != nil {
+		return fmt.Errorf("encode %s calibrator: provenance.class_names: %w", c.Method(), err)
 	}
 	params, err := json.Marshal(c)
 	if err != nil {
@@ -453,6 +461,9 @@ func Decode(r io.Reader) (Calibrator, *File, error) {
 	}
 	if c.Classes() != f.Classes {
 		return nil, nil, fmt.Errorf("%s parameters are for %d classes but the file declares %d", f.Method, c.Classes(), f.Classes)
+	}
+	if err := CheckClassNames(f.Provenance.ClassNames, f.Classes); err != nil {
+		return nil, nil, fmt.Errorf("calibrator file's provenance.class_names: %w", err)
 	}
 	if f.Privacy != nil {
 		if err := f.Privacy.Check(f.Method, f.Classes); err != nil {

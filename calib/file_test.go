@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -36,7 +37,7 @@ func TestEncodeDecodeBinning(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", c.Method(), err, buf.Bytes())
 		}
-		if f.Format != FormatV1 || f.Method != c.Method() || f.Classes != 2 || *f.Privacy != *priv || f.Provenance != prov {
+		if f.Format != FormatV1 || f.Method != c.Method() || f.Classes != 2 || *f.Privacy != *priv || !reflect.DeepEqual(f.Provenance, prov) {
 			t.Errorf("%s: metadata %+v", c.Method(), f)
 		}
 		if !equalCalibrators(c, got) {

@@ -6,9 +6,12 @@
 //	labels  int64   [N]     the true class of each example, in [0, C)
 //	client  int32   [N]     optional: the client that holds each example
 //	split   uint8   [N]     optional: 0 train, 1 calibration, 2 test
+//	classes <U…     [C]     optional: the class names, in label order
 //
 // so that NumPy users can read it with numpy.load and write one with
-// numpy.savez. Read also accepts float64 logits and any integer type for
+// numpy.savez (classes=numpy.array(["cat", "dog"]) makes the string
+// array Write writes; Read also accepts big-endian >U… and byte strings
+// |S…, taken as UTF-8, and checks the names with calib.CheckClassNames). Read also accepts float64 logits and any integer type for
 // labels, client and split, converting them; big-endian arrays; Fortran-
 // ordered (column-major) logits, which it transposes; and archives written
 // by numpy.savez_compressed. It reads each array in a few large blocks —

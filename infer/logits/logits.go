@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/internal/fileio"
@@ -39,14 +40,18 @@ type File struct {
 	Split []uint8
 	// Classes is the number of classes C.
 	Classes int
+	// ClassNames names the C classes in label order (the optional
+	// "classes" array); nil when the file names none.
+	ClassNames []string
 }
 
 // Len returns the number of rows.
 func (f *File) Len() int { return len(f.Labels) }
 
 // Validate reports the first inconsistency in f: lengths that do not
-// match, fewer than two classes, non-finite logits, labels outside
-// [0, Classes), negative client ids or unknown split values.
+// match, fewer than two classes, class names that calib.CheckClassNames
+// refuses, non-finite logits, labels outside [0, Classes), negative
+// client ids or unknown split values.
 func (f *File) Validate() error {
 	n := len(f.Labels)
 	switch {
@@ -58,6 +63,9 @@ func (f *File) Validate() error {
 		return fmt.Errorf("client: has %d rows, labels has %d", len(f.Client), n)
 	case f.Split != nil && len(f.Split) != n:
 		return fmt.Errorf("split: has %d rows, labels has %d", len(f.Split), n)
+	}
+	if err := calib.CheckClassNames(f.ClassNames, f.Classes); err != nil {
+		return fmt.Errorf("classes: %w", err)
 	}
 	for i, v := range f.Logits {
 		// All exponent bits set: ±Inf or NaN.
@@ -190,10 +198,28 @@ func decode(r io.ReaderAt, size int64) (*File, error) {
 			return nil, err
 		}
 	}
+	if zf := member["classes"]; zf != nil {
+		if f.ClassNames, err = readNames(zf, c, size); err != nil {
+			return nil, err
+		}
+	}
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}
 	return &f, nil
+}
+
+// readNames reads the "classes" array: c class names.
+func readNames(zf *zip.File, c int, fileSize int64) ([]string, error) {
+	a, err := openArray(zf, "classes", fileSize)
+	if err != nil {
+		return nil, err
+	}
+	defer a.rc.Close()
+	if len(a.shape) != 1 || a.shape[0] != c {
+		return nil, fmt.Errorf("classes: shape %v, want [%d] (one name per logits column)", a.shape, c)
+	}
+	return a.readStrings()
 }
 
 // readColumn reads a 1-D integer array of length n of any integer dtype,
@@ -228,6 +254,13 @@ func Write(path string, f *File) error {
 // buffer and written at once. It does not validate f.
 func Encode(buf *bytes.Buffer, f *File) error {
 	n := f.Len()
+	// The class names are a NumPy UCS-4 string array, as numpy.array
+	// makes of a list of str: each name padded with NUL code points to
+	// the longest.
+	width := 1
+	for _, s := range f.ClassNames {
+		width = max(width, utf8.RuneCountInString(s))
+	}
 	arrays := []struct {
 		name  string
 		descr string
@@ -239,6 +272,7 @@ func Encode(buf *bytes.Buffer, f *File) error {
 		{"labels", "<i8", []int{n}, 8, false},
 		{"client", "<i4", []int{n}, 4, f.Client == nil},
 		{"split", "|u1", []int{n}, 1, f.Split == nil},
+		{"classes", fmt.Sprintf("<U%d", width), []int{len(f.ClassNames)}, 4 * width, len(f.ClassNames) == 0},
 	}
 	total := 0
 	for _, a := range arrays {
@@ -273,6 +307,15 @@ func Encode(buf *bytes.Buffer, f *File) error {
 			}
 		case "split":
 			b = append(b, f.Split...)
+		case "classes":
+			for _, s := range f.ClassNames {
+				k := 0
+				for _, r := range s {
+					b = binary.LittleEndian.AppendUint32(b, uint32(r))
+					k++
+				}
+				b = append(b, make([]byte, 4*(width-k))...)
+			}
 		}
 		w, err := zw.CreateRaw(&zip.FileHeader{
 			Name:               a.name + ".npy",

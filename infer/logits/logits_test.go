@@ -28,6 +28,26 @@ func TestReadNumPyFixtures(t *testing.T) {
 			Labels:  []int64{0, 1, 1},
 			Classes: 2,
 		}},
+		// Class names as gen.py writes them: numpy.array of str (<U6),
+		// big-endian UCS-4 deflated (>U6), and bytes (|S4).
+		{"testdata/numpy_classes_u.npz", File{
+			Logits:     []float32{0.5, -1, 2, 1, 0, -3},
+			Labels:     []int64{2, 0},
+			Classes:    3,
+			ClassNames: []string{"cat", "dög", "\U0001F426 bird"},
+		}},
+		{"testdata/numpy_classes_be.npz", File{
+			Logits:     []float32{0.5, -1, 2, 1, 0, -3},
+			Labels:     []int64{2, 0},
+			Classes:    3,
+			ClassNames: []string{"cat", "dög", "\U0001F426 bird"},
+		}},
+		{"testdata/numpy_classes_s.npz", File{
+			Logits:     []float32{0.5, -1, 2, 1, 0, -3},
+			Labels:     []int64{2, 0},
+			Classes:    3,
+			ClassNames: []string{"cat", "dog", "bird"},
+		}},
 	}
 	for _, tt := range tests {
 		got, err := Read(tt.path)
@@ -136,20 +156,63 @@ func TestNumPyReadsOurFile(t *testing.T) {
 		t.Skip("NumPy not available: skipping the cross-check with numpy.load")
 	}
 	path := filepath.Join(t.TempDir(), "l.npz")
-	f := &File{Logits: []float32{0.5, -1.25, 2, 3}, Labels: []int64{1, 0}, Split: []uint8{2, 1}, Classes: 2}
+	f := &File{Logits: []float32{0.5, -1.25, 2, 3}, Labels: []int64{1, 0}, Split: []uint8{2, 1}, Classes: 2,
+		ClassNames: []string{"tabby cat", "dög"}}
 	if err := Write(path, f); err != nil {
 		t.Fatal(err)
 	}
 	script := `import numpy as np, sys
 d = np.load(sys.argv[1])
-print(sorted(d.files), d["logits"].dtype, d["logits"].shape, d["logits"].tolist(), d["labels"].dtype, d["labels"].tolist(), d["split"].dtype, d["split"].tolist())`
+print(sorted(d.files), d["logits"].dtype, d["logits"].shape, d["logits"].tolist(), d["labels"].dtype, d["labels"].tolist(), d["split"].dtype, d["split"].tolist(), d["classes"].dtype, d["classes"].tolist())`
 	out, err := exec.Command(py, "-c", script, path).CombinedOutput()
 	if err != nil {
 		t.Fatalf("numpy: %v\n%s", err, out)
 	}
-	want := "['labels', 'logits', 'split'] float32 (2, 2) [[0.5, -1.25], [2.0, 3.0]] int64 [1, 0] uint8 [2, 1]\n"
+	want := "['classes', 'labels', 'logits', 'split'] float32 (2, 2) [[0.5, -1.25], [2.0, 3.0]] int64 [1, 0] uint8 [2, 1] <U9 ['tabby cat', 'dög']\n"
 	if string(out) != want {
 		t.Errorf("numpy read\n%s want\n%s", out, want)
+	}
+
+	// And the other way: what this NumPy's numpy.savez makes of a list
+	// of str, we read.
+	path = filepath.Join(t.TempDir(), "np.npz")
+	script = `import numpy as np, sys
+np.savez(sys.argv[1], logits=np.zeros((1, 2), dtype=np.float32), labels=np.array([1]), classes=np.array(["a", "bé"]))`
+	if out, err := exec.Command(py, "-c", script, path).CombinedOutput(); err != nil {
+		t.Fatalf("numpy: %v\n%s", err, out)
+	}
+	got, err := Read(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"a", "bé"}; !reflect.DeepEqual(got.ClassNames, want) {
+		t.Errorf("class names %q from numpy.savez, want %q", got.ClassNames, want)
+	}
+}
+
+// TestClassNamesRoundTrip checks that Write then Read gives back the class
+// names unchanged, whatever their length and script, and that a file
+// without names reads back without them.
+func TestClassNamesRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	for i, names := range [][]string{
+		nil,
+		{"0", "1", "2"},
+		{"a", "a much longer name", "é"},
+		{"\U0001F426", "猫", " padded "},
+	} {
+		f := &File{Logits: []float32{1, 2, 3, 4, 5, 6}, Labels: []int64{2, 0}, Classes: 3, ClassNames: names}
+		path := filepath.Join(dir, fmt.Sprintf("%d.npz", i))
+		if err := Write(path, f); err != nil {
+			t.Fatal(err)
+		}
+		got, err := Read(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, f) {
+			t.Errorf("names %q: read back %+v, want %+v", names, got, f)
+		}
 	}
 }
 
@@ -202,6 +265,7 @@ func TestBadFiles(t *testing.T) {
 		{write("nan.npz", &File{Logits: []float32{nan, 1}, Labels: []int64{0}, Classes: 2}), "must be finite"},
 		{write("label.npz", &File{Logits: []float32{0, 1}, Labels: []int64{2}, Classes: 2}), "outside [0, 2)"},
 		{write("split.npz", &File{Logits: []float32{0, 1}, Labels: []int64{0}, Split: []uint8{3}, Classes: 2}), "split: row 0 is 3"},
+		{write("names.npz", &File{Logits: []float32{0, 1}, Labels: []int64{0}, Classes: 2, ClassNames: []string{"a", "a"}}), "both named \"a\""},
 	}
 	for _, tt := range tests {
 		_, err := Read(tt.path)

@@ -2,6 +2,7 @@ package logits
 
 import (
 	"archive/zip"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -9,9 +10,11 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/klauspost/compress/flate"
 
+	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/internal/npy"
 )
 
@@ -43,19 +46,38 @@ type header struct {
 
 // dtype is a NumPy scalar type that a logits file may hold.
 type dtype struct {
-	kind      byte // 'f', 'i' or 'u'
+	kind      byte // 'f', 'i', 'u', 'U' (UCS-4 string) or 'S' (byte string)
 	size      int  // bytes per element
 	bigEndian bool
 }
 
+// unit returns the size in bytes of the parts of an element whose byte
+// order the dtype gives: a code point of a 'U' string, the whole element
+// otherwise.
+func (d dtype) unit() int {
+	if d.kind == 'U' {
+		return 4
+	}
+	return d.size
+}
+
 // parseDtype returns the scalar type of descr: '<' or '>' (or '|' for
-// single bytes) followed by f4, f8, i1, i2, i4, i8, u1, u2, u4 or u8. The
-// ok result is false for anything else.
+// single bytes) followed by f4, f8, i1, i2, i4, i8, u1, u2, u4 or u8; or
+// a fixed-length string, '<' or '>' and Un (n UCS-4 code points), or '|'
+// and Sn (n bytes), with 1 ≤ n ≤ calib.MaxClassNameBytes. The ok result
+// is false for anything else.
 func parseDtype(descr string) (d dtype, ok bool) {
+	if len(descr) < 3 {
+		return d, false
+	}
+	d.kind = descr[1]
+	if d.kind == 'U' || d.kind == 'S' {
+		return parseStringDtype(descr, d)
+	}
 	if len(descr) != 3 {
 		return d, false
 	}
-	d.kind, d.size = descr[1], int(descr[2]-'0')
+	d.size = int(descr[2] - '0')
 	switch d.kind {
 	case 'f':
 		ok = d.size == 4 || d.size == 8
@@ -74,6 +96,27 @@ func parseDtype(descr string) (d dtype, ok bool) {
 		ok = false
 	}
 	return d, ok
+}
+
+// parseStringDtype is parseDtype for the string dtypes, of kind d.kind.
+func parseStringDtype(descr string, d dtype) (dtype, bool) {
+	digits := descr[2:]
+	if len(digits) > 9 || strings.Trim(digits, "0123456789") != "" || digits[0] == '0' {
+		return d, false
+	}
+	n, _ := strconv.Atoi(digits)
+	if n > calib.MaxClassNameBytes {
+		return d, false
+	}
+	switch {
+	case d.kind == 'U' && (descr[0] == '<' || descr[0] == '>'):
+		d.size, d.bigEndian = 4*n, descr[0] == '>'
+	case d.kind == 'S' && descr[0] == '|':
+		d.size = n
+	default:
+		return d, false
+	}
+	return d, true
 }
 
 // parseHeader parses a .npy header dictionary such as
@@ -350,7 +393,7 @@ func (a *array) each(fn func(b []byte, first int) error) error {
 			return fmt.Errorf("%s: element %d of %d: %w", a.name, first, a.size, noEOF(err))
 		}
 		if a.bigEndian {
-			npy.SwapBytes(b, a.dtype.size)
+			npy.SwapBytes(b, a.dtype.unit())
 		}
 		if err := fn(b, first); err != nil {
 			return err
@@ -392,6 +435,42 @@ func (a *array) readFloat32() ([]float32, error) {
 			for i := range dst {
 				dst[i] = float32(math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:])))
 			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// readStrings reads an array of fixed-length strings: NumPy's UCS-4
+// strings (<Un, >Un), whose code points must be valid, or byte strings
+// (|Sn), taken as UTF-8. NumPy pads shorter strings with NUL code points
+// or bytes and drops them when it reads an element; so does readStrings.
+func (a *array) readStrings() ([]string, error) {
+	if a.kind != 'U' && a.kind != 'S' {
+		return nil, fmt.Errorf("%s: dtype %s, want strings (<U… as numpy.array([\"cat\", \"dog\"]) makes, or |S…)", a.name, a.descr)
+	}
+	out := make([]string, 0, a.size)
+	var runes []rune
+	err := a.each(func(b []byte, first int) error {
+		for e := 0; e < len(b); e += a.dtype.size {
+			el := b[e : e+a.dtype.size]
+			if a.kind == 'S' {
+				out = append(out, string(bytes.TrimRight(el, "\x00")))
+				continue
+			}
+			n := len(el) / 4
+			for n > 0 && binary.LittleEndian.Uint32(el[4*(n-1):]) == 0 {
+				n--
+			}
+			runes = runes[:0]
+			for k := range n {
+				r := binary.LittleEndian.Uint32(el[4*k:])
+				if r > unicode.MaxRune || r >= 0xd800 && r <= 0xdfff {
+					return fmt.Errorf("%s: element %d holds %#x, which is not a Unicode code point", a.name, first+e/a.dtype.size, r)
+				}
+				runes = append(runes, rune(r))
+			}
+			out = append(out, string(runes))
 		}
 		return nil
 	})

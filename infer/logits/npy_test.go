@@ -75,6 +75,18 @@ func TestParseDtype(t *testing.T) {
 		{"|b1", dtype{}, false},
 		{"=f4", dtype{}, false},
 		{"<f16", dtype{}, false},
+		{"<U6", dtype{'U', 24, false}, true},
+		{">U1", dtype{'U', 4, true}, true},
+		{"|S4", dtype{'S', 4, false}, true},
+		{"<U4096", dtype{'U', 4 * 4096, false}, true},
+		{"<U4097", dtype{}, false}, // longer than calib.MaxClassNameBytes
+		{"|U6", dtype{}, false},
+		{"<S4", dtype{}, false}, // NumPy writes |S4
+		{"<U0", dtype{}, false},
+		{"<U06", dtype{}, false},
+		{"<U+6", dtype{}, false},
+		{"<U99999999999999999999", dtype{}, false},
+		{"|O", dtype{}, false},
 		{"", dtype{}, false},
 	} {
 		got, ok := parseDtype(tc.descr)
@@ -202,6 +214,12 @@ func TestReadErrors(t *testing.T) {
 	huge := npzFile(t, zip.Store, [2]string{"logits.npy", logits2x2}, [2]string{"labels.npy", labels2})
 	cd := bytes.LastIndex(huge, []byte("PK\x01\x02"))
 	binary.LittleEndian.PutUint32(huge[cd+24:], 1<<30) // uncompressed size of labels.npy
+	// An archive whose "classes" member has the given dtype, shape and
+	// data.
+	withNames := func(descr, shape, data string) []byte {
+		return npzFile(t, zip.Store, [2]string{"logits.npy", logits2x2}, [2]string{"labels.npy", labels2},
+			[2]string{"classes.npy", string(npyFile(hdr(descr, shape), []byte(data)))})
+	}
 	for _, tc := range []struct {
 		name string
 		file []byte
@@ -220,6 +238,15 @@ func TestReadErrors(t *testing.T) {
 		{"float labels", npzFile(t, zip.Deflate, [2]string{"logits.npy", logits2x2}, [2]string{"labels.npy", string(npyFile(hdr("<f8", "(2,)"), []byte(i64(0, 1))))}), "labels: dtype <f8, want an integer type"},
 		{"client out of range", npzFile(t, zip.Store, [2]string{"logits.npy", logits2x2}, [2]string{"labels.npy", labels2}, [2]string{"client.npy", string(npyFile(hdr("<i8", "(2,)"), []byte(i64(1, 1<<40))))}), "client: row 1 is 1099511627776, out of range"},
 		{"split out of range", npzFile(t, zip.Store, [2]string{"logits.npy", logits2x2}, [2]string{"labels.npy", labels2}, [2]string{"split.npy", string(npyFile(hdr("<i8", "(2,)"), []byte(i64(-1, 1))))}), "split: row 0 is -1, out of range"},
+		{"names count", withNames("<U1", "(3,)", "a\x00\x00\x00b\x00\x00\x00c\x00\x00\x00"), "classes: shape [3], want [2] (one name per logits column)"},
+		{"names 2-D", withNames("<U1", "(1, 2)", "a\x00\x00\x00b\x00\x00\x00"), "classes: shape [1 2], want [2]"},
+		{"int names", withNames("<i8", "(2,)", i64(0, 1)), "classes: dtype <i8, want strings"},
+		{"object names", withNames("|O", "(2,)", "\x80\x02"), "classes: dtype |O, want strings"},
+		{"surrogate", withNames("<U1", "(2,)", "a\x00\x00\x00\x00\xd8\x00\x00"), "classes: element 1 holds 0xd800, which is not a Unicode code point"},
+		{"beyond unicode", withNames(">U1", "(2,)", "\x00\x00\x00a\x00\x11\x00\x00"), "classes: element 1 holds 0x110000"},
+		{"bad utf-8", withNames("|S1", "(2,)", "a\xff"), "not valid UTF-8"},
+		{"empty name", withNames("|S1", "(2,)", "a\x00"), "class 1 has an empty name"},
+		{"short names", withNames("<U2", "(2,)", "a\x00\x00\x00"), "classes: shape [2] of <U2 needs 2·8 bytes of data, the archive entry holds 4"},
 		{"checksum", flipped, "labels: zip: checksum error"},
 		{"huge claim", huge, "labels: archive entry claims 1073741824 bytes"},
 	} {

@@ -46,3 +46,14 @@ for ftype in ["f4", "f8"]:
                     ftype, "le" if order == "<" else "be", layout, kind)
                 save(name, **arrays)
                 i += 1
+
+# Class names (the optional "classes" array) as NumPy makes them from a
+# list of str (<U, stored), big-endian UCS-4 (>U, deflated) and bytes (|S).
+names_logits = np.array([[0.5, -1.0, 2.0], [1.0, 0.0, -3.0]], dtype=np.float32)
+names_labels = np.array([2, 0], dtype=np.int64)
+np.savez("numpy_classes_u.npz", logits=names_logits, labels=names_labels,
+         classes=np.array(["cat", "dög", "\U0001F426 bird"]))
+np.savez_compressed("numpy_classes_be.npz", logits=names_logits, labels=names_labels,
+                    classes=np.array(["cat", "dög", "\U0001F426 bird"], dtype=">U6"))
+np.savez("numpy_classes_s.npz", logits=names_logits, labels=names_labels,
+         classes=np.array([b"cat", b"dog", b"bird"]))
