@@ -167,6 +167,21 @@ func (g *Graph) Outputs() []TensorInfo { return tensorInfos(g.outs) }
 // type), and returns the values of every output of Outputs(), row-major in
 // the shape the model gives them.
 func (g *Graph) Run(in ...*Batch) ([][]float32, error) {
+	outs, err := g.RunShaped(in...)
+	if err != nil {
+		return nil, err
+	}
+	res := make([][]float32, len(outs))
+	for i, o := range outs {
+		res[i] = o.Float
+	}
+	return res, nil
+}
+
+// RunShaped is Run that also returns the shape of each output: output i
+// is a Batch whose Shape is the shape the model gave it and whose Float
+// holds its values.
+func (g *Graph) RunShaped(in ...*Batch) ([]*Batch, error) {
 	if g.sess == nil {
 		return nil, errors.New("infer: Run on a closed Graph")
 	}
@@ -187,13 +202,13 @@ func (g *Graph) Run(in ...*Batch) ([][]float32, error) {
 	if err := g.sess.Run(vals, outs); err != nil {
 		return nil, fmt.Errorf("running the model: %w", err)
 	}
-	res := make([][]float32, len(outs))
+	res := make([]*Batch, len(outs))
 	for i, o := range outs {
 		t, ok := o.(*ort.Tensor[float32])
 		if !ok {
 			return nil, fmt.Errorf("model output %q is not a float32 tensor", g.outs[i].Name)
 		}
-		res[i] = slices.Clone(t.GetData())
+		res[i] = &Batch{Shape: slices.Clone([]int64(t.GetShape())), Float: slices.Clone(t.GetData())}
 	}
 	return res, nil
 }
