@@ -4,7 +4,8 @@
 //
 // Build expresses every calibrator of package calib with standard ONNX
 // operators (SPEC §9): temperature as Div and Softmax; vector and matrix
-// scaling as Mul/MatMul, Add and Softmax; the order-preserving scalers
+// scaling as Mul/MatMul, Add and Softmax; Dirichlet calibration as
+// LogSoftmax, MatMul, Add and Softmax; the order-preserving scalers
 // (OPVector, FedCalMLP) as TopK, Slice, Sub, Pad, Mul, CumSum, Softmax and
 // ScatterElements; histogram binning and BBQ as Softmax, a bin index (Mul,
 // Floor, Clip, Cast), a Gather from the flattened classes×bins table, the

@@ -46,18 +46,12 @@ func Build(c calib.Calibrator, input, output, prefix string) (*Subgraph, error) 
 			b.tensor("b", []int64{1, int64(k)}, c.B),
 		}))
 	case *calib.Matrix:
-		k := len(c.B)
-		// Row vectors: z·Aᵀ + b.
-		at := make([]float64, k*k)
-		for i := 0; i < k; i++ {
-			for j := 0; j < k; j++ {
-				at[j*k+i] = c.A[i*k+j]
-			}
-		}
-		probs = b.softmax(b.op("Add", []string{
-			b.op("MatMul", []string{z, b.tensor("at", []int64{int64(k), int64(k)}, at)}),
-			b.tensor("b", []int64{1, int64(k)}, c.B),
-		}))
+		probs = b.softmax(b.affine(z, c.A, c.B))
+	case *calib.Dirichlet:
+		// Matrix scaling of the log-probabilities. LogSoftmax, unlike the
+		// Log of a Softmax, stays finite where a probability underflows.
+		lp := b.op("LogSoftmax", []string{z}, onnx.AttrInt("axis", -1))
+		probs = b.softmax(b.affine(lp, c.W, c.B))
 	case *calib.OPVector:
 		k := len(c.A)
 		sorted, perm := b.topK(z, k)
@@ -144,6 +138,23 @@ func (b *builder) ints(name string, v ...int64) string {
 
 func (b *builder) softmax(x string) string {
 	return b.op("Softmax", []string{x}, onnx.AttrInt("axis", -1))
+}
+
+// affine computes x·Aᵀ + b for row vectors x of k values, with A the k×k
+// matrix a (row-major) and b the bias: the calibrated logits Ax + b of
+// calib.Matrix and calib.Dirichlet.
+func (b *builder) affine(x string, a, bias []float64) string {
+	k := len(bias)
+	at := make([]float64, k*k)
+	for i := 0; i < k; i++ {
+		for j := 0; j < k; j++ {
+			at[j*k+i] = a[i*k+j]
+		}
+	}
+	return b.op("Add", []string{
+		b.op("MatMul", []string{x, b.tensor("at", []int64{int64(k), int64(k)}, at)}),
+		b.tensor("b", []int64{1, int64(k)}, bias),
+	})
 }
 
 // softplus computes log(1 + eˣ) stably as relu(x) + log(1 + e^−|x|), which
