@@ -70,7 +70,9 @@ const fedSeed = 17
 //     order from one seed, while the protocol draws the initial network
 //     from the server's stream and the example order from the client's.
 //     The test records both seeds from the protocol's scaler constructor
-//     and fits the central FedCalMLP with them.
+//     and fits the central FedCalMLP with them. dirichlet's central fit
+//     cross-validates its regularisation; the test fits it with the
+//     protocol's fixed regularisation instead (see checkFedScaling).
 func TestConformanceFederatedEqualsCentral(t *testing.T) {
 	const classes = 4
 	set := fedConformanceSet(600, classes, 2)
@@ -228,6 +230,23 @@ func checkFedScaling(t *testing.T, m calib.Method, set *calib.Set, r federation.
 	c, err := calib.New(m.Name, calib.Settings{Seed: fedSeed})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if d, ok := c.(*calib.Dirichlet); ok {
+		// The central dirichlet fit chooses λ = μ by cross-validation on
+		// the rows, which a federation cannot: its clients fit the fixed
+		// regularisation of the protocol's scaler. Compare like with
+		// like: the central fit with that regularisation and no
+		// cross-validation.
+		fa, ok := f.(*federation.FedAvg)
+		if !ok {
+			t.Fatalf("federation.New(%q) is a %T, not *federation.FedAvg", m.Name, f)
+		}
+		fs := fa.Scaler(set.Classes, rand.New(rand.NewPCG(fedSeed, 0))).(*calib.Dirichlet)
+		if d.Folds < 2 || fs.Folds != 0 {
+			t.Fatalf("central fit has %d folds, the federation's scaler %d: want cross-validation centrally only", d.Folds, fs.Folds)
+		}
+		d.Folds, d.Lambda, d.Mu = 0, fs.Lambda, fs.Mu
+		t.Logf("central fit with the federation's λ = %v, μ = %v", d.Lambda, d.Mu)
 	}
 	if err := c.Fit(set); err != nil {
 		t.Fatal(err)
