@@ -38,6 +38,7 @@ type conformanceCase struct {
 var conformanceCases = map[string]conformanceCase{
 	calib.MethodBin:       {settings: calib.Settings{Mexp: 4}},
 	calib.MethodBBQ:       {settings: calib.Settings{Mexp: 4}},
+	calib.MethodIsotonic:  {},
 	calib.MethodTemp:      {},
 	calib.MethodVector:    {},
 	calib.MethodMatrix:    {},

@@ -14,6 +14,7 @@ import (
 const (
 	MethodBin       = "bin"       // one-vs-all histogram binning (Histogram)
 	MethodBBQ       = "bbq"       // Bayesian binning into quantiles (BBQ)
+	MethodIsotonic  = "isotonic"  // one-vs-all isotonic regression (Isotonic)
 	MethodTemp      = "temp"      // temperature scaling (Temperature)
 	MethodVector    = "vector"    // vector scaling (Vector)
 	MethodMatrix    = "matrix"    // matrix scaling (Matrix)
@@ -53,8 +54,9 @@ var ErrUnknownMethod = errors.New("unknown calibrator method")
 // value means each method's defaults.
 type Settings struct {
 	// Mexp sets the bins of the binning methods: 2^Mexp equal-width bins
-	// per class for bin, the finest of BBQ's schemes for bbq. Zero means
-	// DefaultMexp; scaling methods ignore it.
+	// per class for bin and isotonic, the finest of BBQ's schemes for bbq.
+	// Zero means the method's default, Method.DefaultMexp (DefaultMexp,
+	// or IsotonicMexp for isotonic); scaling methods ignore it.
 	Mexp int
 	// Seed seeds the methods whose fit is random (fedcal's initial
 	// network and example order, dirichlet's cross-validation folds);
@@ -84,6 +86,7 @@ type Method struct {
 	scaler   func(classes int, rng *rand.Rand) Scaler
 	binner   func(*Histograms) (Binner, error)
 	exponent bool // the binning method's bins must be a power of two
+	mexp     int  // the binning method's default bin exponent; 0: DefaultMexp
 	size     func(classes, bins float64) float64
 }
 
@@ -115,6 +118,15 @@ var methods = [...]Method{
 		binner:   func(h *Histograms) (Binner, error) { return NewBBQ(h) },
 		exponent: true,
 		size:     histogramSize,
+	},
+	{
+		Name: MethodIsotonic, Protocol: "FedIsotonic", Family: Binning,
+		Summary: "one-vs-all isotonic regression (pool-adjacent-violators) on 2^M equal-width bins per class, M = 10 by default",
+		zero:    func() Calibrator { return new(Isotonic) },
+		central: func(s Settings) Calibrator { return &Isotonic{Bins: 1 << s.Mexp} }, // New sets s.Mexp
+		binner:  func(h *Histograms) (Binner, error) { return NewIsotonic(h) },
+		mexp:    IsotonicMexp,
+		size:    histogramSize,
 	},
 	{
 		Name: MethodTemp, Protocol: "FedTemp", Family: Scaling, KeepsTopClass: true,
@@ -216,15 +228,21 @@ func LookupMethod(name string) (Method, error) {
 }
 
 // New returns an unfitted calibrator of the named method for a central
-// fit, with s's settings. It returns an error for an unknown method or a
-// bin exponent outside [1, MaxMexp] of a binning method.
+// fit, with s's settings (a zero Mexp meaning m.DefaultMexp()). It returns
+// an error for an unknown method or a bin exponent outside [1, MaxMexp]
+// of a binning method.
 func New(name string, s Settings) (Calibrator, error) {
 	m, err := LookupMethod(name)
 	if err != nil {
 		return nil, err
 	}
-	if m.Family == Binning && (s.mexp() < 1 || s.mexp() > MaxMexp) {
-		return nil, fmt.Errorf("%s: bin exponent %d: want M in [1, %d] (2^M bins)", name, s.Mexp, MaxMexp)
+	if m.Family == Binning {
+		if s.Mexp == 0 {
+			s.Mexp = m.DefaultMexp()
+		}
+		if s.Mexp < 1 || s.Mexp > MaxMexp {
+			return nil, fmt.Errorf("%s: bin exponent %d: want M in [1, %d] (2^M bins)", name, s.Mexp, MaxMexp)
+		}
 	}
 	return m.central(s), nil
 }
@@ -293,6 +311,19 @@ func (m Method) CheckSize(classes, bins int) error {
 
 // histogramSize is the Size of a binning method.
 func histogramSize(classes, bins float64) float64 { return 2 * classes * bins }
+
+// DefaultMexp returns the bin exponent M (2^M bins per class) a Binning
+// method uses when Settings.Mexp is zero: IsotonicMexp for isotonic,
+// DefaultMexp for the others. It returns 0 for a Scaling method.
+func (m Method) DefaultMexp() int {
+	switch {
+	case m.Family != Binning:
+		return 0
+	case m.mexp != 0:
+		return m.mexp
+	}
+	return DefaultMexp
+}
 
 // BinExponent reports whether the Binning method's number of bins must be
 // a power of two 2^M, set by its exponent M (BBQ); otherwise any number
