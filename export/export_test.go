@@ -76,6 +76,7 @@ func fitted(t *testing.T, c int) map[string]calib.Calibrator {
 		"fedcal":   calib.NewFedCalMLP(c, 3),
 		"bin":      &calib.Histogram{Bins: 16},
 		"bbq":      &calib.BBQ{Mexp: 5},
+		"isotonic": &calib.Isotonic{Bins: 64},
 	}
 	for name, cal := range out {
 		if err := cal.Fit(s); err != nil {
@@ -97,6 +98,11 @@ func fitted(t *testing.T, c int) map[string]calib.Calibrator {
 			t.Fatal(err)
 		}
 		out["bbq-"+string(mode)] = &q
+		iso := *out["isotonic"].(*calib.Isotonic)
+		if err := iso.SetWeighting(mode, alpha); err != nil {
+			t.Fatal(err)
+		}
+		out["isotonic-"+string(mode)] = &iso
 	}
 	return out
 }

@@ -75,6 +75,8 @@ func Build(c calib.Calibrator, input, output, prefix string) (*Subgraph, error) 
 		probs = b.binning(z, c.Table, c.Bins, &c.Weights)
 	case *calib.BBQ:
 		probs = b.binning(z, c.Table, 1<<c.Mexp, &c.Weights)
+	case *calib.Isotonic:
+		probs = b.binning(z, c.Table, c.Bins, &c.Weights)
 	default:
 		return nil, fmt.Errorf("export: no ONNX form for calibrator method %q", c.Method())
 	}
