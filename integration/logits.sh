@@ -28,6 +28,9 @@ specs=(
   "cifar10-cnn       imagefolder:$cifar:train imagefolder:$cifar:test"
   "femnist-cnn       leaf:$femnist:train leaf:$femnist:test"
   "shakespeare-lstm  roles:$SHARED/shakespeare-leaf-roles.tar.gz"
+  "resnet18-mnist    mnist:$mnist:all"
+  "resnet18-cifar10  imagefolder:$cifar:train imagefolder:$cifar:test"
+  "resnet18-femnist  leaf:$femnist:train leaf:$femnist:test"
 )
 
 for line in "${specs[@]}"; do
