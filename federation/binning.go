@@ -1,6 +1,7 @@
 package federation
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -114,13 +115,14 @@ func binSpecOf(method string, s binSpec) binSpec {
 	if err != nil {
 		panic(err) // the names are the registry's own constants
 	}
-	s.name, s.build = m.Protocol, m.FromHistograms
+	s.name, s.build, s.defaultMexp = m.Protocol, m.FromHistograms, m.DefaultMexp()
 	return s
 }
 
 // binSpec is a binning protocol: its name, the size of its histograms
-// (bins, or 2^mexp for a method of bin exponents; zero means the default)
-// and how the server forms the calibrator from them.
+// (bins, or 2^mexp for a method of bin exponents; zero means the method's
+// default, 2^defaultMexp) and how the server forms the calibrator from
+// them.
 type binSpec struct {
 	name      string
 	bins      int // number of bins; 0: see mexp
@@ -129,6 +131,10 @@ type binSpec struct {
 	weighting calib.Weighting
 	privacy   *Privacy
 	snapshot  func(int, calib.Calibrator)
+
+	// defaultMexp is the method's calib.Method.DefaultMexp, used when
+	// bins and mexp are 0; zero means calib.DefaultMexp.
+	defaultMexp int
 }
 
 // resolveBins fills in s.bins from its defaults, or reports bins out of
@@ -141,7 +147,7 @@ func (s *binSpec) resolveBins() error {
 		return nil
 	}
 	if s.mexp == 0 {
-		s.mexp = calib.DefaultMexp
+		s.mexp = cmp.Or(s.defaultMexp, calib.DefaultMexp)
 	}
 	if s.mexp < 1 || s.mexp > calib.MaxMexp {
 		return fmt.Errorf("bin exponent Mexp = %d: want 1 to %d", s.mexp, calib.MaxMexp)

@@ -35,7 +35,10 @@ type Fitter interface {
 // Options are the settings of the protocol New makes. The zero value
 // means each protocol's defaults, without privacy.
 type Options struct {
-	// Bins is FedBin's number of bins; zero means calib.DefaultBins.
+	// Bins is the number of bins of FedBin and of the other binning
+	// methods that are not BBQ-like (calib.Method.BinExponent); zero
+	// means the method's default, 2^calib.Method.DefaultMexp
+	// (calib.DefaultBins for FedBin).
 	Bins int
 	// Mexp is FedBBQ's bin exponent; zero means calib.DefaultMexp.
 	Mexp int
@@ -52,7 +55,7 @@ type Options struct {
 
 // New returns the federated protocol of a calibrator method of the
 // registry (calib.Methods): binning methods run Algorithm 1 (FedBin,
-// FedBBQ), scaling methods FedAvg over their scaler (FedTemp, FedVector,
+// FedBBQ, FedIsotonic), scaling methods FedAvg over their scaler (FedTemp, FedVector,
 // FedMatrix, FedOPVector, FedCal). It returns an error for an unknown
 // method, or for options that the method does not take (binning options
 // for scaling and vice versa).
@@ -68,7 +71,7 @@ func New(method string, o Options) (Fitter, error) {
 		if scaleOpts {
 			return nil, fmt.Errorf("method %q is binning: server learning rate and update clipping apply to scaling methods", method)
 		}
-		spec := binSpec{name: m.Protocol, build: m.FromHistograms, weighting: o.Weighting, privacy: o.Privacy}
+		spec := binSpec{name: m.Protocol, build: m.FromHistograms, defaultMexp: m.DefaultMexp(), weighting: o.Weighting, privacy: o.Privacy}
 		if m.BinExponent() {
 			if o.Bins != 0 {
 				return nil, fmt.Errorf("method %q takes the bin exponent Mexp (2^Mexp bins), not a number of bins", method)

@@ -16,8 +16,9 @@ import (
 type Spec struct {
 	// Method is the calibrator method, one of calib.MethodNames().
 	Method string
-	// Mexp sets the bins of a binning method: 2^Mexp bins per class (bin)
-	// or the finest of BBQ's schemes (bbq). Zero means calib.DefaultMexp.
+	// Mexp sets the bins of a binning method: 2^Mexp bins per class (bin,
+	// isotonic) or the finest of BBQ's schemes (bbq). Zero means the
+	// method's default, calib.Method.DefaultMexp.
 	Mexp int
 	// Weighting is a binning method's server-side weighting; zero means
 	// calib.WeightNone.
