@@ -261,9 +261,12 @@ func (s *Session) Preprocessing() Preprocessing { return s.pre }
 
 // ClassNames returns the class names from the fedcalib.classes metadata,
 // or nil when the model has none.
-func (s *Session) ClassNames() []string {
-	v, ok := s.props[KeyClasses]
-	if !ok || strings.TrimSpace(v) == "" {
+func (s *Session) ClassNames() []string { return SplitClassNames(s.props[KeyClasses]) }
+
+// SplitClassNames returns the class names of a fedcalib.classes value:
+// split at commas, each trimmed of spaces; nil for a blank value.
+func SplitClassNames(v string) []string {
+	if strings.TrimSpace(v) == "" {
 		return nil
 	}
 	names := strings.Split(v, ",")
