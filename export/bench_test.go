@@ -11,13 +11,13 @@ import (
 	"github.com/fedcalib/fedcalib/onnx"
 )
 
-// BenchmarkBatch1Latency measures the batch-1 latency of an MNIST CNN
+// BenchmarkBatch1Latency measures the batch-1 latency of an image model
 // with and without an appended calibrator, in the same run, one intra-op
 // thread. The calibrated runs also fetch the probabilities output. The
 // model is $FEDCALIB_BENCH_MODEL (e.g. models/mnist-cnn/model.onnx, the
-// paper's CNN, made by `make model NAME=mnist-cnn`), by default
-// infer/testdata/cnn.onnx (3.8M multiply-adds); its input must be
-// [batch, 1, 28, 28].
+// paper's CNN, or models/resnet18-cifar10/model.onnx), by default
+// infer/testdata/cnn.onnx (3.8M multiply-adds); its one float input must
+// have a dynamic batch axis and fixed other dimensions (e.g. [N, 3, 32, 32]).
 func BenchmarkBatch1Latency(b *testing.B) {
 	if _, err := infer.InitRuntime(""); err != nil {
 		b.Skipf("ONNX Runtime not installed (run make setup): %v", err)
@@ -46,7 +46,18 @@ func BenchmarkBatch1Latency(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	x := make([]float32, 28*28)
+	shape := []int64{1}
+	for _, d := range base.Inputs()[0].Shape[1:] {
+		if d.Value <= 0 {
+			b.Fatalf("%s: input dimension %q is not fixed", src, d.Param)
+		}
+		shape = append(shape, d.Value)
+	}
+	size := int64(1)
+	for _, d := range shape {
+		size *= d
+	}
+	x := make([]float32, size)
 	for i := range x {
 		x[i] = float32(rng.Float64())
 	}
@@ -56,7 +67,7 @@ func BenchmarkBatch1Latency(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer g.Close()
-		in := &infer.Batch{Shape: []int64{1, 1, 28, 28}, Float: x}
+		in := &infer.Batch{Shape: shape, Float: x}
 		b.ResetTimer()
 		for range b.N {
 			if _, err := g.Run(in); err != nil {
