@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"slices"
 	"sync"
 
 	"github.com/fedcalib/fedcalib/infer/data"
@@ -27,8 +28,9 @@ type Result struct {
 	// ClientNames lists the reader's client names in order of first
 	// appearance; ClientNames[id] is the name of client id.
 	ClientNames []string
-	// ClassNames holds the model's class names (fedcalib.classes) or, when
-	// it has none, the reader's; nil when neither has any.
+	// ClassNames holds Options.ClassNames when given, else the model's
+	// class names (fedcalib.classes) or, when it has none, the reader's;
+	// nil when none has any.
 	ClassNames []string
 	// Extra holds the outputs Options.Extra named, in that order; nil
 	// without Options.Extra.
@@ -59,9 +61,10 @@ type Progress struct {
 // Len returns the number of records.
 func (r *Result) Len() int { return len(r.Labels) }
 
-// File returns r as a logits file (sharing r's slices), with no split.
+// File returns r as a logits file (sharing r's slices), with no split,
+// and with the class names.
 func (r *Result) File() *logits.File {
-	return &logits.File{Logits: r.Logits, Labels: r.Labels, Client: r.Client, Classes: r.Classes}
+	return &logits.File{Logits: r.Logits, Labels: r.Labels, Client: r.Client, Classes: r.Classes, ClassNames: r.ClassNames}
 }
 
 // Infer runs the model over every record of rd, Options.Batch records at a
@@ -142,8 +145,13 @@ func (s *Session) Infer(ctx context.Context, rd data.Reader) (*Result, error) {
 	for k, o := range s.extra {
 		res.Extra = append(res.Extra, Output{Name: o.Name, Columns: s.cols[k], Values: extra[k]})
 	}
+	if err := s.checkGivenNames(); err != nil {
+		return nil, err
+	}
 	res.ClassNames = s.ClassNames()
-	if res.ClassNames == nil {
+	if s.opt.ClassNames != nil {
+		res.ClassNames = slices.Clone(s.opt.ClassNames)
+	} else if res.ClassNames == nil {
 		if names := rd.Classes(); len(names) == s.classes {
 			res.ClassNames = names
 		} else if len(names) > 0 {

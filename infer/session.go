@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	ort "github.com/yalue/onnxruntime_go"
+
+	"github.com/fedcalib/fedcalib/calib"
 )
 
 // DefaultBatch is the batch size used when Options.Batch is zero.
@@ -55,6 +57,13 @@ type Options struct {
 	// Logger receives warnings (e.g. outputs that look like probabilities).
 	// Nil means slog.Default().
 	Logger *slog.Logger
+	// ClassNames names the model's classes in output order, as a labels
+	// file gives them (calib.ReadClassNames); Result.ClassNames is then
+	// these. They must agree with the model's fedcalib.classes, when it
+	// has them, and with the number of output columns (errors wrapping
+	// calib.ErrClassNames). Nil takes the names from the model or the
+	// data (Result.ClassNames).
+	ClassNames []string
 }
 
 // TensorInfo describes a model input or output.
@@ -231,6 +240,21 @@ func (s *Session) readMetadata() error {
 	}
 	if s.classes > 0 && len(s.ClassNames()) > 0 && len(s.ClassNames()) != s.classes {
 		return fmt.Errorf("%s names %d classes but output %q has %d", KeyClasses, len(s.ClassNames()), s.out.Name, s.classes)
+	}
+	if s.opt.ClassNames != nil {
+		if err := calib.MatchClassNames("the names given", s.opt.ClassNames, "the model's "+KeyClasses, s.ClassNames()); err != nil {
+			return err
+		}
+		return s.checkGivenNames()
+	}
+	return nil
+}
+
+// checkGivenNames checks that Options.ClassNames, when given, name as
+// many classes as the output has, once that is known.
+func (s *Session) checkGivenNames() error {
+	if s.opt.ClassNames != nil && s.classes > 0 && len(s.opt.ClassNames) != s.classes {
+		return fmt.Errorf("%w: %d class names given but output %q has %d classes", calib.ErrClassNames, len(s.opt.ClassNames), s.out.Name, s.classes)
 	}
 	return nil
 }
