@@ -121,7 +121,7 @@ var methods = [...]Method{
 	},
 	{
 		Name: MethodIsotonic, Protocol: "FedIsotonic", Family: Binning,
-		Summary: "one-vs-all isotonic regression (pool-adjacent-violators) on 2^M equal-width bins per class, M = 10 by default",
+		Summary: "one-vs-all isotonic regression (PAV) on 2^M equal-width bins per class, M = 10 by default",
 		zero:    func() Calibrator { return new(Isotonic) },
 		central: func(s Settings) Calibrator { return &Isotonic{Bins: 1 << s.Mexp} }, // New sets s.Mexp
 		binner:  func(h *Histograms) (Binner, error) { return NewIsotonic(h) },

@@ -61,7 +61,7 @@ the output atomically and never over an input.`,
 	f.StringVar(&fl.out, "out", "", "calibrator sidecar file (JSON) to write (required)")
 	f.BoolVar(&fl.central, "central", false, "fit one calibrator on all calibration rows, without federation (required)")
 	f.StringVar(&fl.method, "method", "", "calibrator: "+strings.Join(calib.MethodNames(), ", ")+" (required)")
-	f.IntVar(&fl.binsExp, "bins-exp", calib.DefaultMexp, fmt.Sprintf("binning methods only: use 2^M bins per class, M in [1, %d]", calib.MaxMexp))
+	f.IntVar(&fl.binsExp, "bins-exp", calib.DefaultMexp, binsExpUsage())
 	f.Var((*seedValue)(&fl.seed), "seed", "random seed, 0 to 2^64−1 (fedcal's initial weights and example order); recorded in the output")
 	fl.fed.register(cmd)
 	return cmd
@@ -91,6 +91,9 @@ func runCalibrate(cmd *cobra.Command, fl *calibrateFlags) error {
 	m, err := calib.LookupMethod(fl.method)
 	if err != nil {
 		return fmt.Errorf("--method: %w", err)
+	}
+	if m.Family == calib.Binning && !cmd.Flags().Changed("bins-exp") {
+		fl.binsExp = m.DefaultMexp()
 	}
 	if err := m.CheckSize(f.Classes, 1<<fl.binsExp); err != nil {
 		return fmt.Errorf("%s: %w", fl.logits, err)
@@ -187,6 +190,18 @@ func checkCalibrateFlags(cmd *cobra.Command, fl *calibrateFlags) error {
 		return fmt.Errorf("--bins-exp %d: want M in [1, %d] (2^M bins)", fl.binsExp, calib.MaxMexp)
 	}
 	return checkOut("--out", fl.out, calibratorOut, fl.logits)
+}
+
+// binsExpUsage is the usage of --bins-exp: its range, and the binning
+// methods whose default (calib.Method.DefaultMexp) is not the flag's.
+func binsExpUsage() string {
+	u := fmt.Sprintf("binning methods only: use 2^M bins per class, M in [1, %d]", calib.MaxMexp)
+	for _, m := range calib.Methods() {
+		if m.Family == calib.Binning && m.DefaultMexp() != calib.DefaultMexp {
+			u += fmt.Sprintf("; %s defaults to M = %d", m.Name, m.DefaultMexp())
+		}
+	}
+	return u
 }
 
 // methodHelp lists the registry's methods, one a line, for help texts.

@@ -286,6 +286,9 @@ func (ff *fedFlags) run(cmd *cobra.Command, fl *calibrateFlags) error {
 // and serve both build their protocol with it.
 func (ff *fedFlags) spec(cmd *cobra.Command, method string, binsExp int) federation.Spec {
 	changed := cmd.Flags().Changed
+	if !changed("bins-exp") {
+		binsExp = 0 // the method's default, calib.Method.DefaultMexp
+	}
 	spec := federation.Spec{Method: method, Mexp: binsExp, Weighting: calib.Weighting(ff.weighting), ServerLR: ff.serverLR}
 	if changed("clip") || changed("epsilon") {
 		spec.Clip = ff.clip

@@ -157,7 +157,7 @@ func TestCalibrateBinsExp(t *testing.T) {
 	for _, tc := range []struct {
 		method, exp string
 		bins        int
-	}{{"bin", "", 128}, {"bin", "3", 8}, {"bbq", "", 128}, {"bbq", "5", 32}} {
+	}{{"bin", "", 128}, {"bin", "3", 8}, {"bbq", "", 128}, {"bbq", "5", 32}, {"isotonic", "", 1024}, {"isotonic", "3", 8}} {
 		out := filepath.Join(t.TempDir(), "c.json")
 		args := []string{"--central", "--method", tc.method, "--logits", path, "--out", out}
 		if tc.exp != "" {
@@ -176,6 +176,8 @@ func TestCalibrateBinsExp(t *testing.T) {
 			bins = c.Bins
 		case *calib.BBQ:
 			bins = 1 << c.Mexp
+		case *calib.Isotonic:
+			bins = c.Bins
 		}
 		if bins != tc.bins {
 			t.Errorf("%s --bins-exp %q: %d bins, want %d", tc.method, tc.exp, bins, tc.bins)

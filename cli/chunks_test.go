@@ -136,7 +136,7 @@ func TestSetOf(t *testing.T) {
 func TestFitCentralBinning(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(3))
 	f := chunkFile(3*evalChunk+17, 4)
-	for _, method := range []string{calib.MethodBin, calib.MethodBBQ} {
+	for _, method := range []string{calib.MethodBin, calib.MethodBBQ, calib.MethodIsotonic} {
 		for _, mexp := range []int{1, 4, 7} {
 			for _, split := range []int{logits.AllRows, logits.SplitCalibration} {
 				m, err := calib.LookupMethod(method)

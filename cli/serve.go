@@ -143,7 +143,7 @@ and dropouts.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&fl.cal.method, "method", "", "calibrator: "+strings.Join(calib.MethodNames(), ", ")+" (required)")
-	f.IntVar(&fl.cal.binsExp, "bins-exp", calib.DefaultMexp, fmt.Sprintf("binning methods only: use 2^M bins per class, M in [1, %d]", calib.MaxMexp))
+	f.IntVar(&fl.cal.binsExp, "bins-exp", calib.DefaultMexp, binsExpUsage())
 	f.Var((*seedValue)(&fl.cal.seed), "seed", "fix the run's seed, 0 to 2^64−1: sampling, client streams and noise become reproducible and known to every client (tests only); without it the seed is random and the noise comes from crypto/rand")
 	f.StringVar(&fl.cal.out, "out", "", "calibrator file (JSON) to write at the end (required)")
 	fl.cal.fed.register(scratch)

@@ -1,0 +1,271 @@
+package export
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/fedcalib/fedcalib/infer"
+	"github.com/fedcalib/fedcalib/internal/fileio"
+	"github.com/fedcalib/fedcalib/onnx"
+)
+
+// DefaultMaxBatch is the max_batch_size of a Triton model configuration
+// when TritonOptions.MaxBatch is 0: the largest batch Triton's dynamic
+// batcher forms.
+const DefaultMaxBatch = 64
+
+// Files of a Triton model directory, as WriteTriton lays it out:
+// REPO/NAME/config.pbtxt, REPO/NAME/1/model.onnx and REPO/NAME/labels.txt.
+const (
+	TritonConfigFile = "config.pbtxt"
+	TritonModelFile  = "1/model.onnx"
+	TritonLabelsFile = "labels.txt"
+)
+
+// TritonPlatform is the platform of an ONNX model in Triton's model
+// configuration: the ONNX Runtime backend.
+const TritonPlatform = "onnxruntime_onnx"
+
+// TritonOptions configures WriteTriton. The zero value is not usable:
+// Name is required.
+type TritonOptions struct {
+	// Name is the model's name in the repository, its directory's name
+	// (see TritonName).
+	Name string
+	// MaxBatch is max_batch_size; 0 means DefaultMaxBatch. It is ignored
+	// (max_batch_size 0, full shapes) when an input or output has no
+	// variable first axis, as Triton requires.
+	MaxBatch int
+	// Labels are the class names written to labels.txt, one a line, and
+	// named by label_filename on the outputs of [batch, classes] (Triton's
+	// classification extension). Nil means the model's fedcalib.classes
+	// metadata; no names means no labels file.
+	Labels []string
+}
+
+// TritonConfig is the part of Triton's model configuration (ModelConfig,
+// written as protobuf text in config.pbtxt) that fedcalib writes. The
+// zero value is an unnamed configuration of no tensors.
+type TritonConfig struct {
+	Name         string
+	Platform     string
+	MaxBatchSize int
+	Inputs       []TritonTensor
+	Outputs      []TritonTensor
+	// DynamicBatching enables Triton's dynamic batcher with its defaults
+	// (dynamic_batching { }).
+	DynamicBatching bool
+}
+
+// TritonTensor is one input or output of a TritonConfig. The zero value
+// is an unnamed scalar of no type.
+type TritonTensor struct {
+	Name string
+	// DataType is Triton's name of the element type, such as TYPE_FP32.
+	DataType string
+	// Dims is the shape without the batch axis when max_batch_size > 0;
+	// -1 marks a variable dimension.
+	Dims []int64
+	// LabelFilename names the labels file, relative to the model's
+	// directory; empty for none.
+	LabelFilename string
+}
+
+// tritonTypes maps ONNX element types to Triton's data types.
+var tritonTypes = map[onnx.DataType]string{
+	onnx.Bool: "TYPE_BOOL", onnx.Uint8: "TYPE_UINT8", onnx.Uint16: "TYPE_UINT16",
+	onnx.Uint32: "TYPE_UINT32", onnx.Uint64: "TYPE_UINT64", onnx.Int8: "TYPE_INT8",
+	onnx.Int16: "TYPE_INT16", onnx.Int32: "TYPE_INT32", onnx.Int64: "TYPE_INT64",
+	onnx.Float16: "TYPE_FP16", onnx.Float: "TYPE_FP32", onnx.Double: "TYPE_FP64",
+	onnx.String: "TYPE_STRING", onnx.BFloat16: "TYPE_BF16",
+}
+
+// TritonName returns a Triton model name made from the file name path:
+// its base name without the extension, every character other than an
+// ASCII letter, digit, '-' or '_' replaced by '_' ("model" when nothing
+// is left).
+func TritonName(path string) string {
+	base := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+	name := []rune(base)
+	for i, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			name[i] = '_'
+		}
+	}
+	if len(name) == 0 || base == "." {
+		return "model"
+	}
+	return string(name)
+}
+
+// NewTritonConfig returns the model configuration of m for Triton's ONNX
+// Runtime backend under opt: every graph input and output with its type
+// and shape, batched on the first axis with dynamic batching when every
+// one of them has a variable first axis. labels reports whether a labels
+// file exists, to be named by the outputs of [batch, classes].
+func NewTritonConfig(m *onnx.Model, opt TritonOptions, labels bool) (*TritonConfig, error) {
+	if opt.Name == "" || opt.Name != TritonName(opt.Name+".onnx") {
+		return nil, fmt.Errorf("triton: model name %q: want letters, digits, '-' and '_' only", opt.Name)
+	}
+	if opt.MaxBatch < 0 {
+		return nil, fmt.Errorf("triton: max batch size %d: want 1 or more (0: %d)", opt.MaxBatch, DefaultMaxBatch)
+	}
+	ins, outs := m.Inputs(), m.Outputs()
+	batched := true
+	for _, v := range append(append([]onnx.Value(nil), ins...), outs...) {
+		if len(v.Shape) == 0 || v.Shape[0].Known() {
+			batched = false
+		}
+	}
+	cfg := &TritonConfig{Name: opt.Name, Platform: TritonPlatform}
+	if batched {
+		cfg.MaxBatchSize, cfg.DynamicBatching = opt.MaxBatch, true
+		if cfg.MaxBatchSize == 0 {
+			cfg.MaxBatchSize = DefaultMaxBatch
+		}
+	}
+	classes := 0
+	if v, ok := m.MetadataValue(KeyOutput); ok {
+		classes = outputClasses(m, v)
+	}
+	tensor := func(v onnx.Value, output bool) (TritonTensor, error) {
+		typ, ok := tritonTypes[v.Elem]
+		if !ok {
+			return TritonTensor{}, fmt.Errorf("triton: %s %q is %s, which Triton's ONNX Runtime backend does not take", map[bool]string{false: "input", true: "output"}[output], v.Name, v.Type)
+		}
+		if v.Shape == nil {
+			return TritonTensor{}, fmt.Errorf("triton: %q declares no shape: Triton needs the rank of every input and output", v.Name)
+		}
+		shape := v.Shape
+		if batched {
+			shape = shape[1:]
+		}
+		t := TritonTensor{Name: v.Name, DataType: typ, Dims: make([]int64, len(shape))}
+		for i, d := range shape {
+			t.Dims[i] = -1
+			if d.Known() {
+				t.Dims[i] = d.Value
+			}
+		}
+		if output && labels && batched && len(t.Dims) == 1 && t.Dims[0] == int64(classes) && classes > 0 {
+			t.LabelFilename = TritonLabelsFile
+		}
+		return t, nil
+	}
+	for _, v := range ins {
+		t, err := tensor(v, false)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Inputs = append(cfg.Inputs, t)
+	}
+	for _, v := range outs {
+		t, err := tensor(v, true)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Outputs = append(cfg.Outputs, t)
+	}
+	return cfg, nil
+}
+
+// MarshalText returns c in protobuf text format, as Triton reads
+// config.pbtxt.
+func (c *TritonConfig) MarshalText() ([]byte, error) {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "name: %s\n", strconv.Quote(c.Name))
+	fmt.Fprintf(&b, "platform: %s\n", strconv.Quote(c.Platform))
+	fmt.Fprintf(&b, "max_batch_size: %d\n", c.MaxBatchSize)
+	for _, list := range []struct {
+		field   string
+		tensors []TritonTensor
+	}{{"input", c.Inputs}, {"output", c.Outputs}} {
+		if len(list.tensors) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "%s [\n", list.field)
+		for i, t := range list.tensors {
+			dims := make([]string, len(t.Dims))
+			for j, d := range t.Dims {
+				dims[j] = strconv.FormatInt(d, 10)
+			}
+			fmt.Fprintf(&b, "  {\n    name: %s\n    data_type: %s\n    dims: [ %s ]\n", strconv.Quote(t.Name), t.DataType, strings.Join(dims, ", "))
+			if t.LabelFilename != "" {
+				fmt.Fprintf(&b, "    label_filename: %s\n", strconv.Quote(t.LabelFilename))
+			}
+			b.WriteString("  }")
+			if i < len(list.tensors)-1 {
+				b.WriteString(",")
+			}
+			b.WriteString("\n")
+		}
+		b.WriteString("]\n")
+	}
+	if c.DynamicBatching {
+		b.WriteString("dynamic_batching { }\n")
+	}
+	return b.Bytes(), nil
+}
+
+// ClassNames returns the class names of m's fedcalib.classes metadata
+// (infer.SplitClassNames), or nil when it has none.
+func ClassNames(m *onnx.Model) []string {
+	v, _ := m.MetadataValue(infer.KeyClasses)
+	return infer.SplitClassNames(v)
+}
+
+// WriteTriton writes model m into the Triton model repository repo as
+// the model opt.Name: repo/NAME/config.pbtxt (NewTritonConfig),
+// repo/NAME/1/model.onnx and, when there are class names and outputs of
+// [batch, classes] to name them, repo/NAME/labels.txt. repo is created when missing; repo/NAME must not
+// exist (or be empty), and is written atomically (fileio.WriteDir). It
+// returns the configuration written.
+func WriteTriton(ctx context.Context, repo string, m *onnx.Model, opt TritonOptions) (*TritonConfig, error) {
+	labels := opt.Labels
+	if labels == nil {
+		labels = ClassNames(m)
+	}
+	for _, l := range labels {
+		if l == "" || strings.ContainsAny(l, "\r\n") {
+			return nil, fmt.Errorf("triton: class name %q: a labels file holds one non-empty name a line", l)
+		}
+	}
+	cfg, err := NewTritonConfig(m, opt, len(labels) > 0)
+	if err != nil {
+		return nil, err
+	}
+	if k := outputClasses(m, firstLabelled(cfg)); len(labels) > 0 && k > 0 && k != len(labels) {
+		return nil, fmt.Errorf("triton: %d class names for %d classes", len(labels), k)
+	}
+	text, err := cfg.MarshalText()
+	if err != nil {
+		return nil, err
+	}
+	files := []fileio.DirFile{{Name: TritonConfigFile, Data: text}, {Name: TritonModelFile, Data: m.Bytes()}}
+	if firstLabelled(cfg) != "" {
+		files = append(files, fileio.DirFile{Name: TritonLabelsFile, Data: []byte(strings.Join(labels, "\n") + "\n")})
+	}
+	if err := os.MkdirAll(repo, 0o755); err != nil {
+		return nil, fmt.Errorf("triton: %w", err)
+	}
+	if err := fileio.WriteDir(ctx, filepath.Join(repo, opt.Name), files); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// firstLabelled returns the name of the first output of cfg with a labels
+// file, or "".
+func firstLabelled(cfg *TritonConfig) string {
+	for _, t := range cfg.Outputs {
+		if t.LabelFilename != "" {
+			return t.Name
+		}
+	}
+	return ""
+}
