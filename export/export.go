@@ -64,12 +64,9 @@ const prefix = "fedcalib_"
 // m: the nodes computing calibrated probabilities from the logits output
 // are appended to the graph, a float32 [batch, classes] output is added,
 // the metadata_props record the calibrator (the Key* constants), and the
-// default-domain opset is raised to MinOpset when that is safe. The
-// calibrator file's class names must agree with the model's
-// fedcalib.classes (an error wrapping calib.ErrClassNames), and are
-// written there when the model has none. It returns the names of the
-// logits and probabilities outputs. Untouched parts of m keep their
-// bytes.
+// default-domain opset is raised to MinOpset when that is safe. It
+// returns the names of the logits and probabilities outputs. Untouched
+// parts of m keep their bytes.
 func Append(m *onnx.Model, c calib.Calibrator, file *calib.File, opt Options) (logitsName, outName string, err error) {
 	logitsName, err = logitsOutput(m, opt.Logits)
 	if err != nil {
@@ -77,10 +74,6 @@ func Append(m *onnx.Model, c calib.Calibrator, file *calib.File, opt Options) (l
 	}
 	if k := outputClasses(m, logitsName); k > 0 && k != c.Classes() {
 		return "", "", fmt.Errorf("output %q has %d classes but the calibrator has %d: was it fitted on this model's logits?", logitsName, k, c.Classes())
-	}
-	names, err := classNamesMetadata(m, file)
-	if err != nil {
-		return "", "", err
 	}
 	outName = opt.Output
 	if outName == "" {
@@ -106,7 +99,7 @@ func Append(m *onnx.Model, c calib.Calibrator, file *calib.File, opt Options) (l
 	if err != nil {
 		return "", "", err
 	}
-	for _, p := range append(props, names...) {
+	for _, p := range props {
 		m.SetMetadata(p.Key, p.Value)
 	}
 	if file != nil {
