@@ -64,9 +64,12 @@ const prefix = "fedcalib_"
 // m: the nodes computing calibrated probabilities from the logits output
 // are appended to the graph, a float32 [batch, classes] output is added,
 // the metadata_props record the calibrator (the Key* constants), and the
-// default-domain opset is raised to MinOpset when that is safe. It
-// returns the names of the logits and probabilities outputs. Untouched
-// parts of m keep their bytes.
+// default-domain opset is raised to MinOpset when that is safe. The
+// calibrator file's class names must agree with the model's
+// fedcalib.classes (an error wrapping calib.ErrClassNames), and are
+// written there when the model has none. It returns the names of the
+// logits and probabilities outputs. Untouched parts of m keep their
+// bytes.
 func Append(m *onnx.Model, c calib.Calibrator, file *calib.File, opt Options) (logitsName, outName string, err error) {
 	logitsName, err = logitsOutput(m, opt.Logits)
 	if err != nil {
@@ -74,6 +77,10 @@ func Append(m *onnx.Model, c calib.Calibrator, file *calib.File, opt Options) (l
 	}
 	if k := outputClasses(m, logitsName); k > 0 && k != c.Classes() {
 		return "", "", fmt.Errorf("output %q has %d classes but the calibrator has %d: was it fitted on this model's logits?", logitsName, k, c.Classes())
+	}
+	names, err := classNamesMetadata(m, file)
+	if err != nil {
+		return "", "", err
 	}
 	outName = opt.Output
 	if outName == "" {
@@ -99,7 +106,7 @@ func Append(m *onnx.Model, c calib.Calibrator, file *calib.File, opt Options) (l
 	if err != nil {
 		return "", "", err
 	}
-	for _, p := range props {
+	for _, p := range append(props, names...) {
 		m.SetMetadata(p.Key, p.Value)
 	}
 	if file != nil {
@@ -401,17 +408,9 @@ func ExportContext(ctx context.Context, modelPath, outPath string, c calib.Calib
 		return fmt.Errorf("%s is the input model: write the calibrated model to a new file", outPath)
 	}
 	stage := stages(opt.Progress, 4)
-	stage(StageModel)
-	if err := CheckModel(ctx, modelPath, c, opt); err != nil {
-		return err
-	}
-	m, err := onnx.ReadFile(modelPath)
+	m, logitsName, outName, err := appendChecked(ctx, modelPath, c, file, opt, stage)
 	if err != nil {
 		return err
-	}
-	logitsName, outName, err := Append(m, c, file, opt)
-	if err != nil {
-		return fmt.Errorf("%s: %w", modelPath, err)
 	}
 	external := externalData(m)
 	if len(external) > 0 {
@@ -459,6 +458,57 @@ func ExportContext(ctx context.Context, modelPath, outPath string, c calib.Calib
 	}
 	stage("")
 	return nil
+}
+
+// appendChecked starts stage StageModel, checks that c fits the model at
+// modelPath (CheckModel), reads it and appends c to it (Append).
+func appendChecked(ctx context.Context, modelPath string, c calib.Calibrator, file *calib.File, opt Options, stage func(string)) (m *onnx.Model, logitsName, outName string, err error) {
+	stage(StageModel)
+	if err := CheckModel(ctx, modelPath, c, opt); err != nil {
+		return nil, "", "", err
+	}
+	m, err = onnx.ReadFile(modelPath)
+	if err != nil {
+		return nil, "", "", err
+	}
+	logitsName, outName, err = Append(m, c, file, opt)
+	if err != nil {
+		return nil, "", "", fmt.Errorf("%s: %w", modelPath, err)
+	}
+	return m, logitsName, outName, nil
+}
+
+// CalibrateContext is ExportContext that writes nothing: it returns the
+// calibrated model, verified, in memory, for callers that write it in
+// other forms (WriteTriton, WriteTestVectors). Options.Progress sees the
+// stages StageModel, StageCalibrator and StageCalibrated. It refuses a
+// model that keeps its weights in external files, which only
+// ExportContext writes.
+func CalibrateContext(ctx context.Context, modelPath string, c calib.Calibrator, file *calib.File, opt Options) (*onnx.Model, error) {
+	stage := stages(opt.Progress, 3)
+	m, logitsName, outName, err := appendChecked(ctx, modelPath, c, file, opt, stage)
+	if err != nil {
+		return nil, err
+	}
+	if ext := externalData(m); len(ext) > 0 {
+		return nil, fmt.Errorf("%s keeps its weights in external files (%s): fedcalib writes such a model only as one calibrated file (export --out)", modelPath, strings.Join(ext, ", "))
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	stage(StageCalibrator)
+	if err := Verify(c, Probe(c, opt.Seed), opt); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	stage(StageCalibrated)
+	if err := verifyModel(m, "", logitsName, outName, c, opt); err != nil {
+		return nil, err
+	}
+	stage("")
+	return m, nil
 }
 
 // writeTemp writes data to a new temporary file of path, leaving it to
