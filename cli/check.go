@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"runtime"
 	"strings"
 
@@ -29,13 +30,19 @@ type checkReport struct {
 	CWECEImprovement    float64       `json:"cwece_improvement"`
 	MaxAccuracyDrop     float64       `json:"max_accuracy_drop"`
 	MinCWECEImprovement float64       `json:"min_cwece_improvement"`
+	// With --max-nll-increase and --confidence only.
+	NLLIncrease    *float64                  `json:"nll_increase,omitempty"`
+	MaxNLLIncrease *float64                  `json:"max_nll_increase,omitempty"`
+	Confidence     float64                   `json:"confidence,omitempty"`
+	Intervals      map[string]calib.Interval `json:"intervals,omitempty"`
 }
 
 func newCheckCmd() *cobra.Command {
 	var (
 		modelPath, calibPath, spec, logitsPath, split, ortLib string
-		maxDrop, minGain                                      float64
-		bins, batch, threads                                  int
+		maxDrop, minGain, maxNLL, confidence                  float64
+		bins, batch, threads, resamples                       int
+		seed                                                  uint64
 		asJSON                                                bool
 	)
 	cmd := &cobra.Command{
@@ -50,7 +57,16 @@ how much), 2 on bad input and 3 when ONNX Runtime cannot be loaded:
 
 (fractions, not %; the default improvement bar 0 means cwECE must not get
 worse; accuracies are compared on counts of correct predictions, so a
-drop of exactly --max-accuracy-drop passes). What is checked:
+drop of exactly --max-accuracy-drop passes). --max-nll-increase X adds a
+third bar, NLL(after) − NLL(before) <= X nats.
+
+--confidence L judges each change by its paired bootstrap interval at
+level L (--bootstrap resamples of the same examples before and after,
+seeded by --seed) instead of its point value, so a gate on a small test
+set fails only when the loss is real: accuracy fails when the interval's
+lower end of the drop exceeds the bar, cwECE when the upper end of the
+improvement falls short of it, NLL when the lower end of the increase
+exceeds it. The report prints each interval. What is checked:
 
   --model M.calibrated.onnx --data SPEC   a model written by "fedcalib export":
       ONNX Runtime runs it once, its logits output gives "before" and its
@@ -62,15 +78,27 @@ drop of exactly --max-accuracy-drop passes). What is checked:
       has a split column), no ONNX Runtime needed.`,
 		Example: `  fedcalib check --model mnist.calibrated.onnx --data mnist:data/mnist:test --max-accuracy-drop 0.01
   fedcalib check --model mnist.onnx --calibrator bbq.json --data mnist:data/mnist:test --json
-  fedcalib check --logits mnist.npz --calibrator temp.json --min-cwece-improvement 0.005`,
+  fedcalib check --logits mnist.npz --calibrator temp.json --min-cwece-improvement 0.005
+  # a small test set: fail only on a loss the data are sure of, and guard NLL too
+  fedcalib check --logits small.npz --calibrator bbq.json --confidence 0.95 --max-nll-increase 0.01`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			gate := calib.Gate{MaxAccuracyDrop: maxDrop, MinCWECEImprovement: minGain}
+			gate := calib.Gate{MaxAccuracyDrop: maxDrop, MinCWECEImprovement: minGain,
+				CheckNLL: cmd.Flags().Changed("max-nll-increase"), MaxNLLIncrease: maxNLL}
 			if !(maxDrop >= 0 && maxDrop <= 1) {
 				return fmt.Errorf("--max-accuracy-drop is %v: want a fraction in [0, 1], e.g. 0.01 for one point", maxDrop)
 			}
 			if !(minGain >= -1 && minGain <= 1) {
 				return fmt.Errorf("--min-cwece-improvement is %v: want a fraction in [-1, 1], e.g. 0.005 (0: cwECE may not get worse)", minGain)
+			}
+			if gate.CheckNLL && !(maxNLL >= 0 && !math.IsInf(maxNLL, 1)) {
+				return fmt.Errorf("--max-nll-increase is %v: want a finite number of nats ≥ 0, e.g. 0.01", maxNLL)
+			}
+			if cmd.Flags().Changed("confidence") && !(confidence > 0 && confidence < 1) {
+				return fmt.Errorf("--confidence is %v: want a level in (0, 1), e.g. 0.95", confidence)
+			}
+			if resamples < 1 || resamples > calib.MaxBootstrap {
+				return fmt.Errorf("--bootstrap is %d: want 1 to %d resamples", resamples, calib.MaxBootstrap)
 			}
 			if err := gate.Validate(); err != nil {
 				return err
@@ -105,18 +133,16 @@ drop of exactly --max-accuracy-drop passes). What is checked:
 			if err != nil {
 				return err
 			}
-			before, err := calib.EvaluateSet(s, nil, bins)
+			v, err := judge(gate, s, probs, bins, confidence, calib.PairedBootstrap{Resamples: resamples, Level: confidence, Seed: seed})
 			if err != nil {
 				return err
 			}
-			after, err := calib.Evaluate(probs, s.Labels, s.Classes, bins)
-			if err != nil {
-				return fmt.Errorf("calibrated probabilities: %w", err)
-			}
-			v := gate.Judge(before, after)
+			before, after := v.Before, v.After
 			rep := checkReport{Pass: v.Pass, Failures: v.Failures, Method: method, Before: v.Before, After: v.After,
 				AccuracyDrop: v.AccuracyDrop, CWECEImprovement: v.CWECEImprovement,
-				MaxAccuracyDrop: v.MaxAccuracyDrop, MinCWECEImprovement: v.MinCWECEImprovement}
+				MaxAccuracyDrop: v.MaxAccuracyDrop, MinCWECEImprovement: v.MinCWECEImprovement,
+				NLLIncrease: v.NLLIncrease, MaxNLLIncrease: v.MaxNLLIncrease,
+				Confidence: v.Confidence, Intervals: v.Intervals}
 			out := cmd.OutOrStdout()
 			if asJSON {
 				enc := json.NewEncoder(out)
@@ -125,9 +151,10 @@ drop of exactly --max-accuracy-drop passes). What is checked:
 					return err
 				}
 			} else {
-				fmt.Fprintf(out, "%-10s %9s %9s %9s\n", "", "accuracy", "cwECE", "ECE")
-				fmt.Fprintf(out, "%-10s %8.2f%% %8.3f%% %8.3f%%\n", "before", 100*before.Accuracy, 100*before.CWECE, 100*before.ECE)
-				fmt.Fprintf(out, "%-10s %8.2f%% %8.3f%% %8.3f%%\n", "after", 100*after.Accuracy, 100*after.CWECE, 100*after.ECE)
+				fmt.Fprintf(out, "%-10s %9s %9s %9s %9s\n", "", "accuracy", "cwECE", "ECE", "NLL")
+				fmt.Fprintf(out, "%-10s %8.2f%% %8.3f%% %8.3f%% %9.4f\n", "before", 100*before.Accuracy, 100*before.CWECE, 100*before.ECE, before.NLL)
+				fmt.Fprintf(out, "%-10s %8.2f%% %8.3f%% %8.3f%% %9.4f\n", "after", 100*after.Accuracy, 100*after.CWECE, 100*after.ECE, after.NLL)
+				printIntervals(out, v)
 				if rep.Pass {
 					fmt.Fprintf(out, "PASS: %s calibration on %d examples\n", method, s.Len())
 				}
@@ -146,12 +173,53 @@ drop of exactly --max-accuracy-drop passes). What is checked:
 	f.StringVar(&split, "split", "", "with --logits: rows to check, test, calibration or all (default test when there is a split column)")
 	f.Float64Var(&maxDrop, "max-accuracy-drop", calib.AccuracyDropMark, "largest allowed accuracy drop, as a fraction (0.01 = 1 point)")
 	f.Float64Var(&minGain, "min-cwece-improvement", 0, "smallest required cwECE improvement, as a fraction (0 = must not get worse)")
+	f.Float64Var(&maxNLL, "max-nll-increase", 0, "add an NLL bar: largest allowed NLL(after) − NLL(before), in nats (default: NLL not judged)")
+	f.Float64Var(&confidence, "confidence", 0, "judge by paired bootstrap intervals at this level, e.g. 0.95 (default: point values)")
+	f.IntVar(&resamples, "bootstrap", calib.DefaultGateResamples, "with --confidence: bootstrap resamples")
+	f.Var((*seedValue)(&seed), "seed", "with --confidence: seed of the resamples, 0 to 2^64−1")
 	f.IntVar(&bins, "bins", calib.DefaultMetricBins, "equal-width bins of cwECE and ECE")
 	f.IntVar(&batch, "batch", infer.DefaultBatch, "records per model run")
 	f.IntVar(&threads, "threads", runtime.NumCPU(), "ONNX Runtime intra-op threads")
 	f.StringVar(&ortLib, "ort-lib", "", "the ONNX Runtime shared library (default: $"+infer.RuntimeEnv+", then the setup cache)")
 	f.BoolVar(&asJSON, "json", false, "print a JSON report (pass, failures, before, after, accuracy_drop, cwece_improvement)")
 	return cmd
+}
+
+// judge applies gate to the set's softmax probabilities before and probs
+// after calibration: by point values, or by paired bootstrap intervals
+// when confidence > 0.
+func judge(gate calib.Gate, s *calib.Set, probs []float64, bins int, confidence float64, pb calib.PairedBootstrap) (calib.Verdict, error) {
+	before, err := calib.Probabilities(s, nil)
+	if err != nil {
+		return calib.Verdict{}, err
+	}
+	if confidence > 0 {
+		return gate.JudgePaired(before, probs, s.Labels, s.Classes, bins, pb)
+	}
+	mb, err := calib.Evaluate(before, s.Labels, s.Classes, bins)
+	if err != nil {
+		return calib.Verdict{}, err
+	}
+	ma, err := calib.Evaluate(probs, s.Labels, s.Classes, bins)
+	if err != nil {
+		return calib.Verdict{}, fmt.Errorf("calibrated probabilities: %w", err)
+	}
+	return gate.Judge(mb, ma), nil
+}
+
+// printIntervals prints the bootstrap intervals of a JudgePaired verdict.
+func printIntervals(out io.Writer, v calib.Verdict) {
+	if v.Intervals == nil {
+		return
+	}
+	fmt.Fprintf(out, "paired bootstrap, %.0f%% intervals:\n", 100*v.Confidence)
+	iv := v.Intervals["accuracy_drop"]
+	fmt.Fprintf(out, "  accuracy drop      %+.2f points  [%+.2f, %+.2f]\n", 100*v.AccuracyDrop, 100*iv.Lo, 100*iv.Hi)
+	iv = v.Intervals["cwece_improvement"]
+	fmt.Fprintf(out, "  cwECE improvement  %+.3f points [%+.3f, %+.3f]\n", 100*v.CWECEImprovement, 100*iv.Lo, 100*iv.Hi)
+	if iv, ok := v.Intervals["nll_increase"]; ok {
+		fmt.Fprintf(out, "  NLL increase       %+.4f nats  [%+.4f, %+.4f]\n", *v.NLLIncrease, iv.Lo, iv.Hi)
+	}
 }
 
 // checkLogits reads logits and a calibrator file.

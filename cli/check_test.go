@@ -76,6 +76,13 @@ func TestCheckExitCodes(t *testing.T) {
 		{"both", []string{"--logits", lf, "--model", "m.onnx"}, ExitUsage, "not both"},
 		{"model without data", []string{"--model", "m.onnx"}, ExitUsage, "--model needs --data"},
 		{"wrong classes", []string{"--logits", lf, "--calibrator", writeCalibrator(t, calib.NewTemperature(3))}, ExitUsage, "is for 3 classes"},
+		{"NLL bar met", []string{"--logits", lf, "--calibrator", writeCalibrator(t, good), "--max-nll-increase", "0"}, ExitOK, "PASS: temp"},
+		{"NLL worse", []string{"--logits", lf, "--calibrator", writeCalibrator(t, worse), "--min-cwece-improvement", "-1", "--max-nll-increase", "0.01"}, ExitFailed, "NLL rose by"},
+		{"NLL bar negative", []string{"--logits", lf, "--calibrator", writeCalibrator(t, good), "--max-nll-increase", "-1"}, ExitUsage, "--max-nll-increase is -1"},
+		{"confidence, pass", []string{"--logits", lf, "--calibrator", writeCalibrator(t, good), "--confidence", "0.9", "--bootstrap", "200"}, ExitOK, "paired bootstrap, 90% intervals"},
+		{"confidence, real drop", []string{"--logits", lf, "--calibrator", writeCalibrator(t, swap), "--min-cwece-improvement", "-1", "--confidence", "0.95", "--bootstrap", "200"}, ExitFailed, "surely more than the allowed 1.00"},
+		{"confidence out of range", []string{"--logits", lf, "--calibrator", writeCalibrator(t, good), "--confidence", "1.5"}, ExitUsage, "--confidence is 1.5"},
+		{"bootstrap out of range", []string{"--logits", lf, "--calibrator", writeCalibrator(t, good), "--confidence", "0.9", "--bootstrap", "0"}, ExitUsage, "--bootstrap is 0"},
 	}
 	for _, tt := range tests {
 		code, stdout, stderr := fedcalib(append([]string{"check"}, tt.args...)...)
@@ -104,6 +111,45 @@ func TestCheckJSON(t *testing.T) {
 	// the true temperature must lower cwECE.
 	if !rep.Pass || rep.AccuracyDrop != 0 || rep.After.CWECE >= rep.Before.CWECE || rep.After.N != 1000 {
 		t.Errorf("report %+v", rep)
+	}
+}
+
+// TestCheckConfidenceJSON checks that --confidence reports the paired
+// intervals, that they bracket the point changes, and that the same seed
+// gives the same report.
+func TestCheckConfidenceJSON(t *testing.T) {
+	lf := overconfident(t, 600)
+	good := calib.NewTemperature(4)
+	good.T = 3
+	cf := writeCalibrator(t, good)
+	run := func() (checkReport, string) {
+		code, stdout, stderr := fedcalib("check", "--logits", lf, "--calibrator", cf, "--json",
+			"--confidence", "0.95", "--bootstrap", "300", "--seed", "4", "--max-nll-increase", "0")
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		var rep checkReport
+		if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+			t.Fatal(err)
+		}
+		return rep, stdout
+	}
+	rep, out1 := run()
+	if rep.Confidence != 0.95 || len(rep.Intervals) != 3 || rep.NLLIncrease == nil || *rep.MaxNLLIncrease != 0 {
+		t.Fatalf("report %+v", rep)
+	}
+	for name, point := range map[string]float64{"accuracy_drop": rep.AccuracyDrop, "cwece_improvement": rep.CWECEImprovement, "nll_increase": *rep.NLLIncrease} {
+		iv := rep.Intervals[name]
+		if !(iv.Lo <= point+1e-12 && point-1e-12 <= iv.Hi) {
+			t.Errorf("%s: point %v outside its interval %+v", name, point, iv)
+		}
+	}
+	// Temperature scaling keeps every argmax: every resample's drop is 0.
+	if iv := rep.Intervals["accuracy_drop"]; iv != (calib.Interval{}) {
+		t.Errorf("accuracy drop interval %+v, want [0, 0]", iv)
+	}
+	if _, out2 := run(); out2 != out1 {
+		t.Errorf("same seed, different reports:\n%s\n%s", out1, out2)
 	}
 }
 
