@@ -65,7 +65,7 @@ func MatchClassNames(aFrom string, a []string, bFrom string, b []string) error {
 		}
 	}
 	if len(a) != len(b) {
-		return fmt.Errorf("%w: %s names %d classes but %s names %d", ErrClassNames, aFrom, len(a), bFrom, len(b))
+		return fmt.Errorf("%w: %d names in %s but %d in %s", ErrClassNames, len(a), aFrom, len(b), bFrom)
 	}
 	return nil
 }

@@ -43,8 +43,8 @@ func TestMatchClassNames(t *testing.T) {
 		{nil, abc, ""},
 		{abc, nil, ""},
 		{abc, []string{"a", "c", "b"}, `class names do not match: class 1 is "b" in A but "c" in B`},
-		{abc, []string{"a", "b"}, "class names do not match: A names 3 classes but B names 2"},
-		{[]string{"a", "b"}, abc, "class names do not match: A names 2 classes but B names 3"},
+		{abc, []string{"a", "b"}, "class names do not match: 3 names in A but 2 in B"},
+		{[]string{"a", "b"}, abc, "class names do not match: 2 names in A but 3 in B"},
 		{abc, []string{"x", "b"}, `class 0 is "a" in A but "x" in B`},
 	} {
 		err := MatchClassNames("A", tt.a, "B", tt.b)
