@@ -6,11 +6,11 @@
 // with integer labels in [0, c).
 //
 // Every calibrator implements Calibrator. Binning calibrators (Histogram,
-// BBQ) work on softmax probabilities and can be built from aggregated
-// one-vs-all histograms, which is how a federated server builds them;
-// scaling calibrators (Temperature, Vector, Matrix, Dirichlet, OPVector,
-// FedCalMLP) work on logits. Calibrators are serialised to the versioned
-// JSON sidecar format by Encode and read back by Decode.
+// BBQ, Isotonic) work on softmax probabilities and can be built from
+// aggregated one-vs-all histograms, which is how a federated server builds
+// them; scaling calibrators (Temperature, Vector, Matrix, Dirichlet,
+// OPVector, FedCalMLP) work on logits. Calibrators are serialised to the
+// versioned JSON sidecar format by Encode and read back by Decode.
 //
 // The formulas follow the fedcalib specification (SPEC §4–§5), which in turn
 // follows Maddock, Cormode and Maple, "Private Federated Multiclass Post-hoc
