@@ -113,7 +113,8 @@ type Grid struct {
 	// Delta ∈ (0, 1) of private runs; default 1e-5.
 	Delta []float64
 	// Mexp: the binning methods' bin exponent M (2^M bins), 1 to
-	// calib.MaxMexp; default calib.DefaultMexp.
+	// calib.MaxMexp; default each method's calib.Method.DefaultMexp
+	// (calib.DefaultMexp; calib.IsotonicMexp for isotonic).
 	Mexp []int
 	// Clip: the scaling methods' L2 clip norm C of a client update; 0
 	// means no clipping, which private runs refuse. Empty means 0 without

@@ -234,7 +234,7 @@ func (g *Grid) cells(d *Dataset) ([]Cell, error) {
 	}
 	mexps := g.Mexp
 	if len(mexps) == 0 {
-		mexps = []int{calib.DefaultMexp}
+		mexps = []int{0} // each binning method's default (normalise)
 	}
 	clips := g.Clip
 	if len(clips) == 0 {
@@ -317,6 +317,10 @@ func (c *Cell) normalise() error {
 	private := c.Epsilon > 0
 	if c.binning() {
 		c.Clip, c.ServerLR = 0, 0
+		if c.Mexp == 0 {
+			m, _ := calib.LookupMethod(c.Method) // binning: a known method
+			c.Mexp = m.DefaultMexp()
+		}
 	} else {
 		c.Weighting, c.Mexp, c.ClipPos, c.ClipNeg = "", 0, 0, 0
 		switch {
