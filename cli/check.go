@@ -44,6 +44,7 @@ func newCheckCmd() *cobra.Command {
 		bins, batch, threads, resamples                       int
 		seed                                                  uint64
 		asJSON                                                bool
+		vectorsDir                                            string
 	)
 	cmd := &cobra.Command{
 		Use:   "check (--model M.calibrated.onnx | --model M.onnx --calibrator C.json) --data SPEC",
@@ -75,14 +76,27 @@ exceeds it. The report prints each interval. What is checked:
       the model's logits, calibrated by the calibrator file in Go;
   --logits F.npz --calibrator C.json
       logits computed earlier (rows of --split, default test when the file
-      has a split column), no ONNX Runtime needed.`,
+      has a split column), no ONNX Runtime needed;
+  --test-vectors DIR [--model M.onnx]
+      test vectors written by "fedcalib export --test-vectors DIR": ONNX
+      Runtime runs the model (DIR/model.onnx unless --model) on each
+      test_data_set_N/input_I.pb and every output_I.pb must match, value by
+      value, within 1e-5·(1 + |value|); exit 1 when one does not, 2 when a
+      file is missing or malformed.`,
 		Example: `  fedcalib check --model mnist.calibrated.onnx --data mnist:data/mnist:test --max-accuracy-drop 0.01
   fedcalib check --model mnist.onnx --calibrator bbq.json --data mnist:data/mnist:test --json
   fedcalib check --logits mnist.npz --calibrator temp.json --min-cwece-improvement 0.005
   # a small test set: fail only on a loss the data are sure of, and guard NLL too
-  fedcalib check --logits small.npz --calibrator bbq.json --confidence 0.95 --max-nll-increase 0.01`,
+  fedcalib check --logits small.npz --calibrator bbq.json --confidence 0.95 --max-nll-increase 0.01
+  fedcalib check --test-vectors mnist-vectors`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if vectorsDir != "" {
+				if spec != "" || logitsPath != "" || calibPath != "" {
+					return fmt.Errorf("--test-vectors replays a model on its recorded inputs: drop --data, --logits and --calibrator")
+				}
+				return checkVectors(cmd, vectorsDir, modelPath, ortLib, asJSON)
+			}
 			gate := calib.Gate{MaxAccuracyDrop: maxDrop, MinCWECEImprovement: minGain,
 				CheckNLL: cmd.Flags().Changed("max-nll-increase"), MaxNLLIncrease: maxNLL}
 			if !(maxDrop >= 0 && maxDrop <= 1) {
@@ -181,6 +195,7 @@ exceeds it. The report prints each interval. What is checked:
 	f.IntVar(&batch, "batch", infer.DefaultBatch, "records per model run")
 	f.IntVar(&threads, "threads", runtime.NumCPU(), "ONNX Runtime intra-op threads")
 	f.StringVar(&ortLib, "ort-lib", "", "the ONNX Runtime shared library (default: $"+infer.RuntimeEnv+", then the setup cache)")
+	f.StringVar(&vectorsDir, "test-vectors", "", `replay the test vectors of "fedcalib export --test-vectors DIR" (with --model, another model)`)
 	f.BoolVar(&asJSON, "json", false, "print a JSON report (pass, failures, before, after, accuracy_drop, cwece_improvement)")
 	return cmd
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"fmt"
 	"path/filepath"
 
@@ -9,13 +10,16 @@ import (
 	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/export"
 	"github.com/fedcalib/fedcalib/internal/fileio"
+	"github.com/fedcalib/fedcalib/onnx"
 )
 
 func newExportCmd() *cobra.Command {
 	var (
 		modelPath, calibPath, outPath, logitsOut, probsOut, ortLib string
+		tritonRepo, tritonName, vectorsDir                         string
 		sidecar, standalone                                        bool
 		seed                                                       uint64
+		maxBatch                                                   int
 	)
 	cmd := &cobra.Command{
 		Use:   "export --model M.onnx --calibrator C.json --out M.calibrated.onnx",
@@ -40,24 +44,67 @@ calibrator against the logits it really gives (shape, classes, finite
 values), and writes the calibrator file (with the model's sha256 in
 its provenance) to --out, for serving stacks that apply it themselves (Go:
 package export/sidecar). --standalone writes an ONNX model of the
-calibrator alone (input "logits" [batch, classes], output "probabilities").`,
+calibrator alone (input "logits" [batch, classes], output "probabilities").
+
+--triton REPO writes the verified model into a Triton model repository:
+REPO/NAME/config.pbtxt (platform onnxruntime_onnx, every input and output
+with its type and dims, max_batch_size --max-batch, default 64, with
+dynamic batching; a model without a variable first axis gets
+max_batch_size 0), REPO/NAME/1/model.onnx and, when the classes have
+names, REPO/NAME/labels.txt, named by label_filename on the [batch,
+classes] outputs (Triton's classification extension). NAME is --name,
+default the model file's name without extension, characters other than
+letters, digits, '-' and '_' replaced by '_'. REPO/NAME must not exist.
+
+--test-vectors DIR writes DIR/model.onnx (the verified model) and
+DIR/test_data_set_0/input_0.pb ... output_0.pb ..., serialised
+TensorProtos as ONNX's test runners read them: the random inputs the
+verification ran (a batch of 4, from --seed; the probe logits for
+--standalone) and every output ONNX Runtime gave. "fedcalib check
+--test-vectors DIR" replays them, each value within 1e-5·(1 + |value|).
+DIR must not exist, or be empty.
+
+--out may be left out when --triton or --test-vectors is given. Neither
+goes with --sidecar, and neither takes a model that keeps its weights in
+external files.`,
 		Example: `  fedcalib export --model mnist.onnx --calibrator bbq.json --out mnist.calibrated.onnx
   fedcalib export --model mnist.onnx --calibrator temp.json --sidecar --out mnist.calibration.json
-  fedcalib export --calibrator temp.json --standalone --out temp.onnx`,
+  fedcalib export --calibrator temp.json --standalone --out temp.onnx
+  fedcalib export --model mnist.onnx --calibrator temp.json --triton models --name mnist --test-vectors mnist-vectors`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if calibPath == "" || outPath == "" {
-				return fmt.Errorf("export needs --calibrator C.json and --out FILE")
+			serving := tritonRepo != "" || vectorsDir != ""
+			if calibPath == "" || (outPath == "" && !serving) {
+				return fmt.Errorf("export needs --calibrator C.json and --out FILE (or --triton REPO, --test-vectors DIR)")
 			}
 			if modelPath == "" && !standalone {
 				return fmt.Errorf("export needs --model M.onnx (or --standalone for the calibrator alone)")
+			}
+			if sidecar && serving {
+				return fmt.Errorf("--triton and --test-vectors need an ONNX graph: drop --sidecar")
 			}
 			kind := modelOut
 			if sidecar {
 				kind = sidecarOut
 			}
-			if err := checkOut("--out", outPath, kind, calibPath, modelPath); err != nil {
-				return err
+			if outPath != "" {
+				if err := checkOut("--out", outPath, kind, calibPath, modelPath); err != nil {
+					return err
+				}
+			}
+			triton := export.TritonOptions{Name: tritonName, MaxBatch: maxBatch}
+			if tritonRepo != "" {
+				if triton.Name == "" {
+					triton.Name = export.TritonName(cmp.Or(modelPath, calibPath))
+				}
+				if err := checkTriton(tritonRepo, triton, calibPath, modelPath); err != nil {
+					return err
+				}
+			}
+			if vectorsDir != "" {
+				if err := checkNewDir("--test-vectors", vectorsDir, calibPath, modelPath); err != nil {
+					return err
+				}
 			}
 			c, file, err := calib.ReadFile(calibPath)
 			if err != nil {
@@ -72,20 +119,23 @@ calibrator alone (input "logits" [batch, classes], output "probabilities").`,
 					b.set(p.Done, p.Total)
 				}}
 			out := cmd.OutOrStdout()
+			var m *onnx.Model // the verified model, for --triton and --test-vectors
 			switch {
 			case standalone:
-				m, err := export.Standalone(c)
+				m, err = export.Standalone(c)
 				if err != nil {
 					return err
 				}
 				if err := export.Verify(c, export.Probe(c, seed), opt); err != nil {
 					return err
 				}
-				if err := fileio.WriteContext(ctx, outPath, m.Bytes()); err != nil {
-					return err
+				if outPath != "" {
+					if err := fileio.WriteContext(ctx, outPath, m.Bytes()); err != nil {
+						return err
+					}
+					b.finish()
+					fmt.Fprintf(out, "wrote %s: %s calibrator for %d classes as ONNX (verified against Go to %g)\n", outPath, c.Method(), c.Classes(), export.Tolerance)
 				}
-				b.finish()
-				fmt.Fprintf(out, "wrote %s: %s calibrator for %d classes as ONNX (verified against Go to %g)\n", outPath, c.Method(), c.Classes(), export.Tolerance)
 			case sidecar:
 				sum, err := fileio.SHA256(modelPath)
 				if err != nil {
@@ -103,12 +153,41 @@ calibrator alone (input "logits" [batch, classes], output "probabilities").`,
 				}
 				b.finish()
 				fmt.Fprintf(out, "wrote %s: %s calibrator sidecar for %s (sha256 %s…)\n", outPath, c.Method(), filepath.Base(modelPath), sum[:12])
+			case serving:
+				m, err = export.CalibrateContext(ctx, modelPath, c, file, opt)
+				if err != nil {
+					return err
+				}
+				if outPath != "" {
+					if err := fileio.WriteContext(ctx, outPath, m.Bytes()); err != nil {
+						return err
+					}
+					b.finish()
+					fmt.Fprintf(out, "wrote %s: %s with a %s calibrator appended (verified in ONNX Runtime against Go to %g)\n", outPath, filepath.Base(modelPath), c.Method(), export.Tolerance)
+				}
 			default:
 				if err := export.ExportContext(ctx, modelPath, outPath, c, file, opt); err != nil {
 					return err
 				}
 				b.finish()
 				fmt.Fprintf(out, "wrote %s: %s with a %s calibrator appended (verified in ONNX Runtime against Go to %g)\n", outPath, filepath.Base(modelPath), c.Method(), export.Tolerance)
+			}
+			b.finish()
+			if vectorsDir != "" {
+				if err := writeVectors(ctx, out, vectorsDir, m, c, standalone, opt); err != nil {
+					return err
+				}
+			}
+			if tritonRepo != "" {
+				if standalone {
+					triton.Labels = file.Provenance.ClassNames
+				}
+				cfg, err := export.WriteTriton(ctx, tritonRepo, m, triton)
+				if err != nil {
+					return err
+				}
+				b.finish()
+				fmt.Fprintf(out, "wrote %s: Triton model %q (%s, max_batch_size %d)\n", filepath.Join(tritonRepo, triton.Name), cfg.Name, cfg.Platform, cfg.MaxBatchSize)
 			}
 			return nil
 		},
@@ -124,6 +203,10 @@ calibrator alone (input "logits" [batch, classes], output "probabilities").`,
 	seed = 1
 	f.Var((*seedValue)(&seed), "seed", "seed of the verification probe set and random test inputs, 0 to 2^64−1")
 	f.StringVar(&ortLib, "ort-lib", "", `path to libonnxruntime.so (default: $ONNXRUNTIME_SHARED_LIBRARY_PATH, then the cache of "fedcalib setup")`)
+	f.StringVar(&tritonRepo, "triton", "", "also write the verified model into this Triton model repository (REPO/NAME/config.pbtxt, 1/model.onnx, labels.txt)")
+	f.StringVar(&tritonName, "name", "", "the model's name in the Triton repository (default: the model file's name, sanitised)")
+	f.IntVar(&maxBatch, "max-batch", export.DefaultMaxBatch, "max_batch_size of the Triton configuration (dynamic batching)")
+	f.StringVar(&vectorsDir, "test-vectors", "", "also write DIR/model.onnx and DIR/test_data_set_0/{input,output}_N.pb for ONNX test runners")
 	cmd.MarkFlagsMutuallyExclusive("sidecar", "standalone")
 	return cmd
 }

@@ -48,6 +48,18 @@ type TritonOptions struct {
 	Labels []string
 }
 
+// Validate reports whether opt names a model (letters, digits, '-' and
+// '_' only) and a max batch size of 0 or more.
+func (opt TritonOptions) Validate() error {
+	if opt.Name == "" || opt.Name != TritonName(opt.Name+".onnx") {
+		return fmt.Errorf("triton: model name %q: want letters, digits, '-' and '_' only", opt.Name)
+	}
+	if opt.MaxBatch < 0 {
+		return fmt.Errorf("triton: max batch size %d: want 1 or more (0: %d)", opt.MaxBatch, DefaultMaxBatch)
+	}
+	return nil
+}
+
 // TritonConfig is the part of Triton's model configuration (ModelConfig,
 // written as protobuf text in config.pbtxt) that fedcalib writes. The
 // zero value is an unnamed configuration of no tensors.
@@ -109,11 +121,8 @@ func TritonName(path string) string {
 // one of them has a variable first axis. labels reports whether a labels
 // file exists, to be named by the outputs of [batch, classes].
 func NewTritonConfig(m *onnx.Model, opt TritonOptions, labels bool) (*TritonConfig, error) {
-	if opt.Name == "" || opt.Name != TritonName(opt.Name+".onnx") {
-		return nil, fmt.Errorf("triton: model name %q: want letters, digits, '-' and '_' only", opt.Name)
-	}
-	if opt.MaxBatch < 0 {
-		return nil, fmt.Errorf("triton: max batch size %d: want 1 or more (0: %d)", opt.MaxBatch, DefaultMaxBatch)
+	if err := opt.Validate(); err != nil {
+		return nil, err
 	}
 	ins, outs := m.Inputs(), m.Outputs()
 	batched := true
@@ -129,10 +138,11 @@ func NewTritonConfig(m *onnx.Model, opt TritonOptions, labels bool) (*TritonConf
 			cfg.MaxBatchSize = DefaultMaxBatch
 		}
 	}
-	classes := 0
-	if v, ok := m.MetadataValue(KeyOutput); ok {
-		classes = outputClasses(m, v)
+	probs, ok := m.MetadataValue(KeyOutput)
+	if !ok {
+		probs = DefaultOutput // a Standalone model
 	}
+	classes := outputClasses(m, probs)
 	tensor := func(v onnx.Value, output bool) (TritonTensor, error) {
 		typ, ok := tritonTypes[v.Elem]
 		if !ok {

@@ -1,0 +1,158 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/onnx"
+)
+
+// flipFirstFloat flips bit 6 of the high byte of the first float32 value
+// of the TensorProto file at path, found by its little-endian bytes.
+func flipFirstFloat(t *testing.T, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tt, err := onnx.ParseTensor(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var le [4]byte
+	binary.LittleEndian.PutUint32(le[:], math.Float32bits(tt.Float[0]))
+	at := bytes.Index(b, le[:])
+	if at < 0 {
+		t.Fatalf("%s: the bytes of %v are not in the file", path, tt.Float[0])
+	}
+	b[at+3] ^= 0x40
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestExportServing exports the tiny model (classes zero, one, two) into
+// a Triton repository and as test vectors in one run without --out, then
+// replays the vectors: exit 0 as written, 1 after a flipped byte of
+// output_0.pb, 2 after a truncated one.
+func TestExportServing(t *testing.T) {
+	requireORT(t)
+	tc := calib.NewTemperature(3)
+	tc.T = 1.7
+	cf := writeCalibrator(t, tc)
+	dir := t.TempDir()
+	repo, vec := filepath.Join(dir, "repo"), filepath.Join(dir, "vec")
+	code, stdout, stderr := fedcalib("export", "--model", "../infer/testdata/tiny.onnx", "--calibrator", cf,
+		"--triton", repo, "--max-batch", "16", "--test-vectors", vec)
+	if code != ExitOK {
+		t.Fatalf("export: exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stdout, `Triton model "tiny"`) || !strings.Contains(stdout, "check --test-vectors "+vec) {
+		t.Errorf("stdout %q", stdout)
+	}
+	config, err := os.ReadFile(filepath.Join(repo, "tiny", "config.pbtxt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`name: "tiny"`, `platform: "onnxruntime_onnx"`, "max_batch_size: 16", `label_filename: "labels.txt"`, "dims: [ 1, 4, 4 ]"} {
+		if !strings.Contains(string(config), want) {
+			t.Errorf("config.pbtxt lacks %q:\n%s", want, config)
+		}
+	}
+	if labels, err := os.ReadFile(filepath.Join(repo, "tiny", "labels.txt")); string(labels) != "zero\none\ntwo\n" {
+		t.Errorf("labels.txt %q, %v", labels, err)
+	}
+	served, err := os.ReadFile(filepath.Join(repo, "tiny", "1", "model.onnx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if replayed, err := os.ReadFile(filepath.Join(vec, "model.onnx")); err != nil || !bytes.Equal(served, replayed) {
+		t.Errorf("the Triton model and the test vectors' model differ (%v)", err)
+	}
+
+	code, stdout, stderr = fedcalib("check", "--test-vectors", vec, "--json")
+	var rep vectorsReport
+	if code != ExitOK || json.Unmarshal([]byte(stdout), &rep) != nil {
+		t.Fatalf("check: exit %d: %s%s", code, stdout, stderr)
+	}
+	// 4 random rows: logits and probabilities, 3 classes each.
+	if !rep.Pass || rep.Sets != 1 || rep.Values != 24 || rep.MaxError != 0 || rep.Tolerance != 1e-5 {
+		t.Errorf("report %+v", rep)
+	}
+	if code, _, stderr := fedcalib("check", "--test-vectors", vec, "--model", filepath.Join(repo, "tiny", "1", "model.onnx")); code != ExitOK {
+		t.Errorf("check --model: exit %d: %s", code, stderr)
+	}
+
+	out0 := filepath.Join(vec, "test_data_set_0", "output_0.pb")
+	flipFirstFloat(t, out0)
+	if code, _, stderr := fedcalib("check", "--test-vectors", vec); code != ExitFailed || !strings.Contains(stderr, "output_0.pb (logits) value 0") {
+		t.Errorf("flipped byte: exit %d, %q", code, stderr)
+	}
+	b, _ := os.ReadFile(out0)
+	if err := os.WriteFile(out0, b[:len(b)-2], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := fedcalib("check", "--test-vectors", vec); code != ExitUsage || !strings.Contains(stderr, "output_0.pb") {
+		t.Errorf("truncated file: exit %d, %q", code, stderr)
+	}
+}
+
+// TestExportServingRefuses checks the bad uses of --triton and
+// --test-vectors: each exits 2 before any work, writing nothing.
+func TestExportServingRefuses(t *testing.T) {
+	tc := calib.NewTemperature(3)
+	cf := writeCalibrator(t, tc)
+	dir := t.TempDir()
+	taken := filepath.Join(dir, "taken")
+	if err := os.MkdirAll(filepath.Join(taken, "tiny"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(taken, "tiny", "config.pbtxt"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	model := "../infer/testdata/tiny.onnx"
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--model", model, "--calibrator", cf}, "--out FILE"},
+		{[]string{"--model", model, "--calibrator", cf, "--sidecar", "--triton", filepath.Join(dir, "r")}, "drop --sidecar"},
+		{[]string{"--model", model, "--calibrator", cf, "--triton", taken}, `already holds a model "tiny"`},
+		{[]string{"--model", model, "--calibrator", cf, "--triton", filepath.Join(dir, "r"), "--name", "a/b"}, "model name"},
+		{[]string{"--model", model, "--calibrator", cf, "--triton", filepath.Join(dir, "r"), "--max-batch", "-1"}, "max batch size"},
+		{[]string{"--model", model, "--calibrator", cf, "--test-vectors", taken}, "not empty"},
+	} {
+		code, _, stderr := fedcalib(append([]string{"export"}, tt.args...)...)
+		if code != ExitUsage || !strings.Contains(stderr, tt.want) {
+			t.Errorf("%v: exit %d, %q; want 2 and %q", tt.args, code, stderr, tt.want)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("%s holds %d entries, want only %s", dir, len(entries), taken)
+	}
+	if code, _, stderr := fedcalib("check", "--test-vectors", dir, "--data", "mnist:x"); code != ExitUsage || !strings.Contains(stderr, "drop --data") {
+		t.Errorf("check --test-vectors --data: exit %d, %q", code, stderr)
+	}
+}
+
+// TestExportStandaloneVectors writes the standalone calibrator's test
+// vectors (its probe set) and replays them.
+func TestExportStandaloneVectors(t *testing.T) {
+	requireORT(t)
+	h := &calib.Histogram{Bins: 4, Table: []float64{0.1, 0.2, -1, 0.9, 0.3, 0.5, 0.6, 0.7}}
+	cf := writeCalibrator(t, h)
+	vec := filepath.Join(t.TempDir(), "vec")
+	if code, _, stderr := fedcalib("export", "--calibrator", cf, "--standalone", "--test-vectors", vec); code != ExitOK {
+		t.Fatalf("export: exit %d: %s", code, stderr)
+	}
+	if code, stdout, stderr := fedcalib("check", "--test-vectors", vec); code != ExitOK || !strings.Contains(stdout, "PASS") {
+		t.Errorf("check: exit %d: %s%s", code, stdout, stderr)
+	}
+}
