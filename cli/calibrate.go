@@ -26,6 +26,8 @@ type calibrateFlags struct {
 	seed    uint64
 	// Federated runs (calibrate_fed.go).
 	fed fedFlags
+	// The held-out bar (guard.go).
+	guard guardFlags
 }
 
 func newCalibrateCmd() *cobra.Command {
@@ -46,11 +48,19 @@ The scaling fits minimise the mean negative log-likelihood: temp to
 convergence by a bounded search on log T in [0.01, 100]; vector, matrix
 and opvector by L-BFGS for at most 50 iterations; fedcal by 3 epochs of
 SGD from a network initialised from --seed. It prints one summary line,
-with the cwECE of the fitted rows before and after (in-sample). It writes
+with the cwECE of the fitted rows before and after (in-sample) and, when
+the file has test rows (split 2), their cwECE and NLL before and after
+(held out). With --guard it exits 1 and writes nothing when the calibrator
+makes the test rows' cwECE or NLL worse than the base model's by more than
+--guard-cwece-tolerance (default 0.001, 0.1 point) or --guard-nll-tolerance
+(default 0.001 nats); a federated fit is judged the same way (its privacy
+cost is spent and recorded in the ledger all the same). It writes
 the output atomically and never over an input.`,
 		Example: `  fedcalib calibrate --central --method temp --logits cifar10.npz --out temp.json
   fedcalib calibrate --central --method bbq --bins-exp 5 --logits cifar10.npz --out bbq.json
-  fedcalib calibrate --central --method fedcal --seed 7 --logits femnist.npz --out fedcal.json`,
+  fedcalib calibrate --central --method fedcal --seed 7 --logits femnist.npz --out fedcal.json
+  # refuse a calibrator that makes the held-out test rows worse
+  fedcalib calibrate --central --method vector --guard --logits cifar10.npz --out vector.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runCalibrate(cmd, &fl)
@@ -64,10 +74,14 @@ the output atomically and never over an input.`,
 	f.IntVar(&fl.binsExp, "bins-exp", calib.DefaultMexp, binsExpUsage())
 	f.Var((*seedValue)(&fl.seed), "seed", "random seed, 0 to 2^64−1 (fedcal's initial weights and example order); recorded in the output")
 	fl.fed.register(cmd)
+	fl.guard.register(cmd)
 	return cmd
 }
 
 func runCalibrate(cmd *cobra.Command, fl *calibrateFlags) error {
+	if err := fl.guard.check(cmd); err != nil {
+		return err
+	}
 	if done, err := fl.fed.dispatch(cmd, fl); done {
 		return err
 	}
@@ -111,6 +125,28 @@ func runCalibrate(cmd *cobra.Command, fl *calibrateFlags) error {
 		return fmt.Errorf("%s: %w", fl.logits, err)
 	}
 	before, after := ms[0], ms[1]
+	held := ""
+	test := selectSplit(logits.SplitTest)
+	nTest := 0
+	if f.Split != nil {
+		nTest = test.count(f)
+	}
+	if nTest > 0 {
+		accs, err := measure(cmd.Context(), f, test, []calib.Calibrator{nil, c}, 0)
+		if err != nil {
+			return fmt.Errorf("%s: %w", fl.logits, err)
+		}
+		ts, err := metricsOf(accs)
+		if err != nil {
+			return fmt.Errorf("%s: %w", fl.logits, err)
+		}
+		if err := fl.guard.judge(ts[0], ts[1], true, fl.out); err != nil {
+			return err
+		}
+		held = heldOutLine(nTest, ts[0], ts[1])
+	} else if err := fl.guard.judge(calib.Metrics{}, calib.Metrics{}, false, fl.out); err != nil {
+		return err
+	}
 	prov := calib.Provenance{
 		Data:     fmt.Sprintf("%s: %s", filepath.Base(fl.logits), desc),
 		Protocol: "central",
@@ -128,8 +164,8 @@ func runCalibrate(cmd *cobra.Command, fl *calibrateFlags) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", fl.logits, err)
 	}
-	_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: %s fitted on %s of %s, %d classes%s; cwECE on them %.3f%% → %.3f%%%s\n",
-		fl.out, fl.method, desc, fl.logits, f.Classes, detail, 100*before.CWECE, 100*after.CWECE, warning)
+	_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: %s fitted on %s of %s, %d classes%s; cwECE on them %.3f%% → %.3f%%%s%s\n",
+		fl.out, fl.method, desc, fl.logits, f.Classes, detail, 100*before.CWECE, 100*after.CWECE, held, warning)
 	return err
 }
 

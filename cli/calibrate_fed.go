@@ -270,13 +270,22 @@ func (ff *fedFlags) run(cmd *cobra.Command, fl *calibrateFlags) error {
 	if binningMethod(fl.method) {
 		prov.Weighting = ff.weighting
 	}
-	if err := calib.WriteFile(fl.out, res.Calibrator, res.Privacy, prov); err != nil {
-		return fmt.Errorf("writing %s: %w", fl.out, err)
-	}
-	line, err := fedSummary(cmd.Context(), fl, f, p, res, rounds)
+	test, err := testMetrics(cmd.Context(), f, p, res.Calibrator)
 	if err != nil {
 		return err
 	}
+	if test != nil {
+		err = fl.guard.judge(test[0], test[1], true, fl.out)
+	} else {
+		err = fl.guard.judge(calib.Metrics{}, calib.Metrics{}, false, fl.out)
+	}
+	if err != nil {
+		return err
+	}
+	if err := calib.WriteFile(fl.out, res.Calibrator, res.Privacy, prov); err != nil {
+		return fmt.Errorf("writing %s: %w", fl.out, err)
+	}
+	line := fedSummary(fl, p, res, rounds, test)
 	_, err = fmt.Fprintln(cmd.OutOrStdout(), line)
 	return err
 }
@@ -336,24 +345,32 @@ func progressPrinter(w io.Writer, total int) func(federation.RoundStats) {
 // before and after on the global test split (the rows of f that are test
 // rows of p, read in chunks by measure), the ε spent, and a warning when
 // accuracy drops by more than a point (dropWarning).
-func fedSummary(ctx context.Context, fl *calibrateFlags, f *logits.File, p *federation.Partition, res *federation.Result, r federation.Rounds) (string, error) {
+// testMetrics returns the metrics of the base model and of calibrator c
+// on the partition's test rows, or nil when it has none.
+func testMetrics(ctx context.Context, f *logits.File, p *federation.Partition, c calib.Calibrator) ([]calib.Metrics, error) {
+	test := p.Rows(federation.Test)
+	if len(test) == 0 {
+		return nil, nil
+	}
+	accs, err := measure(ctx, f, selectRows(test), []calib.Calibrator{nil, c}, 0)
+	if err != nil {
+		return nil, err
+	}
+	return metricsOf(accs)
+}
+
+// fedSummary is the line calibrate prints after a federated fit; test is
+// testMetrics' result.
+func fedSummary(fl *calibrateFlags, p *federation.Partition, res *federation.Result, r federation.Rounds, test []calib.Metrics) string {
 	var b strings.Builder
 	warning := ""
 	fmt.Fprintf(&b, "%s: %s over %d clients, %s, p = %.4g", fl.out, res.Protocol, p.Len(), plural(r.T, "round"), r.SampleRate)
-	if test := p.Rows(federation.Test); len(test) == 0 {
+	if test == nil {
 		b.WriteString("; no test rows to evaluate")
 	} else {
-		accs, err := measure(ctx, f, selectRows(test), []calib.Calibrator{nil, res.Calibrator}, 0)
-		if err != nil {
-			return "", err
-		}
-		ms, err := metricsOf(accs)
-		if err != nil {
-			return "", err
-		}
-		before, after := ms[0], ms[1]
-		fmt.Fprintf(&b, "; test (%d rows) cwECE %.3f%% → %.3f%%, accuracy %.2f%% → %.2f%%",
-			len(test), 100*before.CWECE, 100*after.CWECE, 100*before.Accuracy, 100*after.Accuracy)
+		before, after := test[0], test[1]
+		fmt.Fprintf(&b, "; test (%d rows) cwECE %.3f%% → %.3f%%, accuracy %.2f%% → %.2f%%, NLL %.4f → %.4f",
+			before.N, 100*before.CWECE, 100*after.CWECE, 100*before.Accuracy, 100*after.Accuracy, before.NLL, after.NLL)
 		warning = dropWarning(before, after, "the test rows")
 	}
 	if pr := res.Privacy; pr != nil {
@@ -362,7 +379,7 @@ func fedSummary(ctx context.Context, fl *calibrateFlags, f *logits.File, p *fede
 		b.WriteString("; not private")
 	}
 	b.WriteString(warning)
-	return b.String(), nil
+	return b.String()
 }
 
 // plural returns "1 round", "2 rounds".
