@@ -153,6 +153,7 @@ func runCalibrate(cmd *cobra.Command, fl *calibrateFlags) error {
 		Seed:     calib.Seed(fl.seed),
 		Tool:     Version(),
 	}
+	prov.ClassNames = f.ClassNames
 	if err := calib.WriteFile(fl.out, c, nil, prov); err != nil {
 		return fmt.Errorf("writing %s: %w", fl.out, err)
 	}

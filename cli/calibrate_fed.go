@@ -267,6 +267,7 @@ func (ff *fedFlags) run(cmd *cobra.Command, fl *calibrateFlags) error {
 		Seed:     calib.Seed(fl.seed),
 		Tool:     Version(),
 	}
+	prov.ClassNames = f.ClassNames
 	if binningMethod(fl.method) {
 		prov.Weighting = ff.weighting
 	}

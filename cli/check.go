@@ -247,13 +247,16 @@ func checkLogits(logitsPath, calibPath, split string) (*calib.Set, []float64, st
 	if err != nil {
 		return nil, nil, "", err
 	}
-	c, _, err := calib.ReadFile(calibPath)
+	c, file, err := calib.ReadFile(calibPath)
 	if err != nil {
 		return nil, nil, "", err
 	}
 	s := f.Set(rows)
 	if c.Classes() != s.Classes {
 		return nil, nil, "", fmt.Errorf("%s is for %d classes but %s has %d", calibPath, c.Classes(), logitsPath, s.Classes)
+	}
+	if err := calib.MatchClassNames(logitsPath, f.ClassNames, calibPath, file.Provenance.ClassNames); err != nil {
+		return nil, nil, "", err
 	}
 	probs, err := calib.Probabilities(s, c)
 	return s, probs, c.Method(), err
@@ -286,12 +289,15 @@ func checkModel(cmd *cobra.Command, modelPath, calibPath, spec string, opt infer
 	f := res.File()
 	s := f.Set(nil)
 	if !calibrated {
-		c, _, err := calib.ReadFile(calibPath)
+		c, file, err := calib.ReadFile(calibPath)
 		if err != nil {
 			return nil, nil, "", err
 		}
 		if c.Classes() != s.Classes {
 			return nil, nil, "", fmt.Errorf("%s is for %d classes but %s has %d", calibPath, c.Classes(), modelPath, s.Classes)
+		}
+		if err := calib.MatchClassNames(modelPath, res.ClassNames, calibPath, file.Provenance.ClassNames); err != nil {
+			return nil, nil, "", err
 		}
 		probs, err := calib.Probabilities(s, c)
 		return s, probs, c.Method(), err

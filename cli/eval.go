@@ -29,6 +29,9 @@ type evalReport struct {
 	Bins int `json:"bins"`
 	// Method is the calibrator's method; empty without a calibrator.
 	Method string `json:"method,omitempty"`
+	// ClassNames names the classes in label order, from the logits file
+	// or else the calibrator; nil when neither names them.
+	ClassNames []string `json:"class_names,omitempty"`
 	// Before holds the uncalibrated metrics; nil without a calibrator.
 	Before *calib.Metrics `json:"before,omitempty"`
 	// TopLabel holds the top-label calibration errors beyond ECE of the
@@ -71,7 +74,9 @@ the calibrator predicts (and then also of the uncalibrated ones, as "before").
 Both ECEs use equal-width bins: a probability v falls in bin
 min(floor(v·bins), bins−1). The table prints cwECE, ECE and accuracy in %;
 --json prints fractions, with keys n, classes, accuracy, cwece, ece, nll and
-brier at the top level.
+brier at the top level. The class names of the logits file (its classes
+array) or else of the calibrator head the report (class_names in JSON);
+names that differ between the two, in number or order, are an error.
 
 --partition takes the rows' splits from a partition file (as "fedcalib
 calibrate --partition" does), so --split test evaluates on the union of the
@@ -146,9 +151,13 @@ percentile intervals at --level for every metric, and the equal-mass
 			}
 			b.set(0, steps)
 			cals := []calib.Calibrator{nil}
+			names := classNames{names: f.ClassNames, from: logitsPath}
 			if len(calibPaths) == 1 {
-				c, _, err := calib.ReadFile(calibPaths[0])
+				c, file, err := calib.ReadFile(calibPaths[0])
 				if err != nil {
+					return err
+				}
+				if err := names.add(calibPaths[0], file.Provenance.ClassNames); err != nil {
 					return err
 				}
 				cals = append(cals, c)
@@ -162,6 +171,7 @@ percentile intervals at --level for every metric, and the equal-mass
 				return fmt.Errorf("%s: %w", logitsPath, err)
 			}
 			rep.Split = splitName
+			rep.ClassNames = names.names
 			if resamples > 0 {
 				b.describe("eval: bootstrap")
 				if err := bootstrapEval(rep, setOf(f, sel), cals[len(cals)-1], bins, resamples, level, seed); err != nil {
@@ -288,6 +298,7 @@ func compareCalibrators(ctx context.Context, w io.Writer, b *bar, f *logits.File
 	b.set(0, 1)
 	cals := []calib.Calibrator{nil}
 	rows := make([]calibratorRow, len(paths))
+	names := classNames{names: f.ClassNames, from: logitsPath}
 	for i, path := range paths {
 		c, file, err := calib.ReadFile(path)
 		if err != nil {
@@ -295,6 +306,9 @@ func compareCalibrators(ctx context.Context, w io.Writer, b *bar, f *logits.File
 		}
 		if c.Classes() != f.Classes {
 			return fmt.Errorf("%s is for %d classes but %s has %d", path, c.Classes(), logitsPath, f.Classes)
+		}
+		if err := names.add(path, file.Provenance.ClassNames); err != nil {
+			return err
 		}
 		cals = append(cals, c)
 		rows[i] = calibratorRow{File: path, Method: c.Method()}
@@ -323,11 +337,12 @@ func compareCalibrators(ctx context.Context, w io.Writer, b *bar, f *logits.File
 		return enc.Encode(struct {
 			Split       string          `json:"split"`
 			Bins        int             `json:"bins"`
+			ClassNames  []string        `json:"class_names,omitempty"`
 			Before      calib.Metrics   `json:"before"`
 			Calibrators []calibratorRow `json:"calibrators"`
-		}{split, bins, before, rows})
+		}{split, bins, names.names, before, rows})
 	}
-	fmt.Fprintf(w, "%s: %d %s examples, %d classes, %d bins\n\n", logitsPath, before.N, split, before.Classes, bins)
+	printEvalHead(w, logitsPath, before.N, split, before.Classes, bins, names.names)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "calibrator\tcwECE\tECE\taccuracy\tNLL\tε\t")
 	line := func(name string, m calib.Metrics, eps *float64) {
@@ -379,9 +394,19 @@ func bootstrapEval(rep *evalReport, s *calib.Set, c calib.Calibrator, bins, resa
 	return nil
 }
 
+// printEvalHead writes the first lines of eval's report: what was
+// evaluated and, when known, the class names.
+func printEvalHead(w io.Writer, path string, n int, split string, classes, bins int, names []string) {
+	fmt.Fprintf(w, "%s: %d %s examples, %d classes, %d bins\n", path, n, split, classes, bins)
+	if len(names) > 0 {
+		fmt.Fprintf(w, "class names: %s\n", strings.Join(names, ", "))
+	}
+	fmt.Fprintln(w)
+}
+
 // printEval writes rep as a readable table.
 func printEval(w io.Writer, path string, rep *evalReport) error {
-	fmt.Fprintf(w, "%s: %d %s examples, %d classes, %d bins\n\n", path, rep.N, rep.Split, rep.Classes, rep.Bins)
+	printEvalHead(w, path, rep.N, rep.Split, rep.Classes, rep.Bins, rep.ClassNames)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "\tcwECE\tECE\taccuracy\tNLL\tBrier\t")
 	row := func(name string, m calib.Metrics) {

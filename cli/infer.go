@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/infer"
 	"github.com/fedcalib/fedcalib/infer/data"
 	"github.com/fedcalib/fedcalib/infer/logits"
@@ -34,6 +35,7 @@ var inferOverrides = []struct{ flag, key, usage string }{
 func newInferCmd() *cobra.Command {
 	var (
 		model, out string
+		labels     string
 		specs      []string
 		opt        infer.Options
 		quiet      bool
@@ -46,7 +48,11 @@ func newInferCmd() *cobra.Command {
 dataset, --batch records at a time, and writes the logits, labels and (when
 the dataset names them) client ids to an .npz logits file: logits float32
 [N, C], labels int64 [N], client int32 [N]. Clients are numbered in order of
-first appearance.
+first appearance. The class names, from --labels, else the model's
+fedcalib.classes, else the dataset's (ImageFolder directories), go into
+the file's classes array, from which calibrate, export and eval carry them;
+--labels names that differ from the model's, in number or order, are an
+error.
 
 The model input is its first input and the output its first float32
 output, unless --input/--output name others; the input needs a dynamic
@@ -74,7 +80,7 @@ else the cache "fedcalib setup" fills.
   fedcalib infer --model resnet18.onnx --data cifar10:cifar-10-binary.tar.gz:test --out cifar.npz \
       --layout NCHW --scale 0.00392156862745098 --mean 0.4914,0.4822,0.4465 --std 0.2470,0.2435,0.2616`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) (err error) {
 			stderr := cmd.ErrOrStderr()
 			opt.Preprocess = map[string]string{}
 			for i, o := range inferOverrides {
@@ -88,8 +94,15 @@ else the cache "fedcalib setup" fills.
 				}
 				opt.Preprocess[o.key] = overrides[i]
 			}
-			// The model, the specs, and the paths inside a spec.
-			if err := checkOut("--out", out, logitsOut, append([]string{model}, specs...)...); err != nil {
+			// The model, the labels file, the specs, and the paths inside a spec.
+			inputs := append([]string{model}, specs...)
+			if labels != "" {
+				inputs = append(inputs, labels)
+				if opt.ClassNames, err = readLabelsFile(labels); err != nil {
+					return err
+				}
+			}
+			if err := checkOut("--out", out, logitsOut, inputs...); err != nil {
 				return err
 			}
 			finish := func() {}
@@ -124,6 +137,7 @@ else the cache "fedcalib setup" fills.
 	f.IntVar(&opt.Threads, "threads", runtime.NumCPU(), "ONNX Runtime intra-op threads, one per CPU by default")
 	f.StringVar(&opt.Input, "input", "", "the model input to feed (default: the first)")
 	f.StringVar(&opt.Output, "output", "", "the model output to collect (default: the first float32 output)")
+	f.StringVar(&labels, "labels", "", "a labels file, one class name a line in output order, stored in the logits file (must agree with the model's "+infer.KeyClasses+", when it has them)")
 	f.StringVar(&opt.Runtime, "ort-lib", "", "the ONNX Runtime shared library (default: $"+infer.RuntimeEnv+", then the setup cache)")
 	f.BoolVarP(&quiet, "quiet", "q", false, "draw no progress bar and print no summary")
 	for i, o := range inferOverrides {
@@ -136,6 +150,21 @@ else the cache "fedcalib setup" fills.
 	}
 	f.SortFlags = false
 	return cmd
+}
+
+// readLabelsFile reads the class names of the labels file at path
+// (calib.ReadClassNames).
+func readLabelsFile(path string) ([]string, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("--labels: %w", err)
+	}
+	defer fh.Close()
+	names, err := calib.ReadClassNames(fh)
+	if err != nil {
+		return nil, fmt.Errorf("--labels %s: %w", path, err)
+	}
+	return names, nil
 }
 
 // inferBar returns an infer.Options.Progress callback that draws a
