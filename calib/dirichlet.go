@@ -1,10 +1,13 @@
 package calib
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
+	"sync"
 )
 
 // Defaults of Dirichlet calibration.
@@ -197,20 +200,41 @@ func (d *Dirichlet) crossValidate(ls *Set, folds int) (float64, error) {
 		slices.Sort(out)
 		train[f], test[f] = ls.Subset(in), ls.Subset(out)
 	}
+	// The fits, one per grid value and fold, are independent: they run in
+	// parallel, and their held-out NLLs are added in fold order, so the
+	// choice does not depend on the number of goroutines.
+	grid := DirichletGrid()
+	jobs := len(grid) * folds
+	nll, errs := make([]float64, jobs), make([]error, jobs)
 	identity := NewMatrix(ls.Classes).Params()
-	g := make([]float64, len(identity))
-	best, bestNLL := 0.0, math.Inf(1)
-	for _, v := range DirichletGrid() {
-		var nll float64
-		for f := range folds {
-			x, err := dirichletFit(train[f], identity, v, v, d.Options)
-			if err != nil {
-				return 0, fmt.Errorf("cross-validation fold %d, λ = μ = %v: %w", f+1, v, err)
+	workers := min(runtime.GOMAXPROCS(0), jobs)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			g := make([]float64, len(identity))
+			for j := w; j < jobs; j += workers {
+				v, f := grid[j/folds], j%folds
+				x, err := dirichletFit(train[f], identity, v, v, d.Options)
+				if err != nil {
+					errs[j] = fmt.Errorf("cross-validation fold %d, λ = μ = %v: %w", f+1, v, err)
+					continue
+				}
+				nll[j] = matrixNLL(g, x, test[f]) * float64(test[f].Len())
 			}
-			nll += matrixNLL(g, x, test[f]) * float64(test[f].Len())
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return 0, err
+	}
+	best, bestNLL := 0.0, math.Inf(1)
+	for i, v := range grid {
+		var sum float64
+		for _, x := range nll[i*folds : (i+1)*folds] {
+			sum += x
 		}
-		if nll < bestNLL {
-			best, bestNLL = v, nll
+		if sum < bestNLL {
+			best, bestNLL = v, sum
 		}
 	}
 	return best, nil

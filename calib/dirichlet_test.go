@@ -3,6 +3,7 @@ package calib
 import (
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -223,9 +224,13 @@ func TestDirichletCrossValidation(t *testing.T) {
 		t.Fatalf("cross-validation chose λ = %v, μ = %v: want λ = μ from %v", a.Lambda, a.Mu, DirichletGrid())
 	}
 	t.Logf("5 folds chose λ = μ = %v", a.Lambda)
-	b := fit(&Dirichlet{Folds: 5, Seed: 3})
-	if !equalFloats(a.Params(), b.Params()) || a.Lambda != b.Lambda {
-		t.Error("two cross-validated fits with the same seed differ")
+	for _, procs := range []int{1, 3} {
+		prev := runtime.GOMAXPROCS(procs)
+		b := fit(&Dirichlet{Folds: 5, Seed: 3})
+		runtime.GOMAXPROCS(prev)
+		if !equalFloats(a.Params(), b.Params()) || a.Lambda != b.Lambda {
+			t.Errorf("GOMAXPROCS %d: two cross-validated fits with the same seed differ", procs)
+		}
 	}
 	fixed := fit(&Dirichlet{Lambda: a.Lambda, Mu: a.Mu})
 	if !equalFloats(a.Params(), fixed.Params()) {

@@ -523,7 +523,7 @@ func TestSyntheticOverconfident(t *testing.T) {
 	}
 	t.Logf("%-9s cwECE %.4f%%  ECE %.4f%%  NLL %.5f  acc %.4f", "T = T*", 100*oracle.CWECE, 100*oracle.ECE, oracle.NLL, oracle.Accuracy)
 	for _, sc := range scScalers(c) {
-		if testing.Short() && (sc.Method() == "matrix" || sc.Method() == "fedcal") {
+		if testing.Short() && (sc.Method() == "matrix" || sc.Method() == "dirichlet" || sc.Method() == "fedcal") {
 			continue
 		}
 		if err := sc.Fit(fit); err != nil {

@@ -46,9 +46,12 @@ Methods (M is --bins-exp):
 ` + methodHelp() + `
 The scaling fits minimise the mean negative log-likelihood: temp to
 convergence by a bounded search on log T in [0.01, 100]; vector, matrix
-and opvector by L-BFGS for at most 50 iterations; fedcal by 3 epochs of
-SGD from a network initialised from --seed. It prints one summary line,
-with the cwECE of the fitted rows before and after (in-sample) and, when
+and opvector by L-BFGS for at most 50 iterations; dirichlet likewise,
+with its ODIR regularisation λ = μ chosen from 0, 1e-4, 1e-3, 1e-2 and
+1e-1 by 5-fold cross-validation on the rows (folds drawn from --seed; a
+federated fit uses 1e-3); fedcal by 3 epochs of SGD from a network
+initialised from --seed. It prints one summary line, with the cwECE of
+the fitted rows before and after (in-sample) and, when
 the file has test rows (split 2), their cwECE and NLL before and after
 (held out). With --guard it exits 1 and writes nothing when the calibrator
 makes the test rows' cwECE or NLL worse than the base model's by more than
