@@ -21,8 +21,9 @@ func TestCheckClassNames(t *testing.T) {
 		{[]string{"cat", "dog"}, 3, "2 class names for 3 classes"},
 		{[]string{"cat", ""}, 2, "class 1 has an empty name"},
 		{[]string{"cat", "cat"}, 2, `classes 0 and 1 are both named "cat"`},
-		{[]string{"c\nat", "dog"}, 2, "class 0: name \"c\\nat\" holds a NUL byte or a line break"},
+		{[]string{"\n", " ", ","}, 3, ""}, // the Shakespeare data's first classes
 		{[]string{"cat", "d\x00g"}, 2, "class 1: name \"d\\x00g\" holds a NUL byte"},
+		{[]string{"cat", "\x00"}, 2, "holds a NUL byte"},
 		{[]string{"cat", "\xff"}, 2, "class 1: name \"\\xff\" is not valid UTF-8"},
 		{[]string{"cat", strings.Repeat("x", MaxClassNameBytes+1)}, 2, "class 1 has a name of 4097 bytes, more than 4096"},
 	} {

@@ -1,8 +1,10 @@
 package infer
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -69,6 +71,54 @@ func TestJoinClassNames(t *testing.T) {
 		}
 		if ok && !slices.Equal(SplitClassNames(got), tt.names) {
 			t.Errorf("SplitClassNames(%q) = %q, want %q back", got, SplitClassNames(got), tt.names)
+		}
+	}
+}
+
+// TestReaderClassNames checks the data's class names: kept when the
+// model has none (tiny_nometa.onnx) and they are valid, line breaks
+// included (the Shakespeare data names a class "\n"); dropped with a
+// warning when CheckClassNames refuses them.
+func TestReaderClassNames(t *testing.T) {
+	requireRuntime(t)
+	nometa := map[string]string{KeyLayout: "NCHW", KeyScale: "0.00392156862745098", KeyMean: "0.5", KeyStd: "0.25"}
+	for _, tt := range []struct {
+		names, want []string
+		warn        string
+	}{
+		{[]string{"\n", " ", "a"}, []string{"\n", " ", "a"}, ""},
+		{[]string{"a", "b", "a"}, nil, `classes 0 and 2 are both named \"a\"`},
+	} {
+		var log bytes.Buffer
+		s := openTest(t, "testdata/tiny_nometa.onnx", Options{Threads: 1, Preprocess: nometa,
+			Logger: slog.New(slog.NewTextHandler(&log, nil))})
+		res, err := s.Infer(context.Background(), &sliceReader{recs: imageRecords(images(4, 16, 1), 4, 4, 1), classes: tt.names})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(res.ClassNames, tt.want) {
+			t.Errorf("data names %q: result's %q, want %q", tt.names, res.ClassNames, tt.want)
+		}
+		if tt.warn != "" && !strings.Contains(log.String(), tt.warn) {
+			t.Errorf("data names %q: log %q, want a warning with %q", tt.names, log.String(), tt.warn)
+		}
+	}
+}
+
+// TestBadModelClassNames checks that fedcalib.classes values that
+// CheckClassNames refuses stop OpenSession, before any record runs.
+func TestBadModelClassNames(t *testing.T) {
+	requireRuntime(t)
+	for v, want := range map[string]string{
+		"a,,b":  "fedcalib.classes: class 1 has an empty name",
+		"a,b,a": `fedcalib.classes: classes 0 and 2 are both named "a"`,
+	} {
+		s, err := OpenSession("testdata/tiny.onnx", Options{Threads: 1, Preprocess: map[string]string{KeyClasses: v}})
+		if err == nil {
+			s.Close()
+		}
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("fedcalib.classes %q: error %v, want %q", v, err, want)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/infer/data"
 	"github.com/fedcalib/fedcalib/infer/logits"
 )
@@ -152,7 +153,12 @@ func (s *Session) Infer(ctx context.Context, rd data.Reader) (*Result, error) {
 	if s.opt.ClassNames != nil {
 		res.ClassNames = slices.Clone(s.opt.ClassNames)
 	} else if res.ClassNames == nil {
-		if names := rd.Classes(); len(names) == s.classes {
+		names := rd.Classes()
+		if err := calib.CheckClassNames(names, len(names)); err != nil {
+			s.opt.Logger.Warn("the data's class names are not kept", "reason", err.Error())
+			names = nil
+		}
+		if len(names) == s.classes {
 			res.ClassNames = names
 		} else if len(names) > 0 {
 			s.opt.Logger.Warn("the data names a different number of classes than the model outputs",

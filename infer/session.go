@@ -241,6 +241,11 @@ func (s *Session) readMetadata() error {
 	if s.classes > 0 && len(s.ClassNames()) > 0 && len(s.ClassNames()) != s.classes {
 		return fmt.Errorf("%s names %d classes but output %q has %d", KeyClasses, len(s.ClassNames()), s.out.Name, s.classes)
 	}
+	if names := s.ClassNames(); names != nil {
+		if err := calib.CheckClassNames(names, len(names)); err != nil {
+			return fmt.Errorf("%s: %w", KeyClasses, err)
+		}
+	}
 	if s.opt.ClassNames != nil {
 		if err := calib.MatchClassNames("the names given", s.opt.ClassNames, "the model's "+KeyClasses, s.ClassNames()); err != nil {
 			return err
