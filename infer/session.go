@@ -13,6 +13,7 @@ import (
 	ort "github.com/yalue/onnxruntime_go"
 
 	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/infer/logits"
 )
 
 // DefaultBatch is the batch size used when Options.Batch is zero.
@@ -437,7 +438,7 @@ func checkFinite(x []float32, classes int) error {
 }
 
 // looksLikeProbabilities reports whether every row of x is non-negative
-// and sums to 1.
+// and sums to 1 within logits.ProbabilitySumTolerance.
 func looksLikeProbabilities(x []float32, classes int) bool {
 	if len(x) == 0 {
 		return false
@@ -450,7 +451,7 @@ func looksLikeProbabilities(x []float32, classes int) bool {
 			}
 			sum += float64(v)
 		}
-		if math.Abs(sum-1) > 1e-3 {
+		if math.Abs(sum-1) > logits.ProbabilitySumTolerance {
 			return false
 		}
 	}
