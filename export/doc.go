@@ -26,4 +26,16 @@
 // ONNX Runtime), and ExportContext does all of these, reporting its stages
 // through Options.Progress and stopping when its context is cancelled,
 // and writes the file atomically only when verification passes.
+//
+// For serving stacks (docs/SERVING.md): CalibrateContext returns the
+// verified model in memory; WriteTriton lays it out as an entry of a
+// Triton model repository (config.pbtxt for the ONNX Runtime backend,
+// 1/model.onnx, labels.txt for the classification extension); and
+// WriteTestVectors writes it with a TestSet of inputs and the outputs
+// ONNX Runtime gave (ModelTestSet, ProbeTestSet) in the layout of ONNX's
+// test runners, which CheckTestVectors replays within VectorTolerance.
+// Append's metadata_props also carry a serving record: the parameters'
+// SHA-256 (ParamsSHA256), whether the top class can change, and the
+// fit's protocol, clients, rounds and privacy accounting (the Key*
+// constants).
 package export
