@@ -14,7 +14,6 @@ import (
 	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/export"
 	"github.com/fedcalib/fedcalib/infer"
-	"github.com/fedcalib/fedcalib/infer/logits"
 	"github.com/fedcalib/fedcalib/onnx"
 )
 
@@ -45,6 +44,7 @@ func newCheckCmd() *cobra.Command {
 		seed                                                  uint64
 		asJSON                                                bool
 		vectorsDir                                            string
+		input                                                 inputKind
 	)
 	cmd := &cobra.Command{
 		Use:   "check (--model M.calibrated.onnx | --model M.onnx --calibrator C.json) --data SPEC",
@@ -133,7 +133,7 @@ exceeds it. The report prints each interval. What is checked:
 				if calibPath == "" {
 					return fmt.Errorf("--logits needs --calibrator C.json")
 				}
-				s, probs, method, err = checkLogits(logitsPath, calibPath, split)
+				s, probs, method, err = checkLogits(logitsPath, calibPath, split, input)
 			case modelPath != "":
 				if spec == "" {
 					return fmt.Errorf("--model needs --data SPEC, the labelled data to check on")
@@ -184,6 +184,7 @@ exceeds it. The report prints each interval. What is checked:
 	f.StringVar(&calibPath, "calibrator", "", "a calibrator file to apply (with a plain --model, or with --logits)")
 	f.StringVar(&spec, "data", "", `labelled data for --model, FORMAT:PATH[:OPTION] as for "fedcalib infer"`)
 	f.StringVar(&logitsPath, "logits", "", "check precomputed logits (.npz) instead of running a model")
+	registerInput(f, &input)
 	f.StringVar(&split, "split", "", "with --logits: rows to check, test, calibration or all (default test when there is a split column)")
 	f.Float64Var(&maxDrop, "max-accuracy-drop", calib.AccuracyDropMark, "largest allowed accuracy drop, as a fraction (0.01 = 1 point)")
 	f.Float64Var(&minGain, "min-cwece-improvement", 0, "smallest required cwECE improvement, as a fraction (0 = must not get worse)")
@@ -238,8 +239,8 @@ func printIntervals(out io.Writer, v calib.Verdict) {
 }
 
 // checkLogits reads logits and a calibrator file.
-func checkLogits(logitsPath, calibPath, split string) (*calib.Set, []float64, string, error) {
-	f, err := logits.Read(logitsPath)
+func checkLogits(logitsPath, calibPath, split string, input inputKind) (*calib.Set, []float64, string, error) {
+	f, err := readLogits(logitsPath, input)
 	if err != nil {
 		return nil, nil, "", err
 	}

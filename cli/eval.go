@@ -62,6 +62,7 @@ func newEvalCmd() *cobra.Command {
 		level                                float64
 		seed                                 uint64
 		asJSON                               bool
+		input                                inputKind
 	)
 	cmd := &cobra.Command{
 		Use:   "eval --logits F.npz [--calibrator C.json]",
@@ -122,7 +123,7 @@ percentile intervals at --level for every metric, and the equal-mass
 					return err
 				}
 			}
-			f, err := logits.Read(logitsPath)
+			f, err := readLogits(logitsPath, input)
 			if err != nil {
 				return err
 			}
@@ -202,6 +203,7 @@ percentile intervals at --level for every metric, and the equal-mass
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&logitsPath, "logits", "", "logits file (.npz with logits [N, C], labels [N], optional split [N]) (required)")
+	registerInput(fl, &input)
 	fl.StringArrayVar(&calibPaths, "calibrator", nil, "calibrator sidecar file (JSON) to apply before measuring; the uncalibrated metrics are shown too (repeat to compare several)")
 	fl.StringVar(&partPath, "partition", "", "take the rows' client and split from this partition file instead of the logits file")
 	fl.StringVar(&split, "split", "", `rows to evaluate: test, calibration or all (default test when the file has a split column, else all)`)

@@ -1,0 +1,54 @@
+package cli
+
+import (
+	"fmt"
+
+	"github.com/spf13/pflag"
+
+	"github.com/fedcalib/fedcalib/infer/logits"
+)
+
+// inputKind is the --input flag of the commands that read a logits file:
+// what its "logits" array holds, logits.InputLogits or
+// logits.InputProbabilities. The zero value means logits.
+type inputKind string
+
+// registerInput adds --input, setting in, to the flags f.
+func registerInput(f *pflag.FlagSet, in *inputKind) {
+	f.Var(in, "input", fmt.Sprintf(`what the logits file's "logits" array holds: %s, or %s (a model ending in softmax), turned into log-probabilities log max(p, %g); a row outside [0, 1] or not summing to 1 within %g is an error`,
+		logits.InputLogits, logits.InputProbabilities, logits.ProbabilityFloor, logits.ProbabilitySumTolerance))
+}
+
+// String returns the kind; "logits" for the zero value.
+func (in *inputKind) String() string {
+	if *in == "" {
+		return logits.InputLogits
+	}
+	return string(*in)
+}
+
+// Set sets the kind from the flag's value, refusing unknown kinds.
+func (in *inputKind) Set(v string) error {
+	if v != logits.InputLogits && v != logits.InputProbabilities {
+		return fmt.Errorf("want %s or %s", logits.InputLogits, logits.InputProbabilities)
+	}
+	*in = inputKind(v)
+	return nil
+}
+
+// Type names the flag's values in help texts.
+func (in *inputKind) Type() string { return "logits|probabilities" }
+
+// readLogits reads the logits file at path (logits.Read) holding input of
+// kind in, and turns probabilities into log-probabilities
+// (logits.File.ConvertInput).
+func readLogits(path string, in inputKind) (*logits.File, error) {
+	f, err := logits.Read(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.ConvertInput(in.String()); err != nil {
+		return nil, fmt.Errorf("%s: --input %s: %w", path, in.String(), err)
+	}
+	return f, nil
+}

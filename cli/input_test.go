@@ -1,0 +1,113 @@
+package cli
+
+import (
+	"encoding/json"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/infer/logits"
+)
+
+// softmaxFiles writes a logits file of n rows of 4 classes and the same
+// rows as softmax probabilities, and returns both paths.
+func softmaxFiles(t *testing.T, n int) (logitsPath, probsPath string) {
+	t.Helper()
+	const c = 4
+	lf := &logits.File{Logits: make([]float32, n*c), Labels: make([]int64, n), Split: make([]uint8, n), Classes: c}
+	pf := &logits.File{Logits: make([]float32, n*c), Labels: lf.Labels, Split: lf.Split, Classes: c}
+	for i := range n {
+		row := lf.Logits[i*c : (i+1)*c]
+		sum := 0.0
+		for j := range row {
+			row[j] = float32(3 * math.Sin(float64(7*i+3*j+1)))
+			sum += math.Exp(float64(row[j]))
+		}
+		for j := range row {
+			pf.Logits[i*c+j] = float32(math.Exp(float64(row[j])) / sum)
+		}
+		lf.Labels[i] = int64((i * 5) % c)
+		lf.Split[i] = uint8(1 + i%2) // calibration and test rows
+	}
+	dir := t.TempDir()
+	logitsPath, probsPath = filepath.Join(dir, "logits.npz"), filepath.Join(dir, "probs.npz")
+	if err := logits.Write(logitsPath, lf); err != nil {
+		t.Fatal(err)
+	}
+	if err := logits.Write(probsPath, pf); err != nil {
+		t.Fatal(err)
+	}
+	return logitsPath, probsPath
+}
+
+// TestInputProbabilities checks --input probabilities: softmax of the
+// log-probabilities is the softmax of the logits, so eval's metrics and
+// the temperature that calibrate fits (softmax((z − c)/T) = softmax(z/T)
+// for a per-row shift c) equal those from the logits themselves.
+func TestInputProbabilities(t *testing.T) {
+	lp, pp := softmaxFiles(t, 400)
+	evalJSON := func(args ...string) map[string]any {
+		t.Helper()
+		code, stdout, stderr := fedcalib(append([]string{"eval", "--json", "--split", "all"}, args...)...)
+		if code != 0 {
+			t.Fatalf("eval %v: exit %d: %s", args, code, stderr)
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(stdout), &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	want, got := evalJSON("--logits", lp), evalJSON("--logits", pp, "--input", "probabilities")
+	for _, k := range []string{"accuracy", "cwece", "ece", "nll", "brier"} {
+		w, g := want[k].(float64), got[k].(float64)
+		if math.Abs(w-g) > 1e-5 {
+			t.Errorf("eval %s: %v from probabilities, %v from logits", k, g, w)
+		}
+	}
+
+	dir := t.TempDir()
+	temp := func(in string, args ...string) float64 {
+		t.Helper()
+		out := filepath.Join(dir, filepath.Base(in)+".json")
+		if code, _, stderr := fedcalib(append([]string{"calibrate", "--central", "--method", "temp", "--logits", in, "--out", out}, args...)...); code != 0 {
+			t.Fatalf("calibrate %s: exit %d: %s", in, code, stderr)
+		}
+		c, _, err := calib.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.(*calib.Temperature).T
+	}
+	if tl, tp := temp(lp), temp(pp, "--input", "probabilities"); math.Abs(tl-tp) > 1e-4*tl {
+		t.Errorf("temperature %v from probabilities, %v from logits", tp, tl)
+	}
+}
+
+// TestInputProbabilitiesErrors checks that rows that are not
+// distributions, and unknown input kinds, exit 2 with a clear message.
+func TestInputProbabilitiesErrors(t *testing.T) {
+	lp, pp := softmaxFiles(t, 10)
+	cal := filepath.Join(t.TempDir(), "t.json")
+	if err := calib.WriteFile(cal, calib.NewTemperature(4), nil, calib.Provenance{}); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "out.json")
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"eval", "--logits", lp, "--input", "probabilities"}, lp + ": --input probabilities: not probabilities: row 0, class "},
+		{[]string{"calibrate", "--central", "--method", "temp", "--logits", lp, "--input", "probabilities", "--out", out}, "outside [0, 1]"},
+		{[]string{"calibrate", "--method", "temp", "--logits", lp, "--clients", "2", "--beta", "1", "--input", "probabilities", "--out", out}, "not probabilities"},
+		{[]string{"check", "--logits", lp, "--calibrator", cal, "--input", "probabilities"}, "not probabilities"},
+		{[]string{"eval", "--logits", pp, "--input", "softmax"}, `invalid argument "softmax" for "--input" flag: want logits or probabilities`},
+	} {
+		code, _, stderr := fedcalib(tt.args...)
+		if code != ExitUsage || !strings.Contains(stderr, tt.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d and %q", tt.args, code, stderr, ExitUsage, tt.want)
+		}
+	}
+}
