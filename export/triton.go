@@ -188,8 +188,8 @@ func NewTritonConfig(m *onnx.Model, opt TritonOptions, labels bool) (*TritonConf
 // config.pbtxt.
 func (c *TritonConfig) MarshalText() ([]byte, error) {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "name: %s\n", strconv.Quote(c.Name))
-	fmt.Fprintf(&b, "platform: %s\n", strconv.Quote(c.Platform))
+	fmt.Fprintf(&b, "name: %s\n", textQuote(c.Name))
+	fmt.Fprintf(&b, "platform: %s\n", textQuote(c.Platform))
 	fmt.Fprintf(&b, "max_batch_size: %d\n", c.MaxBatchSize)
 	for _, list := range []struct {
 		field   string
@@ -204,9 +204,9 @@ func (c *TritonConfig) MarshalText() ([]byte, error) {
 			for j, d := range t.Dims {
 				dims[j] = strconv.FormatInt(d, 10)
 			}
-			fmt.Fprintf(&b, "  {\n    name: %s\n    data_type: %s\n    dims: [ %s ]\n", strconv.Quote(t.Name), t.DataType, strings.Join(dims, ", "))
+			fmt.Fprintf(&b, "  {\n    name: %s\n    data_type: %s\n    dims: [ %s ]\n", textQuote(t.Name), t.DataType, strings.Join(dims, ", "))
 			if t.LabelFilename != "" {
-				fmt.Fprintf(&b, "    label_filename: %s\n", strconv.Quote(t.LabelFilename))
+				fmt.Fprintf(&b, "    label_filename: %s\n", textQuote(t.LabelFilename))
 			}
 			b.WriteString("  }")
 			if i < len(list.tensors)-1 {
@@ -220,6 +220,33 @@ func (c *TritonConfig) MarshalText() ([]byte, error) {
 		b.WriteString("dynamic_batching { }\n")
 	}
 	return b.Bytes(), nil
+}
+
+// textQuote returns s as a protobuf text-format string: in double
+// quotes, with '"', '\\' and the bytes below 0x20 or 0x7f escaped (\n,
+// \r, \t or \xHH) and every other byte as it is.
+func textQuote(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c == '\n':
+			b.WriteString(`\n`)
+		case c == '\r':
+			b.WriteString(`\r`)
+		case c == '\t':
+			b.WriteString(`\t`)
+		case c < 0x20 || c == 0x7f:
+			fmt.Fprintf(&b, `\x%02x`, c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
 }
 
 // ClassNames returns the class names of m's fedcalib.classes metadata

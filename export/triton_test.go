@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/onnx"
@@ -311,4 +312,37 @@ func TestTritonName(t *testing.T) {
 			t.Errorf("TritonName(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// FuzzTritonConfigText checks that any configuration of valid UTF-8
+// names and any dims that MarshalText writes parses back, by parseText,
+// to the same fields: names with quotes, backslashes and control
+// characters are escaped as the text format wants.
+func FuzzTritonConfigText(f *testing.F) {
+	f.Add("mnist-tiny", "input", int64(28), int64(-1))
+	f.Add(`a"b\c`, "x\n\ty\x01", int64(0), int64(1<<40))
+	f.Add("", "é ü", int64(-5), int64(3))
+	f.Fuzz(func(t *testing.T, name, tensor string, d1, d2 int64) {
+		if !utf8.ValidString(name) || !utf8.ValidString(tensor) {
+			t.Skip("protobuf strings are UTF-8")
+		}
+		want := TritonConfig{Name: name, Platform: TritonPlatform, MaxBatchSize: 8,
+			Inputs:          []TritonTensor{{Name: tensor, DataType: "TYPE_FP32", Dims: []int64{d1, d2}}},
+			Outputs:         []TritonTensor{{Name: tensor + "_out", DataType: "TYPE_INT64", Dims: []int64{}, LabelFilename: name}},
+			DynamicBatching: true}
+		if name == "" {
+			want.Outputs[0].LabelFilename = ""
+		}
+		text, err := want.MarshalText()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := parseText(string(text))
+		if err != nil {
+			t.Fatalf("does not parse: %v\n%s", err, text)
+		}
+		if got := n.config(t); !reflect.DeepEqual(*got, want) {
+			t.Fatalf("parses back as\n%+v\nwant\n%+v\n%s", *got, want, text)
+		}
+	})
 }
