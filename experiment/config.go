@@ -17,6 +17,7 @@ import (
 	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/dp"
 	"github.com/fedcalib/fedcalib/federation"
+	"github.com/fedcalib/fedcalib/infer/logits"
 )
 
 // Config is a declared experiment: datasets, grids of run parameters,
@@ -52,6 +53,11 @@ type Dataset struct {
 	// skipped with a notice instead of failing the experiment, so that
 	// one configuration can list every dataset a project may have.
 	Optional bool
+	// Input says what the logits file's "logits" array holds:
+	// logits.InputLogits (also when empty) or logits.InputProbabilities,
+	// which are turned into log-probabilities as they are read
+	// (logits.File.FromProbabilities).
+	Input string
 	// ClientsPerRound or SampleRate, when not zero, replace the grids'
 	// sampling for this dataset (e.g. 60 of the LEAF clients per round).
 	ClientsPerRound int
@@ -292,6 +298,8 @@ func (d *Dataset) validate() error {
 		return fmt.Errorf("name %q: use letters, digits, spaces and punctuation other than / \\ \" (it names plot files)", d.Name)
 	case d.Logits == "":
 		return errors.New("logits: missing; give the logits file (.npz)")
+	case d.Input != "" && d.Input != logits.InputLogits && d.Input != logits.InputProbabilities:
+		return fmt.Errorf("input %q: want %s or %s", d.Input, logits.InputLogits, logits.InputProbabilities)
 	case d.ClientsPerRound < 0:
 		return fmt.Errorf("clients_per_round is %d: want ≥ 1", d.ClientsPerRound)
 	case d.SampleRate != 0 && !(d.SampleRate > 0 && d.SampleRate <= 1):
@@ -536,6 +544,7 @@ type rawDataset struct {
 	Logits          string       `yaml:"logits"`
 	Partition       rawPartition `yaml:"partition"`
 	Optional        bool         `yaml:"optional"`
+	Input           string       `yaml:"input"`
 	ClientsPerRound int          `yaml:"clients_per_round"`
 	SampleRate      float64      `yaml:"sample_rate"`
 }
@@ -626,7 +635,7 @@ func (r *rawConfig) config(dir string) (*Config, error) {
 	c := &Config{Name: r.Name, Description: strings.TrimSpace(r.Description), Summary: Summary{Metrics: r.Summary.Metrics}}
 	for i, d := range r.Datasets {
 		ds := Dataset{
-			Name: d.Name, Optional: d.Optional, ClientsPerRound: d.ClientsPerRound, SampleRate: d.SampleRate,
+			Name: d.Name, Optional: d.Optional, Input: d.Input, ClientsPerRound: d.ClientsPerRound, SampleRate: d.SampleRate,
 			Partition: PartitionSpec{
 				Clients: d.Partition.Clients, Beta: d.Partition.Beta, Seed: d.Partition.Seed,
 				Fractions: d.Partition.Fractions, Natural: d.Partition.Natural,

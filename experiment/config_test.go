@@ -30,6 +30,7 @@ grid:
 		{"unknown key", data + grid + "grdi: 1\n", "line 11: unknown key grdi"},
 		{"unknown grid key", data + "grid:\n  method: bbq\n  rounds: 1\n  seed: 1\n  epsilom: 1\n", "line 10: unknown key epsilom"},
 		{"no datasets", grid, "datasets: none given"},
+		{"bad input", "datasets:\n  - {name: d, logits: x.npz, input: softmax, partition: {file: p.json}}\n" + grid, `input "softmax": want logits or probabilities`},
 		{"no grid", data, "grid: none given"},
 		{"grid and grids", data + grid + "grids: [{method: temp, rounds: 1, seed: 1}]\n", "grid and grids: give one"},
 		{"unknown method", data + strings.Replace(grid, "bbq", "bbqq", 1), `grid: method[0]: unknown method "bbqq"`},

@@ -445,7 +445,8 @@ type federated struct {
 }
 
 // newInput fingerprints the dataset's files: SHA-256 of the logits file,
-// the partition and holdout files, and the partition settings.
+// the partition and holdout files, the input kind when it is
+// probabilities, and the partition settings.
 func newInput(d *Dataset) (*input, error) {
 	var fp strings.Builder
 	fmt.Fprintf(&fp, "name=%s", d.Name)
@@ -460,6 +461,9 @@ func newInput(d *Dataset) (*input, error) {
 			return nil, err
 		}
 		fmt.Fprintf(&fp, "|%s=%s", f.what, h)
+	}
+	if d.Input == logits.InputProbabilities {
+		fmt.Fprintf(&fp, "|input=%s", d.Input)
 	}
 	p := &d.Partition
 	fmt.Fprintf(&fp, "|clients=%d|seed=%d|natural=%t|rule=%s|min_samples=%d", p.Clients, p.Seed, p.Natural, p.Rule, p.MinSamples)
@@ -483,6 +487,12 @@ func (in *input) load() error {
 		if err != nil {
 			in.err = err
 			return
+		}
+		if in.ds.Input == logits.InputProbabilities {
+			if err := f.FromProbabilities(); err != nil {
+				in.err = fmt.Errorf("%s (input: probabilities): %w", in.ds.Logits, err)
+				return
+			}
 		}
 		labels := f.IntLabels()
 		in.file, in.labels, in.client, in.split = f, labels, f.Client, f.Split
