@@ -27,8 +27,10 @@ func newExportCmd() *cobra.Command {
 		Long: `export appends the calibrator to the model's graph as standard ONNX
 operators: the model keeps its logits output and gains a float32
 probabilities output (--output-name, default "probabilities"); its
-metadata_props record the method, the privacy parameters and the whole
-calibrator file. Only the graph's new parts are written fresh: every other
+metadata_props record the method, the privacy parameters, the whole
+calibrator file and a serving record: the parameters' sha256, whether
+the top class can change, the fit's protocol, clients and rounds (keys
+in docs/SERVING.md). Only the graph's new parts are written fresh: every other
 byte of the model is kept as it was.
 
 ONNX Runtime first runs the model alone on random inputs: its logits output
