@@ -23,6 +23,27 @@ const (
 	DefaultDirichletFolds = 5
 )
 
+// ODIR is a fixed ODIR regularisation of Dirichlet calibration: the
+// weight λ of the off-diagonal entries of W and μ of the bias b (see
+// Dirichlet). The zero value is no regularisation.
+type ODIR struct {
+	Lambda float64 // λ ≥ 0
+	Mu     float64 // μ ≥ 0
+}
+
+// Check returns an error unless λ and μ are finite and ≥ 0.
+func (r ODIR) Check() error {
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"lambda", r.Lambda}, {"mu", r.Mu}} {
+		if !(f.v >= 0) || math.IsInf(f.v, 1) {
+			return fmt.Errorf("ODIR %s is %v: want a finite number ≥ 0 (0 means no regularisation)", f.name, f.v)
+		}
+	}
+	return nil
+}
+
 // DirichletGrid returns the regularisation strengths among which a
 // cross-validated Dirichlet fit chooses, in increasing order: each value v
 // is tried as λ = μ = v.
@@ -164,13 +185,8 @@ func (d *Dirichlet) Fit(s *Set) error {
 
 // check checks the fit settings.
 func (d *Dirichlet) check() error {
-	for _, f := range []struct {
-		name string
-		v    float64
-	}{{"lambda", d.Lambda}, {"mu", d.Mu}} {
-		if !(f.v >= 0) || math.IsInf(f.v, 1) {
-			return fmt.Errorf("ODIR %s is %v: want a finite number ≥ 0 (0 means no regularisation)", f.name, f.v)
-		}
+	if err := (ODIR{d.Lambda, d.Mu}).Check(); err != nil {
+		return err
 	}
 	if d.Folds < 0 {
 		return fmt.Errorf("cross-validation folds is %d: want ≥ 0 (0 or 1: no cross-validation)", d.Folds)

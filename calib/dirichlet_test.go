@@ -268,3 +268,66 @@ func TestDirichletBadSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestDirichletSettingsODIR checks Settings.ODIR: it fixes dirichlet's
+// regularisation in New (no cross-validation) and in ScalerFor (in place
+// of the defaults), and every other method, and negative values, are
+// refused.
+func TestDirichletSettingsODIR(t *testing.T) {
+	r := &ODIR{Lambda: 0.5, Mu: 0.25}
+	c, err := New(MethodDirichlet, Settings{ODIR: r, Seed: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := c.(*Dirichlet); d.Lambda != 0.5 || d.Mu != 0.25 || d.Folds != 0 || d.Seed != 4 {
+		t.Errorf("New with ODIR %+v: %+v, want it fixed and no folds", *r, d)
+	}
+	c, err = New(MethodDirichlet, Settings{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := c.(*Dirichlet); d.Folds != DefaultDirichletFolds {
+		t.Errorf("New without ODIR: %d folds, want %d", d.Folds, DefaultDirichletFolds)
+	}
+	m, err := LookupMethod(MethodDirichlet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		r          *ODIR
+		lambda, mu float64
+	}{
+		{nil, DefaultDirichletLambda, DefaultDirichletMu},
+		{r, 0.5, 0.25},
+		{&ODIR{}, 0, 0},
+	} {
+		f, err := m.ScalerFor(Settings{ODIR: tc.r})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := f(3, nil).(*Dirichlet)
+		if d.Lambda != tc.lambda || d.Mu != tc.mu || d.Folds != 0 || !equalFloats(d.Params(), NewDirichlet(3).Params()) {
+			t.Errorf("ScalerFor(ODIR %v): λ = %v, μ = %v, %d folds, parameters %v", tc.r, d.Lambda, d.Mu, d.Folds, d.Params())
+		}
+	}
+	for _, tc := range []struct {
+		method string
+		r      *ODIR
+		want   string
+	}{
+		{MethodMatrix, &ODIR{}, "matrix takes no ODIR regularisation (λ, μ): only dirichlet does"},
+		{MethodBin, &ODIR{Lambda: 1}, "bin takes no ODIR"},
+		{MethodDirichlet, &ODIR{Lambda: -1}, "ODIR lambda is -1"},
+		{MethodDirichlet, &ODIR{Mu: math.NaN()}, "ODIR mu is NaN"},
+	} {
+		_, err := New(tc.method, Settings{ODIR: tc.r})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New(%s, ODIR %+v): error %v, want one containing %q", tc.method, *tc.r, err, tc.want)
+		}
+		if m, _ := LookupMethod(tc.method); m.Family == Scaling {
+			if _, err := m.ScalerFor(Settings{ODIR: tc.r}); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("ScalerFor(%s, ODIR %+v): error %v, want one containing %q", tc.method, *tc.r, err, tc.want)
+			}
+		}
+	}
+}

@@ -62,6 +62,11 @@ type Settings struct {
 	// network and example order, dirichlet's cross-validation folds);
 	// the others ignore it.
 	Seed int64
+	// ODIR, if not nil, fixes the ODIR regularisation of dirichlet,
+	// which otherwise chooses it by cross-validation (New) or takes
+	// DefaultDirichletLambda and DefaultDirichletMu (Method.ScalerFor).
+	// The other methods refuse it.
+	ODIR *ODIR
 }
 
 // Method describes one calibration method of the registry. Values are
@@ -87,6 +92,7 @@ type Method struct {
 	binner   func(*Histograms) (Binner, error)
 	exponent bool // the binning method's bins must be a power of two
 	mexp     int  // the binning method's default bin exponent; 0: DefaultMexp
+	odir     bool // the method takes Settings.ODIR
 	size     func(classes, bins float64) float64
 }
 
@@ -159,9 +165,15 @@ var methods = [...]Method{
 		// The central fit chooses the regularisation by cross-validation
 		// on the calibration rows; a federation (NewScaler) cannot, and
 		// fits the fixed DefaultDirichletLambda and DefaultDirichletMu.
-		central: func(s Settings) Calibrator { return &Dirichlet{Folds: DefaultDirichletFolds, Seed: s.Seed} },
-		scaler:  func(c int, _ *rand.Rand) Scaler { return NewDirichlet(c) },
-		size:    func(c, _ float64) float64 { return c*c + c },
+		central: func(s Settings) Calibrator {
+			if s.ODIR != nil {
+				return &Dirichlet{Lambda: s.ODIR.Lambda, Mu: s.ODIR.Mu, Seed: s.Seed}
+			}
+			return &Dirichlet{Folds: DefaultDirichletFolds, Seed: s.Seed}
+		},
+		scaler: func(c int, _ *rand.Rand) Scaler { return NewDirichlet(c) },
+		odir:   true,
+		size:   func(c, _ float64) float64 { return c*c + c },
 	},
 	{
 		Name: MethodOPVector, Protocol: "FedOPVector", Family: Scaling, KeepsTopClass: true,
@@ -229,11 +241,14 @@ func LookupMethod(name string) (Method, error) {
 
 // New returns an unfitted calibrator of the named method for a central
 // fit, with s's settings (a zero Mexp meaning m.DefaultMexp()). It returns
-// an error for an unknown method or a bin exponent outside [1, MaxMexp]
-// of a binning method.
+// an error for an unknown method, a bin exponent outside [1, MaxMexp] of a
+// binning method, or an ODIR regularisation that CheckODIR refuses.
 func New(name string, s Settings) (Calibrator, error) {
 	m, err := LookupMethod(name)
 	if err != nil {
+		return nil, err
+	}
+	if err := m.CheckODIR(s.ODIR); err != nil {
 		return nil, err
 	}
 	if m.Family == Binning {
@@ -266,6 +281,40 @@ func (m Method) NewScaler(classes int, rng *rand.Rand) Scaler {
 		panic(fmt.Sprintf("calib: %s is not a scaling method", m.Name))
 	}
 	return m.scaler(classes, rng)
+}
+
+// ScalerFor returns the constructor of the Scaling method's scaler under
+// s, like NewScaler, with s.ODIR's regularisation where it is not nil. It
+// returns an error for an ODIR regularisation that CheckODIR refuses, and
+// panics for a Binning method. (Scalers take no other settings.)
+func (m Method) ScalerFor(s Settings) (func(classes int, rng *rand.Rand) Scaler, error) {
+	if m.scaler == nil {
+		panic(fmt.Sprintf("calib: %s is not a scaling method", m.Name))
+	}
+	if err := m.CheckODIR(s.ODIR); err != nil {
+		return nil, err
+	}
+	if s.ODIR == nil {
+		return m.scaler, nil
+	}
+	r := *s.ODIR
+	return func(classes int, rng *rand.Rand) Scaler {
+		sc := m.scaler(classes, rng)
+		sc.(*Dirichlet).Lambda, sc.(*Dirichlet).Mu = r.Lambda, r.Mu
+		return sc
+	}, nil
+}
+
+// CheckODIR returns an error when r is not nil and m does not take an ODIR
+// regularisation (only dirichlet does) or r.Check refuses it.
+func (m Method) CheckODIR(r *ODIR) error {
+	switch {
+	case r == nil:
+		return nil
+	case !m.odir:
+		return fmt.Errorf("%s takes no ODIR regularisation (λ, μ): only %s does", m.Name, MethodDirichlet)
+	}
+	return r.Check()
 }
 
 // FromHistograms forms the calibrator of a Binning method from aggregated

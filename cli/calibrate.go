@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"strings"
 
@@ -18,13 +19,16 @@ import (
 type calibrateFlags struct {
 	// Data and output.
 	logits, out string
-	input       inputKind
 	// Protocol.
 	central bool
 	// Calibrator.
 	method  string
 	binsExp int
 	seed    uint64
+	// dirichlet's --lambda and --mu, and the fixed regularisation they
+	// ask for (nil: neither given; set by checkODIR).
+	lambda, mu float64
+	odir       *calib.ODIR
 	// Federated runs (calibrate_fed.go).
 	fed fedFlags
 	// The held-out bar (guard.go).
@@ -50,7 +54,7 @@ convergence by a bounded search on log T in [0.01, 100]; vector, matrix
 and opvector by L-BFGS for at most 50 iterations; dirichlet likewise,
 with its ODIR regularisation λ = μ chosen from 0, 1e-4, 1e-3, 1e-2 and
 1e-1 by 5-fold cross-validation on the rows (folds drawn from --seed; a
-federated fit uses 1e-3); fedcal by 3 epochs of SGD from a network
+federated fit uses 1e-3; --lambda and --mu fix them); fedcal by 3 epochs of SGD from a network
 initialised from --seed. It prints one summary line, with the cwECE of
 the fitted rows before and after (in-sample) and, when
 the file has test rows (split 2), their cwECE and NLL before and after
@@ -72,12 +76,13 @@ the output atomically and never over an input.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&fl.logits, "logits", "", "logits file (.npz with logits [N, C], labels [N], optional split [N]) (required)")
-	registerInput(f, &fl.input)
 	f.StringVar(&fl.out, "out", "", "calibrator sidecar file (JSON) to write (required)")
 	f.BoolVar(&fl.central, "central", false, "fit one calibrator on all calibration rows, without federation (required)")
 	f.StringVar(&fl.method, "method", "", "calibrator: "+strings.Join(calib.MethodNames(), ", ")+" (required)")
 	f.IntVar(&fl.binsExp, "bins-exp", calib.DefaultMexp, binsExpUsage())
 	f.Var((*seedValue)(&fl.seed), "seed", "random seed, 0 to 2^64−1 (fedcal's initial weights and example order); recorded in the output")
+	f.Float64Var(&fl.lambda, "lambda", calib.DefaultDirichletLambda, "dirichlet only: fix the ODIR weight λ ≥ 0 of W's off-diagonal entries (with --mu, default 1e-3) instead of cross-validating λ = μ (central) or taking 1e-3 (federated)")
+	f.Float64Var(&fl.mu, "mu", calib.DefaultDirichletMu, "dirichlet only: fix the ODIR weight μ ≥ 0 of the bias (with --lambda, default 1e-3); see --lambda")
 	fl.fed.register(cmd)
 	fl.guard.register(cmd)
 	return cmd
@@ -87,13 +92,16 @@ func runCalibrate(cmd *cobra.Command, fl *calibrateFlags) error {
 	if err := fl.guard.check(cmd); err != nil {
 		return err
 	}
+	if err := fl.checkODIR(cmd); err != nil {
+		return err
+	}
 	if done, err := fl.fed.dispatch(cmd, fl); done {
 		return err
 	}
 	if err := checkCalibrateFlags(cmd, fl); err != nil {
 		return err
 	}
-	f, err := readLogits(fl.logits, fl.input)
+	f, err := logits.Read(fl.logits)
 	if err != nil {
 		return err
 	}
@@ -198,7 +206,7 @@ func fitCentral(ctx context.Context, f *logits.File, sel rowSel, m calib.Method,
 		return m.FromHistograms(hs[0])
 	}
 	// calib.Settings.Seed is signed; the same bits seed the same generator.
-	c, err := calib.New(m.Name, calib.Settings{Mexp: fl.binsExp, Seed: int64(fl.seed)})
+	c, err := calib.New(m.Name, calib.Settings{Mexp: fl.binsExp, Seed: int64(fl.seed), ODIR: fl.odir})
 	if err != nil {
 		return nil, err
 	}
@@ -206,6 +214,29 @@ func fitCentral(ctx context.Context, f *logits.File, sel rowSel, m calib.Method,
 		return nil, err
 	}
 	return c, nil
+}
+
+// checkODIR checks --lambda and --mu and, when either is given, sets
+// fl.odir to the fixed regularisation they ask for. It leaves a missing or
+// unknown --method to the checks that follow.
+func (fl *calibrateFlags) checkODIR(cmd *cobra.Command) error {
+	changed := cmd.Flags().Changed
+	if !changed("lambda") && !changed("mu") {
+		return nil
+	}
+	for _, v := range []struct {
+		flag string
+		v    float64
+	}{{"lambda", fl.lambda}, {"mu", fl.mu}} {
+		if !(v.v >= 0) || math.IsInf(v.v, 1) {
+			return fmt.Errorf("--%s %v: want a finite number ≥ 0 (0: no regularisation)", v.flag, v.v)
+		}
+	}
+	if m, err := calib.LookupMethod(fl.method); err == nil && m.CheckODIR(&calib.ODIR{}) != nil {
+		return fmt.Errorf("--lambda and --mu set dirichlet's regularisation, not %s's: drop them", fl.method)
+	}
+	fl.odir = &calib.ODIR{Lambda: fl.lambda, Mu: fl.mu}
+	return nil
 }
 
 // checkCalibrateFlags reports the first flag problem of calibrate.

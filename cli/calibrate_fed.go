@@ -214,7 +214,7 @@ func (ff *fedFlags) run(cmd *cobra.Command, fl *calibrateFlags) error {
 		return err
 	}
 	changed := cmd.Flags().Changed
-	f, err := readLogits(fl.logits, fl.input)
+	f, err := logits.Read(fl.logits)
 	if err != nil {
 		return err
 	}
@@ -238,6 +238,7 @@ func (ff *fedFlags) run(cmd *cobra.Command, fl *calibrateFlags) error {
 		}
 	}
 	spec := ff.spec(cmd, fl.method, fl.binsExp)
+	spec.ODIR = fl.odir
 	fitter, err := spec.Fitter()
 	if err != nil {
 		return err

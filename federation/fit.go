@@ -51,17 +51,25 @@ type Options struct {
 	Clip float64
 	// Privacy, if not nil, makes the fit differentially private.
 	Privacy *Privacy
+	// ODIR, if not nil, is the regularisation every client of FedDirichlet
+	// fits; nil means calib.DefaultDirichletLambda and
+	// calib.DefaultDirichletMu. The other methods refuse it.
+	ODIR *calib.ODIR
 }
 
 // New returns the federated protocol of a calibrator method of the
 // registry (calib.Methods): binning methods run Algorithm 1 (FedBin,
 // FedBBQ, FedIsotonic), scaling methods FedAvg over their scaler (FedTemp, FedVector,
-// FedMatrix, FedOPVector, FedCal). It returns an error for an unknown
-// method, or for options that the method does not take (binning options
-// for scaling and vice versa).
+// FedMatrix, FedDirichlet, FedOPVector, FedCal). It returns an error for
+// an unknown method, or for options that the method does not take
+// (binning options for scaling and vice versa, ODIR for any method but
+// dirichlet).
 func New(method string, o Options) (Fitter, error) {
 	m, err := calib.LookupMethod(method)
 	if err != nil {
+		return nil, err
+	}
+	if err := m.CheckODIR(o.ODIR); err != nil {
 		return nil, err
 	}
 	binOpts := o.Bins != 0 || o.Mexp != 0 || (o.Weighting != "" && o.Weighting != calib.WeightNone)
@@ -90,6 +98,9 @@ func New(method string, o Options) (Fitter, error) {
 		}
 		f := newFedAvg(m)
 		f.ServerLR, f.Clip, f.Privacy = o.ServerLR, o.Clip, o.Privacy
+		if f.Scaler, err = m.ScalerFor(calib.Settings{ODIR: o.ODIR}); err != nil {
+			return nil, err
+		}
 		return f, nil
 	}
 }

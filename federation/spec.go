@@ -44,6 +44,9 @@ type Spec struct {
 	// AlphaZ is Privacy.AlphaZ of a private, weighted binning fit; zero
 	// means the paper's rule.
 	AlphaZ float64
+	// ODIR is dirichlet's fixed regularisation (Options.ODIR); nil means
+	// calib.DefaultDirichletLambda and calib.DefaultDirichletMu.
+	ODIR *calib.ODIR
 }
 
 // Private reports whether the spec asks for differential privacy.
@@ -56,7 +59,7 @@ func (s Spec) Options() (Options, error) {
 	if err != nil {
 		return Options{}, err
 	}
-	var o Options
+	o := Options{ODIR: s.ODIR}
 	if m.Family == calib.Binning {
 		o.Weighting = s.Weighting
 		switch {
