@@ -143,14 +143,26 @@ func TestExportServingRefuses(t *testing.T) {
 }
 
 // TestExportStandaloneVectors writes the standalone calibrator's test
-// vectors (its probe set) and replays them.
+// vectors (its probe set) and Triton entry, named after the calibrator
+// file and labelled with its class names, and replays the vectors.
 func TestExportStandaloneVectors(t *testing.T) {
 	requireORT(t)
 	h := &calib.Histogram{Bins: 4, Table: []float64{0.1, 0.2, -1, 0.9, 0.3, 0.5, 0.6, 0.7}}
-	cf := writeCalibrator(t, h)
-	vec := filepath.Join(t.TempDir(), "vec")
-	if code, _, stderr := fedcalib("export", "--calibrator", cf, "--standalone", "--test-vectors", vec); code != ExitOK {
+	dir := t.TempDir()
+	cf := filepath.Join(dir, "bin.json")
+	if err := calib.WriteFile(cf, h, nil, calib.Provenance{ClassNames: []string{"cat", "dog"}}); err != nil {
+		t.Fatal(err)
+	}
+	vec, repo := filepath.Join(dir, "vec"), filepath.Join(dir, "repo")
+	if code, _, stderr := fedcalib("export", "--calibrator", cf, "--standalone", "--test-vectors", vec, "--triton", repo); code != ExitOK {
 		t.Fatalf("export: exit %d: %s", code, stderr)
+	}
+	if labels, err := os.ReadFile(filepath.Join(repo, "bin", "labels.txt")); string(labels) != "cat\ndog\n" {
+		t.Errorf("labels.txt %q, %v", labels, err)
+	}
+	if config, err := os.ReadFile(filepath.Join(repo, "bin", "config.pbtxt")); err != nil || !strings.Contains(string(config), `name: "logits"`) ||
+		strings.Count(string(config), `label_filename: "labels.txt"`) != 1 {
+		t.Errorf("config.pbtxt (%v):\n%s", err, config)
 	}
 	if code, stdout, stderr := fedcalib("check", "--test-vectors", vec); code != ExitOK || !strings.Contains(stdout, "PASS") {
 		t.Errorf("check: exit %d: %s%s", code, stdout, stderr)
