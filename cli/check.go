@@ -14,6 +14,7 @@ import (
 	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/export"
 	"github.com/fedcalib/fedcalib/infer"
+	"github.com/fedcalib/fedcalib/infer/logits"
 	"github.com/fedcalib/fedcalib/onnx"
 )
 
@@ -92,8 +93,8 @@ exceeds it. The report prints each interval. What is checked:
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if vectorsDir != "" {
-				if spec != "" || logitsPath != "" || calibPath != "" {
-					return fmt.Errorf("--test-vectors replays a model on its recorded inputs: drop --data, --logits and --calibrator")
+				if spec != "" || logitsPath != "" || calibPath != "" || cmd.Flags().Changed("input") {
+					return fmt.Errorf("--test-vectors replays a model on its recorded inputs: drop --data, --logits, --calibrator and --input")
 				}
 				return checkVectors(cmd, vectorsDir, modelPath, ortLib, asJSON)
 			}
@@ -140,7 +141,7 @@ exceeds it. The report prints each interval. What is checked:
 				}
 				opt := infer.Options{Runtime: ortLib, Batch: batch, Threads: threads,
 					Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-				s, probs, method, err = checkModel(cmd, modelPath, calibPath, spec, opt)
+				s, probs, method, err = checkModel(cmd, modelPath, calibPath, spec, opt, input)
 			default:
 				return fmt.Errorf("check needs --model M.onnx (with --data) or --logits F.npz (with --calibrator)")
 			}
@@ -266,7 +267,7 @@ func checkLogits(logitsPath, calibPath, split string, input inputKind) (*calib.S
 // checkModel runs a model over the data, once: a calibrated model gives
 // both its logits and its probabilities output from the same runs; a
 // plain one gives logits that the calibrator file calibrates.
-func checkModel(cmd *cobra.Command, modelPath, calibPath, spec string, opt infer.Options) (*calib.Set, []float64, string, error) {
+func checkModel(cmd *cobra.Command, modelPath, calibPath, spec string, opt infer.Options, input inputKind) (*calib.Set, []float64, string, error) {
 	m, err := onnx.ReadFile(modelPath)
 	if err != nil {
 		return nil, nil, "", err
@@ -278,6 +279,9 @@ func checkModel(cmd *cobra.Command, modelPath, calibPath, spec string, opt infer
 	if !calibrated && calibPath == "" {
 		return nil, nil, "", fmt.Errorf("%s has no calibration appended: pass --calibrator C.json, or export one with `fedcalib export`", modelPath)
 	}
+	if calibrated && input.String() != logits.InputLogits {
+		return nil, nil, "", fmt.Errorf("--input %s: %s is calibrated (%s) and gives its own probabilities: drop --input", input.String(), modelPath, method)
+	}
 	if calibrated {
 		opt.Output, _ = m.MetadataValue(export.KeyLogits)
 		probsName, _ := m.MetadataValue(export.KeyOutput)
@@ -288,6 +292,9 @@ func checkModel(cmd *cobra.Command, modelPath, calibPath, spec string, opt infer
 		return nil, nil, "", err
 	}
 	f := res.File()
+	if err := f.ConvertInput(input.String()); err != nil {
+		return nil, nil, "", fmt.Errorf("%s: --input %s: %w", modelPath, input.String(), err)
+	}
 	s := f.Set(nil)
 	if !calibrated {
 		c, file, err := calib.ReadFile(calibPath)

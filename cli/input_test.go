@@ -111,3 +111,43 @@ func TestInputProbabilitiesErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckModelInputProbabilities checks check --model --input
+// probabilities: tiny_softmax.onnx is tiny.onnx followed by Softmax, so
+// with its outputs read as probabilities, the metrics before and after a
+// temperature calibrator equal those of tiny.onnx's logits.
+func TestCheckModelInputProbabilities(t *testing.T) {
+	requireORT(t)
+	images, _ := writeIDX(t, 90, 4, 4)
+	cal := filepath.Join(t.TempDir(), "t.json")
+	c := calib.NewTemperature(3)
+	c.T = 1.7
+	if err := calib.WriteFile(cal, c, nil, calib.Provenance{}); err != nil {
+		t.Fatal(err)
+	}
+	report := func(model string, args ...string) map[string]map[string]any {
+		t.Helper()
+		code, stdout, stderr := fedcalib(append([]string{"check", "--model", model, "--calibrator", cal, "--data", "idx:" + images, "--threads", "1", "--json"}, args...)...)
+		if code != ExitOK && code != ExitFailed {
+			t.Fatalf("check %s: exit %d: %s", model, code, stderr)
+		}
+		var rep map[string]any
+		if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+			t.Fatalf("%v: %s", err, stdout)
+		}
+		return map[string]map[string]any{"before": rep["before"].(map[string]any), "after": rep["after"].(map[string]any)}
+	}
+	want := report("../infer/testdata/tiny.onnx")
+	got := report("../infer/testdata/tiny_softmax.onnx", "--input", "probabilities")
+	for _, when := range []string{"before", "after"} {
+		for _, k := range []string{"accuracy", "cwece", "nll"} {
+			if w, g := want[when][k].(float64), got[when][k].(float64); math.Abs(w-g) > 1e-5 {
+				t.Errorf("%s %s: %v from probabilities, %v from logits", when, k, g, w)
+			}
+		}
+	}
+	code, _, stderr := fedcalib("check", "--model", "../infer/testdata/tiny.onnx", "--calibrator", cal, "--data", "idx:"+images, "--input", "probabilities")
+	if code != ExitUsage || !strings.Contains(stderr, "tiny.onnx: --input probabilities: not probabilities: row 0") {
+		t.Errorf("logits read as probabilities: exit %d, %s", code, stderr)
+	}
+}
