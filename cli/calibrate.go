@@ -19,6 +19,7 @@ import (
 type calibrateFlags struct {
 	// Data and output.
 	logits, out string
+	input       inputKind
 	// Protocol.
 	central bool
 	// Calibrator.
@@ -76,6 +77,7 @@ the output atomically and never over an input.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&fl.logits, "logits", "", "logits file (.npz with logits [N, C], labels [N], optional split [N]) (required)")
+	registerInput(f, &fl.input)
 	f.StringVar(&fl.out, "out", "", "calibrator sidecar file (JSON) to write (required)")
 	f.BoolVar(&fl.central, "central", false, "fit one calibrator on all calibration rows, without federation (required)")
 	f.StringVar(&fl.method, "method", "", "calibrator: "+strings.Join(calib.MethodNames(), ", ")+" (required)")
@@ -101,7 +103,7 @@ func runCalibrate(cmd *cobra.Command, fl *calibrateFlags) error {
 	if err := checkCalibrateFlags(cmd, fl); err != nil {
 		return err
 	}
-	f, err := logits.Read(fl.logits)
+	f, err := readLogits(fl.logits, fl.input)
 	if err != nil {
 		return err
 	}

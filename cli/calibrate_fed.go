@@ -214,7 +214,7 @@ func (ff *fedFlags) run(cmd *cobra.Command, fl *calibrateFlags) error {
 		return err
 	}
 	changed := cmd.Flags().Changed
-	f, err := logits.Read(fl.logits)
+	f, err := readLogits(fl.logits, fl.input)
 	if err != nil {
 		return err
 	}
