@@ -9,6 +9,7 @@ import (
 
 	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/infer/logits"
+	"github.com/fedcalib/fedcalib/network"
 )
 
 // softmaxFiles writes a logits file of n rows of 4 classes and the same
@@ -149,5 +150,39 @@ func TestCheckModelInputProbabilities(t *testing.T) {
 	code, _, stderr := fedcalib("check", "--model", "../infer/testdata/tiny.onnx", "--calibrator", cal, "--data", "idx:"+images, "--input", "probabilities")
 	if code != ExitUsage || !strings.Contains(stderr, "tiny.onnx: --input probabilities: not probabilities: row 0") {
 		t.Errorf("logits read as probabilities: exit %d, %s", code, stderr)
+	}
+}
+
+// TestJoinInputProbabilities checks join's --input: the calibration rows
+// a client sends updates from, read from probabilities, have the softmax
+// of the rows read from the logits.
+func TestJoinInputProbabilities(t *testing.T) {
+	lp, pp := softmaxFiles(t, 20)
+	want, err := joinData(nil, &joinFlags{logits: lp}, network.Welcome{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := joinData(nil, &joinFlags{logits: pp, input: logits.InputProbabilities}, network.Welcome{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw, err := calib.Probabilities(want, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg, err := calib.Probabilities(got, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pw) != len(pg) || len(pw) != 10*4 {
+		t.Fatalf("%d and %d probabilities, want %d calibration rows of 4", len(pg), len(pw), 10)
+	}
+	for i := range pw {
+		if math.Abs(pw[i]-pg[i]) > 1e-6 {
+			t.Errorf("probability %d: %v from probabilities, %v from logits", i, pg[i], pw[i])
+		}
+	}
+	if _, err := joinData(nil, &joinFlags{logits: lp, input: logits.InputProbabilities}, network.Welcome{}); err == nil || !strings.Contains(err.Error(), "not probabilities") {
+		t.Errorf("logits read as probabilities: %v", err)
 	}
 }

@@ -25,6 +25,7 @@ type joinFlags struct {
 	insecure, quiet                          bool
 	model, data                              string
 	logits, partition                        string
+	input                                    inputKind
 	clientID                                 int
 	enrolTimeout                             time.Duration
 }
@@ -74,6 +75,7 @@ It exits when the coordinator announces the end of the run.`,
 	f.StringVar(&fl.model, "model", "", "ONNX model to run on --data")
 	f.StringVar(&fl.data, "data", "", "dataset spec of the local data (see \"fedcalib infer --help\")")
 	f.StringVar(&fl.logits, "logits", "", "logits file of the local data (.npz)")
+	registerInput(f, &fl.input)
 	f.StringVar(&fl.partition, "partition", "", "with --logits: partition file giving the clients' rows")
 	f.IntVar(&fl.clientID, "client-id", -1, "with --logits: the partition's client to be (default: this client's index in the federation)")
 	f.DurationVar(&fl.enrolTimeout, "enrol-timeout", 30*time.Second, "how long to wait for the coordinator to answer")
@@ -161,9 +163,13 @@ func joinData(cmd *cobra.Command, fl *joinFlags, w network.Welcome) (*calib.Set,
 		if err != nil {
 			return nil, err
 		}
-		return res.File().Set(nil), nil
+		f := res.File()
+		if err := f.ConvertInput(fl.input.String()); err != nil {
+			return nil, fmt.Errorf("%s: --input %s: %w", fl.model, fl.input.String(), err)
+		}
+		return f.Set(nil), nil
 	}
-	f, err := logits.Read(fl.logits)
+	f, err := readLogits(fl.logits, fl.input)
 	if err != nil {
 		return nil, err
 	}
