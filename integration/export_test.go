@@ -160,3 +160,71 @@ func onnxChecker(t *testing.T) func(*testing.T, string, string) {
 		}
 	}
 }
+
+// TestTestVectorsReadByPythonONNX exports temperature scaling with
+// --test-vectors and reads the tensors back with Python's onnx
+// (numpy_helper), an implementation independent of ours: the names and
+// shapes must be the graph's, and the probabilities output must equal
+// softmax(logits / T) computed in NumPy from the logits output, with T read
+// from the calibrator file. Skipped without Debian's python3-onnx.
+func TestTestVectorsReadByPythonONNX(t *testing.T) {
+	const py = "/usr/bin/python3"
+	probe := exec.Command(py, "-c", "import onnx.numpy_helper, numpy")
+	probe.Dir = os.TempDir() // not the repository: its onnx/ folder would shadow the module
+	if runtime.GOOS != "linux" || probe.Run() != nil {
+		t.Skip("python3-onnx not installed")
+	}
+	bin := fedcalibBin(t)
+	dir := t.TempDir()
+	images := writeIDX(t, 300)
+	model := "../infer/testdata/tiny.onnx"
+	lf, cf, vec := filepath.Join(dir, "logits.npz"), filepath.Join(dir, "temp.json"), filepath.Join(dir, "vectors")
+	for _, args := range [][]string{
+		{"infer", "--model", model, "--data", "idx:" + images, "--out", lf, "--quiet"},
+		{"calibrate", "--central", "--method", "temp", "--logits", lf, "--out", cf},
+		{"export", "--model", model, "--calibrator", cf, "--test-vectors", vec},
+		{"check", "--test-vectors", vec},
+	} {
+		if out, code := run(t, bin, args...); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args[0], code, out)
+		}
+	}
+	script := `
+import json, sys, onnx, numpy as np
+from onnx import numpy_helper
+vec, cal = sys.argv[1], sys.argv[2]
+m = onnx.load(vec + "/model.onnx")
+def load(name):
+    t = onnx.TensorProto()
+    with open(vec + "/test_data_set_0/" + name, "rb") as f:
+        t.ParseFromString(f.read())
+    return t.name, numpy_helper.to_array(t)
+iname, x = load("input_0.pb")
+names = [load("output_%d.pb" % i) for i in range(len(m.graph.output))]
+assert iname == m.graph.input[0].name, (iname, m.graph.input[0].name)
+assert [n for n, _ in names] == [o.name for o in m.graph.output], names
+z, p = names[0][1].astype(np.float64), names[1][1].astype(np.float64)
+T = json.load(open(cal))["params"]["t"]
+e = np.exp(z / T - (z / T).max(axis=1, keepdims=True))
+want = e / e.sum(axis=1, keepdims=True)
+print(json.dumps({"rows": int(x.shape[0]), "max_err": float(np.abs(p - want).max())}))
+`
+	cmd := exec.Command(py, "-c", script, vec, cf)
+	cmd.Dir = os.TempDir()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("python: %v\n%s", err, out)
+	}
+	var got struct {
+		Rows   int     `json:"rows"`
+		MaxErr float64 `json:"max_err"`
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("python output %q: %v", out, err)
+	}
+	t.Logf("Python's onnx read %d rows; probabilities vs NumPy's softmax(z/T): max error %g", got.Rows, got.MaxErr)
+	// float32 outputs of a float64 computation: within float32 rounding.
+	if got.Rows < 1 || got.MaxErr > 1e-6 {
+		t.Errorf("Python read %d rows; probabilities differ from NumPy's softmax(z/T) by %g", got.Rows, got.MaxErr)
+	}
+}
