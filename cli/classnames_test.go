@@ -68,6 +68,14 @@ func TestClassNamesRoundTrip(t *testing.T) {
 		t.Errorf("exported %s = %q, want %q", infer.KeyClasses, v, strings.Join(want, ","))
 	}
 
+	side := filepath.Join(dir, "sidecar.json")
+	if code, _, stderr := fedcalib("export", "--model", "../infer/testdata/tiny_nometa.onnx", "--calibrator", cal, "--sidecar", "--out", side); code != 0 {
+		t.Fatalf("export --sidecar: exit %d: %s", code, stderr)
+	}
+	if _, sf, err := calib.ReadFile(side); err != nil || !slices.Equal(sf.Provenance.ClassNames, want) {
+		t.Errorf("sidecar's class names %v (%v), want %q", sf, err, want)
+	}
+
 	code, stdout, stderr := fedcalib("eval", "--logits", npz, "--calibrator", cal, "--json")
 	if code != 0 {
 		t.Fatalf("eval --json: exit %d: %s", code, stderr)
@@ -155,13 +163,15 @@ func TestClassNamesMismatch(t *testing.T) {
 			`class 1 is "one" in ../infer/testdata/tiny.onnx but "two" in ` + swappedCal},
 		{"export", []string{"export", "--model", "../infer/testdata/tiny.onnx", "--calibrator", swappedCal, "--out", out + ".onnx"},
 			`class names do not match: class 1 is "one" in the model's fedcalib.classes but "two" in the calibrator file`},
+		{"export sidecar", []string{"export", "--model", "../infer/testdata/tiny.onnx", "--calibrator", swappedCal, "--sidecar", "--out", out + ".json"},
+			`tiny.onnx: class names do not match: class 1 is "one" in the model's fedcalib.classes but "two" in the calibrator file`},
 	} {
 		code, _, stderr := fedcalib(tt.args...)
 		if code != ExitUsage || !strings.Contains(stderr, tt.want) {
 			t.Errorf("%s: exit %d, stderr %q; want exit %d and %q", tt.name, code, stderr, ExitUsage, tt.want)
 		}
 	}
-	for _, p := range []string{out + ".npz", out + ".onnx"} {
+	for _, p := range []string{out + ".npz", out + ".onnx", out + ".json"} {
 		if _, err := os.Stat(p); !os.IsNotExist(err) {
 			t.Errorf("%s written despite the mismatch", p)
 		}

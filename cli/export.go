@@ -146,6 +146,9 @@ external files.`,
 				if err := export.CheckModel(ctx, modelPath, c, opt); err != nil {
 					return err
 				}
+				if err := export.CheckClassNames(modelPath, file); err != nil {
+					return err
+				}
 				if err := ctx.Err(); err != nil {
 					return err
 				}

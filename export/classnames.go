@@ -1,6 +1,8 @@
 package export
 
 import (
+	"fmt"
+
 	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/infer"
 	"github.com/fedcalib/fedcalib/onnx"
@@ -26,4 +28,20 @@ func classNamesMetadata(m *onnx.Model, file *calib.File) ([]onnx.Prop, error) {
 		return []onnx.Prop{{Key: infer.KeyClasses, Value: v}}, nil
 	}
 	return nil, nil
+}
+
+// CheckClassNames reports whether the class names of the calibrator file
+// (provenance.class_names; file may be nil) agree with the
+// fedcalib.classes of the model at modelPath, as Append checks them: for
+// a sidecar, which leaves the model as it is. The error wraps
+// calib.ErrClassNames when both name the classes differently.
+func CheckClassNames(modelPath string, file *calib.File) error {
+	m, err := onnx.ReadFile(modelPath)
+	if err != nil {
+		return err
+	}
+	if _, err := classNamesMetadata(m, file); err != nil {
+		return fmt.Errorf("%s: %w", modelPath, err)
+	}
+	return nil
 }
