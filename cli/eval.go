@@ -213,6 +213,7 @@ percentile intervals at --level for every metric, and the equal-mass
 	fl.Float64Var(&level, "level", calib.DefaultBootstrapLevel, "confidence level of --bootstrap's intervals")
 	fl.Var((*seedValue)(&seed), "seed", "seed of --bootstrap's resampling, 0 to 2^64−1; the same seed gives the same intervals")
 	fl.StringVar(&plotDir, "plot", "", "also draw reliability diagrams (top label and per class, before and after, PNG and SVG) into this directory")
+	registerFederatedEval(cmd)
 	return cmd
 }
 

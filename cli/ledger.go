@@ -87,25 +87,31 @@ func (lf *ledgerFlags) reserve(spec federation.Spec, labels []int, classes int, 
 	if err != nil {
 		return nil, err
 	}
-	budget := lf.budget
-	if budget == 0 {
-		budget = math.Inf(1)
-	}
-	fp := federation.NewFingerprint(labels, classes)
 	m, err := calib.LookupMethod(spec.Method)
 	if err != nil {
 		return nil, err
 	}
-	return dp.Reserve(lf.path, dp.Charge{
-		Dataset:     fp.LabelsSHA256,
-		Description: fmt.Sprintf("%s: %d examples, %d classes", filepath.Base(logitsPath), fp.Examples, fp.Classes),
-		Accountant:  o.Privacy.Accountant,
-		Delta:       o.Privacy.Delta,
-		Budget:      budget,
-		Release:     dp.Release{Mechanism: m.Protocol, Noise: plan.Mechanisms, SampleRate: r.SampleRate, Rounds: r.T},
-		Method:      spec.Method,
-		Calibrator:  out,
+	return lf.reserveCharge(labels, classes, logitsPath, dp.Charge{
+		Accountant: o.Privacy.Accountant,
+		Delta:      o.Privacy.Delta,
+		Release:    dp.Release{Mechanism: m.Protocol, Noise: plan.Mechanisms, SampleRate: r.SampleRate, Rounds: r.T},
+		Method:     spec.Method,
+		Calibrator: out,
 	})
+}
+
+// reserveCharge admits c, a run on the data of logitsPath with these
+// labels and classes, into the ledger: it fills in the dataset's key and
+// description and the budget.
+func (lf *ledgerFlags) reserveCharge(labels []int, classes int, logitsPath string, c dp.Charge) (*dp.Reservation, error) {
+	c.Budget = lf.budget
+	if c.Budget == 0 {
+		c.Budget = math.Inf(1)
+	}
+	fp := federation.NewFingerprint(labels, classes)
+	c.Dataset = fp.LabelsSHA256
+	c.Description = fmt.Sprintf("%s: %d examples, %d classes", filepath.Base(logitsPath), fp.Examples, fp.Classes)
+	return dp.Reserve(lf.path, c)
 }
 
 // commit records the reserved run r (nil: no ledger) and says on w what

@@ -49,7 +49,9 @@ import (
 // records its own spend and the release that made it: rounds rounds, each
 // one Poisson-subsampled Gaussian mechanism of noise_multiplier (the
 // mechanisms of a round combined, Release.NoiseMultiplier) at
-// sample_rate. Readers recompute the composed state from the runs and
+// sample_rate. A private federated evaluation is a run too, of kind
+// "evaluation" (KindEvaluation; fits have no kind), and spends from the
+// same budget. Readers recompute the composed state from the runs and
 // refuse a file whose state disagrees (to 1e-9, relative), so an edited
 // ledger cannot hide a spend.
 //
@@ -105,9 +107,15 @@ type DatasetSpend struct {
 type LedgerRun struct {
 	// Time is when the run was recorded.
 	Time time.Time `json:"time"`
-	// Method is the calibrator method of the run.
+	// Kind is what the run released: empty for a calibrator fit,
+	// KindEvaluation for a federated evaluation's noisy statistics.
+	Kind string `json:"kind,omitempty"`
+	// Method is the calibrator method of the run: of the calibrator
+	// fitted, or evaluated ("base" for the base model).
 	Method string `json:"method"`
-	// Calibrator is the path of the calibrator file it wrote.
+	// Calibrator is the path of the calibrator file the run wrote or,
+	// for an evaluation, the one it evaluated (empty for the base
+	// model).
 	Calibrator string `json:"calibrator"`
 	// Epsilon and Rho are what the run alone spent, at the dataset's δ.
 	Epsilon float64 `json:"epsilon"`
@@ -303,9 +311,16 @@ type Charge struct {
 	// planned before it runs.
 	Release Release
 	// Method and Calibrator are recorded with the run: the calibrator
-	// method and the path of the file the run writes.
+	// method and the path of the file the run writes (or evaluates).
 	Method, Calibrator string
+	// Kind is LedgerRun.Kind: empty for a fit, KindEvaluation for an
+	// evaluation.
+	Kind string
 }
+
+// KindEvaluation is the LedgerRun.Kind of a private federated
+// evaluation: noisy per-bin statistics of clients' test data.
+const KindEvaluation = "evaluation"
 
 // Reservation is a run admitted by Reserve: it holds the ledger's lock
 // until Commit or Cancel. The zero value holds nothing.
@@ -401,7 +416,7 @@ func reserve(path string, c Charge) (*Reservation, error) {
 		next.RDPOrders = DefaultOrders()
 	}
 	run := LedgerRun{
-		Method: c.Method, Calibrator: c.Calibrator, Epsilon: runEps, Rho: one.rho,
+		Kind: c.Kind, Method: c.Method, Calibrator: c.Calibrator, Epsilon: runEps, Rho: one.rho,
 		NoiseMultiplier: z, Rounds: rounds, SampleRate: q,
 	}
 	return &Reservation{path: path, key: c.Dataset, file: f, entry: next, run: run}, nil
@@ -471,8 +486,12 @@ func (f *LedgerFile) WriteText(w io.Writer) error {
 		}
 		fmt.Fprintf(tw, "\nspent\tepsilon %s at delta %v (%s, rho %s) over %d run(s)\n", num(d.Epsilon), d.Delta, d.Accountant, num(d.Rho), len(d.Runs))
 		for _, r := range d.Runs {
+			what := r.Method
+			if r.Kind != "" {
+				what = r.Kind + " of " + r.Method
+			}
 			fmt.Fprintf(tw, "  %s\t%s\tepsilon %s\t%d rounds, sample rate %s\t%s\n",
-				r.Time.Format(time.RFC3339), r.Method, num(r.Epsilon), r.Rounds, num(r.SampleRate), r.Calibrator)
+				r.Time.Format(time.RFC3339), what, num(r.Epsilon), r.Rounds, num(r.SampleRate), r.Calibrator)
 		}
 	}
 	return tw.Flush()

@@ -409,3 +409,44 @@ func TestLedgerFileWriteText(t *testing.T) {
 		t.Errorf("text\n%s\nwant\n%s", b.String(), want)
 	}
 }
+
+// TestLedgerEvaluationRun checks that an evaluation is recorded with its
+// kind, spends from the dataset's budget with the fits, and reads as one.
+func TestLedgerEvaluationRun(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.json")
+	if err := spendOnce(path, charge(ZCDP, 1.5, fedTemp(t, ZCDP, 1, 12, 0.1))); err != nil {
+		t.Fatal(err)
+	}
+	z, err := Plan{Epsilon: 1, Delta: 1e-5, Rounds: 1, PerRound: 1}.NoiseMultiplier()
+	if err != nil {
+		t.Fatal(err)
+	}
+	eval := Charge{
+		Dataset: "labels-a", Accountant: ZCDP, Delta: 1e-5, Budget: 1.5, Kind: KindEvaluation,
+		Release: Release{Mechanism: "evaluation", Noise: []Gaussian{{Sigma: 100 * z, Sensitivity: 100}}, Rounds: 1},
+		Method:  "temp", Calibrator: "out.json",
+	}
+	if err := spendOnce(path, eval); err != nil {
+		t.Fatal(err)
+	}
+	f, err := ReadLedgerFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := f.Datasets["labels-a"]
+	rho1, _ := ZCDPRho(1, 1e-5)
+	if len(d.Runs) != 2 || d.Runs[0].Kind != "" || d.Runs[1].Kind != KindEvaluation || math.Abs(d.Rho-2*rho1) > 1e-9*rho1 {
+		t.Fatalf("runs %+v, ρ %v: want a fit then an evaluation, ρ 2·%v", d.Runs, d.Rho, rho1)
+	}
+	var b bytes.Buffer
+	if err := f.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(strings.Fields(b.String()), " "), "evaluation of temp epsilon 1 1 rounds, sample rate 1 out.json") {
+		t.Errorf("text does not show the evaluation:\n%s", b.String())
+	}
+	// The two spent ε 1.46 under zcdp; a third would exceed 1.5.
+	if err := spendOnce(path, eval); !errors.Is(err, ErrBudgetExceeded) {
+		t.Errorf("a third run of ε 1 under a budget of 1.5: %v, want ErrBudgetExceeded", err)
+	}
+}

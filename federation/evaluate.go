@@ -32,7 +32,7 @@ import (
 
 // EvaluationProtocol names the evaluation's steps (ServerStep.Protocol)
 // and its privacy releases.
-const EvaluationProtocol = "evaluation"
+const EvaluationProtocol = dp.KindEvaluation
 
 // DefaultEvalClip is the default L2 clip norm C of a client's statistics
 // vector in a private evaluation. A client with n test rows of C classes

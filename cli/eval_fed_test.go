@@ -1,0 +1,167 @@
+package cli
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fedcalib/fedcalib/dp"
+)
+
+// fedEvalFixture writes a logits file of 600 rows of 4 classes, a
+// partition of it into 20 clients and a central temperature calibrator.
+func fedEvalFixture(t *testing.T) (in, part, cal string) {
+	t.Helper()
+	in, _ = fedLogitsFile(t, 600, 4, 0)
+	dir := t.TempDir()
+	part, cal = filepath.Join(dir, "p.json"), filepath.Join(dir, "temp.json")
+	if code, _, stderr := fedcalib("partition", "--data-or-logits", in, "--clients", "20", "--beta", "0.5", "--out", part); code != 0 {
+		t.Fatal(stderr)
+	}
+	if code, _, stderr := fedcalib("calibrate", "--central", "--method", "temp", "--logits", in, "--out", cal); code != 0 {
+		t.Fatal(stderr)
+	}
+	return in, part, cal
+}
+
+// TestEvalFederatedEqualsPooled checks eval --federated against eval of
+// the pooled test rows of the same partition, key by key and exactly.
+func TestEvalFederatedEqualsPooled(t *testing.T) {
+	in, part, cal := fedEvalFixture(t)
+	for _, extra := range [][]string{nil, {"--calibrator", cal}, {"--bins", "7"}} {
+		args := append([]string{"eval", "--logits", in, "--partition", part, "--json"}, extra...)
+		code, pooled, errs := fedcalib(args...)
+		if code != ExitOK {
+			t.Fatalf("%v: exit %d: %s", extra, code, errs)
+		}
+		code, fed, errs := fedcalib(append(args, "--federated")...)
+		if code != ExitOK {
+			t.Fatalf("%v --federated: exit %d: %s", extra, code, errs)
+		}
+		p, f := decodeReport(t, pooled), decodeReport(t, fed)
+		for _, key := range []string{"n", "classes", "accuracy", "cwece", "ece", "nll", "brier", "bins", "split", "method"} {
+			if p[key] != f[key] {
+				t.Errorf("%v: %s federated %v, pooled %v", extra, key, f[key], p[key])
+			}
+		}
+		if f["federated"] != true || f["clients"] != 20.0 || f["privacy"] != nil {
+			t.Errorf("%v: federated %v, clients %v, privacy %v", extra, f["federated"], f["clients"], f["privacy"])
+		}
+		if extra != nil && extra[0] == "--calibrator" {
+			pb, fb := p["before"].(map[string]any), f["before"].(map[string]any)
+			if pb["cwece"] != fb["cwece"] || pb["accuracy"] != fb["accuracy"] {
+				t.Errorf("before: federated %v, pooled %v", fb, pb)
+			}
+		}
+	}
+	code, out, errs := fedcalib("eval", "--logits", in, "--partition", part, "--federated", "--calibrator", cal)
+	if code != ExitOK || !strings.Contains(out, "federated evaluation over 20 clients") || !strings.Contains(out, "uncalibrated") || !strings.Contains(out, "temp") {
+		t.Errorf("table: exit %d\n%s%s", code, out, errs)
+	}
+}
+
+func TestEvalFederatedPrivate(t *testing.T) {
+	in, part, cal := fedEvalFixture(t)
+	ledger := filepath.Join(t.TempDir(), "ledger.json")
+	args := []string{"eval", "--logits", in, "--partition", part, "--calibrator", cal, "--federated", "--json",
+		"--epsilon", "1", "--delta", "1e-5", "--clip", "20", "--seed", "7"}
+	code, a, errs := fedcalib(append(args, "--ledger", ledger)...)
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if !strings.Contains(errs, "this run spent ε 1") {
+		t.Errorf("stderr does not report the ledger's spend: %q", errs)
+	}
+	code, b, errs := fedcalib(args...)
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if a != b {
+		t.Errorf("the same seed gives different reports:\n%s\n%s", a, b)
+	}
+	m := decodeReport(t, a)
+	pr, _ := m["privacy"].(map[string]any)
+	rho, _ := dp.ZCDPRho(1, 1e-5)
+	if pr == nil || math.Abs(pr["epsilon"].(float64)-1) > 1e-6 || math.Abs(pr["sigma"].(float64)-20/math.Sqrt(2*rho)) > 1e-6 || pr["clip"] != 20.0 {
+		t.Errorf("privacy %v: want ε 1, σ = 20/√(2ρ) = %v, clip 20", pr, 20/math.Sqrt(2*rho))
+	}
+	if m["before"] != nil || m["top_label"] != nil || m["method"] != "temp" {
+		t.Errorf("a private evaluation measures the calibrator only: before %v, top_label %v, method %v", m["before"], m["top_label"], m["method"])
+	}
+	f, err := dp.ReadLedgerFile(ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range f.Datasets {
+		if len(d.Runs) != 1 || d.Runs[0].Kind != dp.KindEvaluation || d.Runs[0].Method != "temp" || d.Runs[0].Calibrator != cal {
+			t.Errorf("ledger runs %+v: want one evaluation of temp", d.Runs)
+		}
+	}
+	code, out, errs := fedcalib("privacy", "--ledger", ledger)
+	if code != ExitOK || !strings.Contains(out, "evaluation of temp") {
+		t.Errorf("privacy --ledger: exit %d\n%s%s", code, out, errs)
+	}
+	code, out, _ = fedcalib("eval", "--logits", in, "--partition", part, "--federated", "--epsilon", "2", "--seed", "1")
+	if code != ExitOK || !strings.Contains(out, "ε = 2 spent") || !strings.Contains(out, "private: noisy") {
+		t.Errorf("table: exit %d\n%s", code, out)
+	}
+}
+
+func TestEvalFederatedErrors(t *testing.T) {
+	in, part, cal := fedEvalFixture(t)
+	noClients, _ := fedLogitsFile(t, 100, 4, 0)
+	base := []string{"eval", "--logits", in, "--partition", part}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--epsilon", "1"}, "--epsilon applies to federated evaluation: add --federated"},
+		{[]string{"--ledger", "l.json"}, "--ledger applies to federated evaluation"},
+		{[]string{"--federated", "--clip", "5"}, "--clip sets up privacy and needs --epsilon"},
+		{[]string{"--federated", "--epsilon", "1", "--clip", "0"}, "--clip is 0"},
+		{[]string{"--federated", "--epsilon", "0"}, "--epsilon is 0"},
+		{[]string{"--federated", "--epsilon", "1", "--delta", "1"}, "--delta is 1"},
+		{[]string{"--federated", "--delta", "1e-6"}, "--delta sets up privacy and needs --epsilon"},
+		{[]string{"--federated", "--epsilon", "1", "--accountant", "x"}, "--accountant \"x\""},
+		{[]string{"--federated", "--seed", "3"}, "--seed seeds the noise of --epsilon"},
+		{[]string{"--federated", "--bootstrap", "10"}, "--bootstrap needs every probability"},
+		{[]string{"--federated", "--split", "all"}, "--split \"all\""},
+		{[]string{"--federated", "--bins", "0"}, "--bins is 0"},
+		{[]string{"--federated", "--calibrator", cal, "--calibrator", cal}, "at most once"},
+		{[]string{"--federated", "--ledger", "l.json"}, "--ledger records the privacy of private runs and needs --epsilon"},
+		{[]string{"--federated", "--epsilon", "1", "--budget", "1"}, "--budget limits the spend recorded in a ledger"},
+	} {
+		code, _, stderr := fedcalib(append(base, tc.args...)...)
+		if code != ExitUsage || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, %q; want 2 and %q", tc.args, code, stderr, tc.want)
+		}
+	}
+	code, _, stderr := fedcalib("eval", "--logits", noClients, "--federated")
+	if code != ExitUsage || !strings.Contains(stderr, "no client column, so --federated needs the clients from --partition") {
+		t.Errorf("no clients: exit %d, %q", code, stderr)
+	}
+	// A budget already spent refuses the evaluation before it runs.
+	ledger := filepath.Join(t.TempDir(), "ledger.json")
+	priv := append(base, "--federated", "--epsilon", "1", "--ledger", ledger, "--budget", "1.2")
+	if code, _, stderr := fedcalib(priv...); code != ExitOK {
+		t.Fatal(stderr)
+	}
+	before, _ := os.ReadFile(ledger)
+	if code, _, stderr := fedcalib(priv...); code != ExitUsage || !strings.Contains(stderr, "above the budget") {
+		t.Errorf("over budget: exit %d, %q", code, stderr)
+	}
+	if after, _ := os.ReadFile(ledger); string(after) != string(before) {
+		t.Error("a refused evaluation changed the ledger")
+	}
+}
+
+func TestEvalHelpShowsFederated(t *testing.T) {
+	code, out, _ := fedcalib("eval", "--help")
+	for _, want := range []string{"--federated", "--epsilon", "--clip", "eval --logits cifar10.npz --partition p.json --calibrator temp.json --federated"} {
+		if code != ExitOK || !strings.Contains(out, want) {
+			t.Errorf("eval --help lacks %q", want)
+		}
+	}
+}
