@@ -305,5 +305,15 @@ func FuzzRead(f *testing.F) {
 		if err := got.Validate(); err != nil {
 			t.Fatalf("Read returned an invalid file: %v", err)
 		}
+		// What Read accepts, Encode writes back to the same file,
+		// class names included.
+		var buf bytes.Buffer
+		if err := Encode(&buf, got); err != nil {
+			t.Fatalf("Encode: %v", err)
+		}
+		back, err := decode(bytes.NewReader(buf.Bytes()), int64(buf.Len()))
+		if err != nil || !reflect.DeepEqual(back, got) {
+			t.Fatalf("re-encoded file reads back as %+v, %v; want %+v", back, err, got)
+		}
 	})
 }
