@@ -45,6 +45,8 @@ var conformanceCases = map[string]conformanceCase{
 	calib.MethodDirichlet: {settings: calib.Settings{Seed: 5}},
 	calib.MethodOPVector:  {},
 	calib.MethodFedCal:    {settings: calib.Settings{Seed: 5}},
+	// Few fine bins, so that rows of the suite land on their edges.
+	calib.MethodScalingBinning: {settings: calib.Settings{Mexp: 6}},
 }
 
 // conformanceAlpha is the weighting of the weighted binning variants: a
@@ -217,7 +219,7 @@ func TestConformance(t *testing.T) {
 			if !ok {
 				t.Fatalf("method %q has no conformance case: add one to conformanceCases", m.Name)
 			}
-			if got := m.Family; got != calib.Binning && got != calib.Scaling {
+			if got := m.Family; got != calib.Binning && got != calib.Scaling && got != calib.Hybrid {
 				t.Fatalf("family %v", got)
 			}
 			for _, k := range conformanceSizes {
@@ -312,7 +314,7 @@ func checkRoundTrip(t *testing.T, c calib.Calibrator, logits, want []float64) {
 	if f.Format != calib.FormatV1 || f.Method != c.Method() || f.Classes != c.Classes() {
 		t.Errorf("file says format %q, method %q, %d classes", f.Format, f.Method, f.Classes)
 	}
-	if !reflect.DeepEqual(f.Provenance, prov) || f.Privacy == nil || *f.Privacy != *priv {
+	if !reflect.DeepEqual(f.Provenance, prov) || (f.Privacy == nil) != (priv == nil) || priv != nil && *f.Privacy != *priv {
 		t.Errorf("metadata did not survive: privacy %+v, provenance %+v", f.Privacy, f.Provenance)
 	}
 	got := predict(back, logits)

@@ -183,6 +183,9 @@ func (p *Privacy) Check(method string, classes int) error {
 	if err != nil {
 		return err
 	}
+	if m.Family == Hybrid {
+		return fmt.Errorf("%w: a %s calibrator records privacy, but %s has no private fit: the record was edited or comes from another fit", dp.ErrInvalid, method, method)
+	}
 	acc, err := p.checkFields(m.Family)
 	if err != nil {
 		return err

@@ -21,6 +21,8 @@ const (
 	MethodDirichlet = "dirichlet" // Dirichlet calibration with ODIR (Dirichlet)
 	MethodOPVector  = "opvector"  // order-preserving vector scaling (OPVector)
 	MethodFedCal    = "fedcal"    // the FedCal order-preserving MLP (FedCalMLP)
+
+	MethodScalingBinning = "scalbin" // scaling-binning, Kumar et al. 2019 (ScalingBinning)
 )
 
 // Family says how a method is fitted, and so how it is federated.
@@ -33,15 +35,21 @@ const (
 	// Scaling methods minimise the NLL over the parameters of a map on
 	// the logits, which a federation averages (Algorithm 2, FedAvg).
 	Scaling
+	// Hybrid methods fit a scaling map and then bin its outputs
+	// (scaling-binning): a federation runs the scaling protocol, then
+	// sums one-vs-all histograms of the scaled probabilities.
+	Hybrid
 )
 
-// String returns "binning" or "scaling".
+// String returns "binning", "scaling" or "hybrid".
 func (f Family) String() string {
 	switch f {
 	case Binning:
 		return "binning"
 	case Scaling:
 		return "scaling"
+	case Hybrid:
+		return "hybrid"
 	}
 	return fmt.Sprintf("Family(%d)", int(f))
 }
@@ -54,9 +62,11 @@ var ErrUnknownMethod = errors.New("unknown calibrator method")
 // value means each method's defaults.
 type Settings struct {
 	// Mexp sets the bins of the binning methods: 2^Mexp equal-width bins
-	// per class for bin and isotonic, the finest of BBQ's schemes for bbq.
-	// Zero means the method's default, Method.DefaultMexp (DefaultMexp,
-	// or IsotonicMexp for isotonic); scaling methods ignore it.
+	// per class for bin and isotonic, the finest of BBQ's schemes for bbq,
+	// the fine histograms scalbin forms its equal-mass bins from. Zero
+	// means the method's default, Method.DefaultMexp (DefaultMexp,
+	// IsotonicMexp for isotonic, ScalingBinningMexp for scalbin); scaling
+	// methods ignore it.
 	Mexp int
 	// Seed seeds the methods whose fit is random (fedcal's initial
 	// network and example order, dirichlet's cross-validation folds);
@@ -194,6 +204,15 @@ var methods = [...]Method{
 		// Two hidden layers of FedCalHidden units: c·h + h + h·h + h + h·c + c.
 		size: func(c, _ float64) float64 { return (2*FedCalHidden+1)*c + FedCalHidden*FedCalHidden + 2*FedCalHidden },
 	},
+	{
+		Name: MethodScalingBinning, Protocol: "FedScalBin", Family: Hybrid,
+		Summary: "scaling-binning: temperature scaling, then the mean scaled probability in 15 equal-mass bins per class (from 2^M fine bins, M = 10 by default)",
+		zero:    func() Calibrator { return new(ScalingBinning) },
+		central: func(s Settings) Calibrator { return &ScalingBinning{Mexp: s.Mexp} }, // New sets s.Mexp
+		mexp:    ScalingBinningMexp,
+		// The temperature and the fine histograms.
+		size: func(c, bins float64) float64 { return histogramSize(c, bins) + 1 },
+	},
 }
 
 func (s Settings) mexp() int {
@@ -251,7 +270,7 @@ func New(name string, s Settings) (Calibrator, error) {
 	if err := m.CheckODIR(s.ODIR); err != nil {
 		return nil, err
 	}
-	if m.Family == Binning {
+	if m.HasBins() {
 		if s.Mexp == 0 {
 			s.Mexp = m.DefaultMexp()
 		}
@@ -338,8 +357,9 @@ const MaxSize = 1 << 24
 
 // Size returns the number of values the calibrator of m holds for classes
 // classes: its parameters for a scaling method, its 2·classes·bins
-// histogram counts for a binning method with bins bins per class (bins is
-// ignored for scaling). It is a float64 so that it cannot overflow.
+// histogram counts for a binning method with bins bins per class, and
+// those counts and the temperature for scalbin (bins is ignored for
+// scaling). It is a float64 so that it cannot overflow.
 func (m Method) Size(classes, bins int) float64 {
 	return m.size(float64(classes), float64(bins))
 }
@@ -352,7 +372,7 @@ func (m Method) CheckSize(classes, bins int) error {
 	if n <= MaxSize {
 		return nil
 	}
-	if m.Family == Binning {
+	if m.HasBins() {
 		return fmt.Errorf("%s with %d classes and %d bins per class needs 2·%d·%d = %.4g histogram counts, more than the %d a calibrator may hold: use fewer bins", m.Name, classes, bins, classes, bins, n, MaxSize)
 	}
 	return fmt.Errorf("%s with %d classes has %.4g parameters, more than the %d a calibrator may hold: use a method with fewer parameters, such as temp or vector", m.Name, classes, n, MaxSize)
@@ -362,17 +382,23 @@ func (m Method) CheckSize(classes, bins int) error {
 func histogramSize(classes, bins float64) float64 { return 2 * classes * bins }
 
 // DefaultMexp returns the bin exponent M (2^M bins per class) a Binning
-// method uses when Settings.Mexp is zero: IsotonicMexp for isotonic,
-// DefaultMexp for the others. It returns 0 for a Scaling method.
+// or Hybrid method uses when Settings.Mexp is zero: IsotonicMexp for
+// isotonic, ScalingBinningMexp for scalbin, DefaultMexp for the others.
+// It returns 0 for a Scaling method.
 func (m Method) DefaultMexp() int {
 	switch {
-	case m.Family != Binning:
+	case !m.HasBins():
 		return 0
 	case m.mexp != 0:
 		return m.mexp
 	}
 	return DefaultMexp
 }
+
+// HasBins reports whether the method's calibrator is formed from
+// one-vs-all histograms of 2^M bins per class, so takes a bin exponent
+// (Settings.Mexp): the Binning methods and the Hybrid scalbin.
+func (m Method) HasBins() bool { return m.Family == Binning || m.Family == Hybrid }
 
 // BinExponent reports whether the Binning method's number of bins must be
 // a power of two 2^M, set by its exponent M (BBQ); otherwise any number

@@ -12,8 +12,11 @@ func TestMethodSize(t *testing.T) {
 	for _, m := range Methods() {
 		for _, c := range []int{2, 10, 37} {
 			want := 2 * c * 16
-			if m.Family == Scaling {
+			switch m.Family {
+			case Scaling:
 				want = len(m.NewScaler(c, rand.New(rand.NewPCG(1, 2))).Params())
+			case Hybrid:
+				want++ // the temperature
 			}
 			if got := m.Size(c, 16); got != float64(want) {
 				t.Errorf("%s, %d classes: Size %v, want %d", m.Name, c, got, want)

@@ -242,7 +242,8 @@ func Standalone(c calib.Calibrator) (*onnx.Model, error) {
 // verifying calibrator c: random logits at several scales, extreme logits
 // (±1e4), ties, and, for binning calibrators, for every class and bin a
 // row whose softmax probability of that class falls in the middle of
-// that bin.
+// that bin; for scaling-binning, for every class and positive threshold
+// a row whose scaled probability of that class lies at the threshold.
 func Probe(c calib.Calibrator, seed uint64) []float32 {
 	k := c.Classes()
 	rng := rand.New(rand.NewPCG(seed, 0x70726f6265)) // "probe"
@@ -292,6 +293,23 @@ func Probe(c calib.Calibrator, seed uint64) []float32 {
 			}
 			row[j] = float32(math.Log(p))
 			add()
+		}
+	}
+	if sb, ok := c.(*calib.ScalingBinning); ok {
+		// Rows whose scaled probability of class j lies at each of its
+		// thresholds, as near as float32 logits reach.
+		for j := range k {
+			for _, t := range sb.Thresholds[j*(sb.Bins-1) : (j+1)*(sb.Bins-1)] {
+				if t <= 0 {
+					continue
+				}
+				rest := float32(sb.T * math.Log((1-t)/float64(k-1)))
+				for i := range row {
+					row[i] = rest
+				}
+				row[j] = float32(sb.T * math.Log(t))
+				add()
+			}
 		}
 	}
 	return out

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/fedcalib/fedcalib/calib"
@@ -87,6 +88,8 @@ func TestConformanceFederatedEqualsCentral(t *testing.T) {
 				}
 			case calib.Scaling:
 				checkFedScaling(t, m, set, r)
+			case calib.Hybrid:
+				checkFedHybrid(t, m, set, r, logits)
 			default:
 				t.Fatalf("method %q of unknown family %v: add its federated case", m.Name, m.Family)
 			}
@@ -289,4 +292,70 @@ func compareParams(t *testing.T, got, want []float64) {
 		worst = max(worst, d)
 	}
 	t.Logf("%d parameters, %d identical, largest relative difference %.3g", len(want), exact, worst)
+}
+
+// checkFedHybrid checks scalbin: the federated temperature equals the
+// central one to scalingTol (FedAvg's one update rounds), and the bins
+// formed from the one client's histograms are the central bins; the
+// predictions then agree to 1e-12.
+func checkFedHybrid(t *testing.T, m calib.Method, set *calib.Set, r federation.Rounds, logits []float64) {
+	const mexp = 6
+	f, err := federation.Spec{Method: m.Name, Mexp: mexp}.Fitter()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fed, ok := fedFitRounds(t, f, set, r, 2).(*calib.ScalingBinning)
+	if !ok {
+		t.Fatalf("federated scalbin is not a *calib.ScalingBinning")
+	}
+	c, err := calib.New(m.Name, calib.Settings{Mexp: mexp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Fit(set); err != nil {
+		t.Fatal(err)
+	}
+	central := c.(*calib.ScalingBinning)
+	compareParams(t, []float64{fed.T}, []float64{central.T})
+	if fed.Bins != central.Bins || fed.Mexp != mexp || central.Mexp != mexp {
+		t.Fatalf("federated %d bins of 2^%d, central %d bins of 2^%d", fed.Bins, fed.Mexp, central.Bins, central.Mexp)
+	}
+	if !slices.Equal(fed.Thresholds, central.Thresholds) {
+		t.Fatalf("thresholds: federated %v, central %v", fed.Thresholds, central.Thresholds)
+	}
+	for k, v := range central.Values {
+		if math.Abs(fed.Values[k]-v) > 1e-12 {
+			t.Fatalf("value %d: federated %.17g, central %.17g", k, fed.Values[k], v)
+		}
+	}
+	got, want := make([]float64, len(logits)), make([]float64, len(logits))
+	fed.Predict(got, logits)
+	central.Predict(want, logits)
+	for i := range want {
+		if math.Abs(got[i]-want[i]) > 1e-12 {
+			t.Fatalf("prediction %d: federated %.17g, central %.17g", i, got[i], want[i])
+		}
+	}
+}
+
+// fedFitRounds is fedFit for a protocol that runs stages rounds per
+// round of r.
+func fedFitRounds(t *testing.T, f federation.Fitter, set *calib.Set, r federation.Rounds, stages int) calib.Calibrator {
+	t.Helper()
+	res, err := f.Fit(context.Background(), federation.Slices{set}, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Privacy != nil || res.Ledger != nil {
+		t.Errorf("a fit without privacy records privacy %+v", res.Privacy)
+	}
+	if len(res.Rounds) != stages*r.T {
+		t.Fatalf("%d rounds: want %d", len(res.Rounds), stages*r.T)
+	}
+	for i, st := range res.Rounds {
+		if st.Round != i+1 || st.Participants != 1 {
+			t.Fatalf("round %d: %+v, want round %d with the one client", i, st, i+1)
+		}
+	}
+	return res.Calibrator
 }

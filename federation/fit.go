@@ -40,7 +40,8 @@ type Options struct {
 	// means the method's default, 2^calib.Method.DefaultMexp
 	// (calib.DefaultBins for FedBin).
 	Bins int
-	// Mexp is FedBBQ's bin exponent; zero means calib.DefaultMexp.
+	// Mexp is FedBBQ's bin exponent, or FedScalBin's (its 2^Mexp fine
+	// bins); zero means the method's calib.Method.DefaultMexp.
 	Mexp int
 	// Weighting is the binning protocols' weighting; zero means none.
 	Weighting calib.Weighting
@@ -60,7 +61,8 @@ type Options struct {
 // New returns the federated protocol of a calibrator method of the
 // registry (calib.Methods): binning methods run Algorithm 1 (FedBin,
 // FedBBQ, FedIsotonic), scaling methods FedAvg over their scaler (FedTemp, FedVector,
-// FedMatrix, FedDirichlet, FedOPVector, FedCal). It returns an error for
+// FedMatrix, FedDirichlet, FedOPVector, FedCal), the hybrid scalbin both
+// in turn (FedScalBin). It returns an error for
 // an unknown method, or for options that the method does not take
 // (binning options for scaling and vice versa, ODIR for any method but
 // dirichlet).
@@ -92,6 +94,8 @@ func New(method string, o Options) (Fitter, error) {
 			spec.bins = o.Bins
 		}
 		return &fedBinning{spec: spec}, nil
+	case calib.Hybrid:
+		return newFedScalBin(m, o)
 	default:
 		if binOpts {
 			return nil, fmt.Errorf("method %q is scaling: bins, bin exponent and weighting apply to binning methods", method)

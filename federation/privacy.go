@@ -129,13 +129,17 @@ func (p *NoisePlan) Sigma() float64 { return p.Mechanisms[0].Sigma }
 // method (calib.Methods) over classes classes, rounds rounds and Poisson
 // sample rate sampleRate, with p's budget, clip norms and accountant
 // (zero fields take their defaults, as in a fit). It returns an error
-// for an unknown method, invalid privacy settings, rounds outside
+// for an unknown method, a method without a private fit
+// (ErrNoPrivateFit), invalid privacy settings, rounds outside
 // [1, MaxRounds], or more classes than any binning fit can hold
 // (calib.MaxSize).
 func PlanNoise(method string, classes int, p *Privacy, rounds int, sampleRate float64) (*NoisePlan, error) {
 	m, err := calib.LookupMethod(method)
 	if err != nil {
 		return nil, err
+	}
+	if m.Family == calib.Hybrid {
+		return nil, fmt.Errorf("method %q: %w yet", method, ErrNoPrivateFit)
 	}
 	binning := m.Family == calib.Binning
 	if binning && classes < 2 {

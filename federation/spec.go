@@ -17,8 +17,9 @@ type Spec struct {
 	// Method is the calibrator method, one of calib.MethodNames().
 	Method string
 	// Mexp sets the bins of a binning method: 2^Mexp bins per class (bin,
-	// isotonic) or the finest of BBQ's schemes (bbq). Zero means the
-	// method's default, calib.Method.DefaultMexp.
+	// isotonic) or the finest of BBQ's schemes (bbq); for scalbin, its
+	// 2^Mexp fine bins. Zero means the method's default,
+	// calib.Method.DefaultMexp.
 	Mexp int
 	// Weighting is a binning method's server-side weighting; zero means
 	// calib.WeightNone.
@@ -73,6 +74,9 @@ func (s Spec) Options() (Options, error) {
 		if !s.Private() {
 			o.Clip = s.Clip
 		}
+	}
+	if m.Family == calib.Hybrid { // scalbin: FedTemp, then its fine histograms
+		o.Mexp, o.Weighting = s.Mexp, s.Weighting
 	}
 	if s.Private() {
 		acc := dp.ZCDP

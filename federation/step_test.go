@@ -61,6 +61,9 @@ func TestStepsEqualFit(t *testing.T) {
 	pop, _, _ := federationOf(t, synthSet(1500, 4, 3), 12, 0.5, 3)
 	r := Rounds{T: 3, SampleRate: 0.5, Seed: 9, Workers: 3}
 	for _, m := range calib.Methods() {
+		if m.Family == calib.Hybrid {
+			continue // FedScalBin runs two protocols in turn, each a Stepper: TestFedScalBin
+		}
 		for _, private := range []bool{false, true} {
 			spec := Spec{Method: m.Name}
 			if m.Family == calib.Binning {
@@ -172,6 +175,9 @@ func TestServerStateResumes(t *testing.T) {
 	pop, _, _ := federationOf(t, synthSet(1200, 3, 5), 10, 0.5, 5)
 	r := Rounds{T: 4, SampleRate: 0.6, Seed: 4, Workers: 2}
 	for _, m := range calib.Methods() {
+		if m.Family == calib.Hybrid {
+			continue // not a Stepper, and not private (TestFedScalBin)
+		}
 		spec := Spec{Method: m.Name, Epsilon: 3}
 		f, err := spec.Fitter()
 		if err != nil {

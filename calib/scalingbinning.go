@@ -1,0 +1,312 @@
+package calib
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"math/bits"
+)
+
+// Settings of scaling-binning.
+const (
+	// ScalingBinningBins is the number of equal-mass bins per class of a
+	// ScalingBinning fitted with Bins = 0. Kumar et al. (2019) use 10 to
+	// 100 bins; 15 is the number of bins of the metrics (SPEC §4), few
+	// enough that each bin holds many examples of a small calibration set.
+	ScalingBinningBins = 15
+	// ScalingBinningMexp is the bin exponent of the fine equal-width
+	// histograms scaling-binning forms its bins from when Settings.Mexp
+	// (or ScalingBinning.Mexp) is zero: 2^10 = 1024 fine bins per class,
+	// as for isotonic regression.
+	ScalingBinningMexp = 10
+)
+
+// ScalingBinning is the scaling-binning calibrator of Kumar, Liang and Ma
+// (2019, "Verified Uncertainty Calibration"), method MethodScalingBinning.
+// It first scales, g(z) = softmax(z/T) (temperature scaling,
+// Temperature), then bins: for each class j, the class-j scaled
+// probability g_j falls into one of Bins equal-mass bins, and the
+// calibrator returns the mean of g_j over the calibration examples in
+// that bin — the mean of the scaled values, not of the labels, which is
+// Kumar et al.'s lower-variance estimator. The C bin values of a row are
+// normalised to sum to 1, as Histogram normalises its values (a row
+// whose values sum to 0 keeps g).
+//
+// Fit splits the calibration rows in two, as Kumar et al. do: the even
+// rows (0, 2, 4, …; see SplitScalingBinning) fit T, the odd rows form
+// the bins. The bins are formed from the one-vs-all Histograms of the
+// scaled probabilities with 2^Mexp fine equal-width bins per class — the
+// statistic a federation sums — so a federated fit with one client, one
+// round and no noise gives the central calibrator. This fixes the
+// resolution of the estimator at 2^−Mexp (see NewScalingBinning): the
+// bin boundaries lie on fine-bin edges, and each example's g_j enters its
+// bin's mean as the midpoint of its fine bin, within 2^−(Mexp+1) of it.
+//
+// The zero value is unfitted: Fit takes Bins and Mexp as settings (zero
+// means DefaultScalingBinningBins and ScalingBinningMexp) and sets every
+// field.
+type ScalingBinning struct {
+	// T is the temperature of the scaling map softmax(z/T).
+	T float64 `json:"t"`
+	// Bins is the number B of equal-mass bins per class, 1 to 2^Mexp.
+	Bins int `json:"bins"`
+	// Mexp is the bin exponent of the fine histograms the bins were
+	// formed from: every threshold is a multiple of 2^−Mexp.
+	Mexp int `json:"mexp"`
+	// Thresholds holds the B−1 lower bin boundaries of each class at
+	// Thresholds[j*(Bins−1)+k−1] for bin k = 1, …, B−1, Classes×(B−1),
+	// non-decreasing within a class, in [0, 1). The bin of g_j is the
+	// number of class-j thresholds t with g_j ≥ t; a bin whose threshold
+	// equals the next one is never used.
+	Thresholds []float64 `json:"thresholds"`
+	// Values holds the mean of g_j in bin k of class j at
+	// Values[j*Bins+k], Classes×B, non-decreasing within a class.
+	Values []float64 `json:"values"`
+}
+
+// DefaultScalingBinningBins returns the number of equal-mass bins of a
+// scaling-binning fit with 2^mexp fine bins that does not set Bins:
+// ScalingBinningBins, or 2^mexp when there are fewer fine bins.
+func DefaultScalingBinningBins(mexp int) int {
+	if mexp < 0 || mexp >= 4 {
+		return ScalingBinningBins
+	}
+	return min(ScalingBinningBins, 1<<mexp)
+}
+
+// SplitScalingBinning splits the rows of s as scaling-binning's fit
+// does: the even rows (0, 2, 4, …) into scale, which fits the
+// temperature, and the odd rows into bin, which forms the bins. Both are
+// copies. A federated client splits its own rows the same way.
+func SplitScalingBinning(s *Set) (scale, bin *Set) {
+	n := s.Len()
+	even, odd := make([]int, 0, (n+1)/2), make([]int, 0, n/2)
+	for i := range n {
+		if i%2 == 0 {
+			even = append(even, i)
+		} else {
+			odd = append(odd, i)
+		}
+	}
+	return s.Subset(even), s.Subset(odd)
+}
+
+// TemperedSet returns a copy of s with every logit divided by t, so that
+// its softmax probabilities are the temperature-scaled softmax(z/t) —
+// bit for bit those Temperature and ScalingBinning compute. It panics
+// unless t is positive and finite.
+func TemperedSet(s *Set, t float64) *Set {
+	if !(t > 0) || math.IsInf(t, 1) {
+		panic(fmt.Sprintf("calib: TemperedSet with temperature %v", t))
+	}
+	out := &Set{Logits: make([]float64, len(s.Logits)), Labels: append([]int(nil), s.Labels...), Classes: s.Classes}
+	for i, v := range s.Logits {
+		out.Logits[i] = v / t
+	}
+	return out
+}
+
+// NewScalingBinning returns the scaling-binning calibrator with
+// temperature t and bins equal-mass bins per class, formed from h, the
+// one-vs-all histograms of the scaled probabilities softmax(z/t) of the
+// binning rows (which may hold noisy counts: negative counts are taken as
+// 0). h.Bins must be a power of two 2^M, the fine resolution.
+//
+// For class j, with c_m = P_j(m) + N_j(m) the count of fine bin m and n
+// their sum, the boundary of equal-mass bin k = 1, …, bins−1 is the lower
+// edge e_k/2^M of the fine bin holding the example of rank k·n/bins
+// (0-based; e_k is the largest e ≤ 2^M − 1 with Σ_{m<e} c_m ≤ k·n/bins),
+// as Kumar et al. start bin k at that example. Bin k then covers the fine
+// bins e_k to e_{k+1} − 1 (e_0 = 0, e_bins = 2^M), so its count differs
+// from n/bins by less than the count of one fine bin. Its value is the
+// count-weighted mean of the midpoints (m + ½)/2^M of its fine bins; a
+// bin without examples takes the middle of its range.
+//
+// It returns an error when h is invalid, h.Bins is not a power of two, t
+// is not positive and finite, or bins is outside [1, h.Bins].
+func NewScalingBinning(t float64, h *Histograms, bins int) (*ScalingBinning, error) {
+	if err := h.Validate(); err != nil {
+		return nil, err
+	}
+	switch {
+	case !(t > 0) || math.IsInf(t, 1):
+		return nil, fmt.Errorf("scaling-binning: temperature %v: want a finite T > 0", t)
+	case bits.OnesCount(uint(h.Bins)) != 1:
+		return nil, fmt.Errorf("scaling-binning: fine histograms of %d bins: want a power of two 2^M", h.Bins)
+	case bins < 1 || bins > h.Bins:
+		return nil, fmt.Errorf("scaling-binning: %d bins: want 1 to %d, the fine bins", bins, h.Bins)
+	}
+	fine := h.Bins
+	b := &ScalingBinning{
+		T:          t,
+		Bins:       bins,
+		Mexp:       bits.TrailingZeros(uint(fine)),
+		Thresholds: make([]float64, h.Classes*(bins-1)),
+		Values:     make([]float64, h.Classes*bins),
+	}
+	count := make([]float64, fine)
+	cum := make([]float64, fine+1) // cum[e] = Σ_{m<e} count[m]
+	edges := make([]int, bins+1)
+	width := float64(fine)
+	for j := range h.Classes {
+		for m := range count {
+			k := j*fine + m
+			count[m] = max(h.Pos[k], 0) + max(h.Neg[k], 0)
+			cum[m+1] = cum[m] + count[m]
+		}
+		n := cum[fine]
+		edges[0], edges[bins] = 0, fine
+		e := 0
+		for k := 1; k < bins; k++ {
+			target := float64(k) * n / float64(bins)
+			for e+1 < fine && cum[e+1] <= target {
+				e++
+			}
+			edges[k] = e
+			b.Thresholds[j*(bins-1)+k-1] = float64(e) / width
+		}
+		for k := range bins {
+			lo, hi := edges[k], edges[k+1]
+			var sw, swm float64
+			for m := lo; m < hi; m++ {
+				sw += count[m]
+				swm += count[m] * (float64(m) + 0.5)
+			}
+			v := float64(lo+hi) / 2 // empty: the middle of the range
+			if sw > 0 {
+				v = swm / sw
+			}
+			b.Values[j*bins+k] = min(v/width, 1)
+		}
+	}
+	return b, nil
+}
+
+// Fit fits b to the labelled logits of s: T on the even rows with
+// Temperature's fit, then Bins equal-mass bins (DefaultScalingBinningBins
+// if zero) from the 2^Mexp-bin histograms (ScalingBinningMexp if zero) of
+// the odd rows' scaled probabilities (see ScalingBinning and
+// NewScalingBinning). It returns an error, leaving b unchanged, for an
+// invalid set, one of fewer than 2 rows, a bin exponent outside
+// [1, MaxMexp] or a number of bins outside [1, 2^Mexp].
+func (b *ScalingBinning) Fit(s *Set) error {
+	mexp := cmp.Or(b.Mexp, ScalingBinningMexp)
+	bins := cmp.Or(b.Bins, DefaultScalingBinningBins(mexp))
+	switch {
+	case mexp < 1 || mexp > MaxMexp:
+		return fmt.Errorf("scaling-binning: bin exponent %d: want M in [1, %d] (2^M fine bins)", mexp, MaxMexp)
+	case bins < 1 || bins > 1<<mexp:
+		return fmt.Errorf("scaling-binning: %d bins: want 1 to %d, the fine bins 2^%d", bins, 1<<mexp, mexp)
+	}
+	if err := checkFit(s); err != nil {
+		return err
+	}
+	if s.Len() < 2 {
+		return fmt.Errorf("scaling-binning: %d calibration row: need at least 2, one to fit the scaling and one to form the bins", s.Len())
+	}
+	scale, bin := SplitScalingBinning(s)
+	t := NewTemperature(s.Classes)
+	if err := t.Fit(scale); err != nil {
+		return err
+	}
+	h := NewHistograms(s.Classes, 1<<mexp)
+	if err := h.Accumulate(TemperedSet(bin, t.T)); err != nil {
+		return err
+	}
+	nb, err := NewScalingBinning(t.T, h, bins)
+	if err != nil {
+		return err
+	}
+	*b = *nb
+	return nil
+}
+
+// Predict writes the calibrated probabilities of the rows of logits into
+// dst; see ScalingBinning. It panics if b is not fitted or the lengths do
+// not match.
+func (b *ScalingBinning) Predict(dst, logits []float64) {
+	c := b.Classes()
+	checkPredict(b.Method(), c, dst, logits)
+	if !(b.T > 0) {
+		panic("calib: Predict on a scalbin calibrator with T ≤ 0")
+	}
+	nb := b.Bins
+	buf := make([]float64, 2*c)
+	g, v := buf[:c], buf[c:]
+	for i := 0; i < len(logits); i += c {
+		for j, z := range logits[i : i+c] {
+			g[j] = z / b.T
+		}
+		Softmax(g, g)
+		for j, p := range g {
+			k := 0
+			for _, t := range b.Thresholds[j*(nb-1) : (j+1)*(nb-1)] {
+				if p >= t {
+					k++
+				}
+			}
+			v[j] = b.Values[j*nb+k]
+		}
+		normaliseOr(dst[i:i+c], v, g)
+	}
+}
+
+// Method returns MethodScalingBinning.
+func (b *ScalingBinning) Method() string { return MethodScalingBinning }
+
+// Classes returns the number of classes of the fitted calibrator, 0 before
+// fitting.
+func (b *ScalingBinning) Classes() int {
+	if b.Bins < 1 {
+		return 0
+	}
+	return len(b.Values) / b.Bins
+}
+
+// SetWeighting accepts only WeightNone (or "") with nil alpha:
+// scaling-binning is not blended with the base model. It returns an error
+// for any other weighting. It lets a federation's binning round form the
+// calibrator as it forms the other binning calibrators (calib.Binner).
+func (b *ScalingBinning) SetWeighting(mode Weighting, alpha []float64) error {
+	if (mode == "" || mode == WeightNone) && alpha == nil {
+		return nil
+	}
+	return fmt.Errorf("scaling-binning takes no weighting (have %q): use weighting none", mode)
+}
+
+// validate checks decoded parameters.
+func (b *ScalingBinning) validate() error {
+	switch {
+	case !(b.T > 0) || math.IsInf(b.T, 1):
+		return fmt.Errorf("t is %v: want a finite temperature > 0", b.T)
+	case b.Mexp < 1 || b.Mexp > MaxMexp:
+		return fmt.Errorf("mexp is %d: want the fine bin exponent in [1, %d]", b.Mexp, MaxMexp)
+	case b.Bins < 1 || b.Bins > 1<<b.Mexp:
+		return fmt.Errorf("bins is %d: want 1 to 2^mexp = %d", b.Bins, 1<<b.Mexp)
+	}
+	if err := checkTable(b.Values, b.Bins, false); err != nil {
+		return fmt.Errorf("values: %w", err)
+	}
+	c := b.Classes()
+	if len(b.Thresholds) != c*(b.Bins-1) {
+		return fmt.Errorf("have %d thresholds: want %d classes × %d (bins − 1) = %d", len(b.Thresholds), c, b.Bins-1, c*(b.Bins-1))
+	}
+	for j := range c {
+		th := b.Thresholds[j*(b.Bins-1) : (j+1)*(b.Bins-1)]
+		for k, t := range th {
+			switch {
+			case !(t >= 0 && t < 1):
+				return fmt.Errorf("threshold %d of class %d is %v: want a value in [0, 1)", k+1, j, t)
+			case k > 0 && t < th[k-1]:
+				return fmt.Errorf("thresholds of class %d decrease from %v to %v at bin %d: want them non-decreasing", j, th[k-1], t, k+1)
+			}
+		}
+		vals := b.Values[j*b.Bins : (j+1)*b.Bins]
+		for k := 1; k < len(vals); k++ {
+			if vals[k] < vals[k-1] {
+				return fmt.Errorf("values of class %d decrease from %v in bin %d to %v in bin %d: want them non-decreasing", j, vals[k-1], k-1, vals[k], k)
+			}
+		}
+	}
+	return nil
+}

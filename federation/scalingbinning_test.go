@@ -1,0 +1,122 @@
+package federation
+
+import (
+	"context"
+	"errors"
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/fedcalib/fedcalib/calib"
+)
+
+// TestFedScalBin checks FedScalBin over several clients, p = 1, T = 1,
+// against a computation by hand: the temperature is the mean of the
+// clients' own temperatures fitted on their even rows (FedAvg with
+// η_S = 1 from T = 1), and the histograms are those of all clients' odd
+// rows scaled by it, from which the bins are formed. It also checks the
+// numbering of the 2T rounds and that the fit does not depend on the
+// number of workers.
+func TestFedScalBin(t *testing.T) {
+	all := synthSet(1203, 3, 4)
+	var clients Slices
+	for k, n := 0, 0; n < all.Len(); k++ {
+		m := min(100+57*k, all.Len()-n)
+		idx := make([]int, m)
+		for i := range idx {
+			idx[i] = n + i
+		}
+		clients = append(clients, all.Subset(idx))
+		n += m
+	}
+	f, err := Spec{Method: calib.MethodScalingBinning, Mexp: 7}.Fitter()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := f.Fit(context.Background(), clients, Rounds{T: 1, SampleRate: 1, Seed: 3, Workers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sumT float64
+	h := calib.NewHistograms(3, 1<<7)
+	for _, c := range clients {
+		even, _ := calib.SplitScalingBinning(c)
+		temp := calib.NewTemperature(3)
+		if err := temp.Fit(even); err != nil {
+			t.Fatal(err)
+		}
+		sumT += temp.T - 1
+	}
+	wantT := 1 + sumT/float64(len(clients))
+	got := res.Calibrator.(*calib.ScalingBinning)
+	if math.Abs(got.T-wantT) > 1e-14*wantT {
+		t.Fatalf("T = %.17g, want the mean of the clients' temperatures %.17g", got.T, wantT)
+	}
+	for _, c := range clients {
+		_, odd := calib.SplitScalingBinning(c)
+		if err := h.Accumulate(calib.TemperedSet(odd, got.T)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !reflect.DeepEqual(res.Histograms, h) {
+		t.Fatalf("the server's histograms are not those of the clients' scaled odd rows")
+	}
+	want, err := calib.NewScalingBinning(got.T, h, calib.ScalingBinningBins)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("calibrator %+v, want %+v", got, want)
+	}
+	if res.Protocol != "FedScalBin" || len(res.Rounds) != 2 || res.Rounds[0].Round != 1 || res.Rounds[1].Round != 2 ||
+		res.Rounds[0].Participants != len(clients) || res.Rounds[1].Participants != len(clients) {
+		t.Errorf("protocol %q, rounds %+v", res.Protocol, res.Rounds)
+	}
+
+	// Sampled rounds: the same calibrator for 1 and 3 workers.
+	var fits []*calib.ScalingBinning
+	for _, w := range []int{1, 3} {
+		res, err := f.Fit(context.Background(), clients, Rounds{T: 3, SampleRate: 0.5, Seed: 8, Workers: w})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Rounds) != 6 || res.Rounds[5].Round != 6 {
+			t.Fatalf("rounds %+v: want 6, numbered 1 to 6", res.Rounds)
+		}
+		fits = append(fits, res.Calibrator.(*calib.ScalingBinning))
+	}
+	if !reflect.DeepEqual(fits[0], fits[1]) {
+		t.Errorf("1 worker gives %+v, 3 give %+v", fits[0], fits[1])
+	}
+}
+
+// TestFedScalBinRefuses: privacy, weighting and a number of bins are
+// refused with errors that say so, and so is a noise plan.
+func TestFedScalBinRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		spec Spec
+		want string
+	}{
+		{Spec{Method: calib.MethodScalingBinning, Epsilon: 1}, "no private federated fit"},
+		{Spec{Method: calib.MethodScalingBinning, Weighting: calib.WeightAll}, "takes no weighting"},
+		{Spec{Method: calib.MethodScalingBinning, Mexp: 17}, "bin exponent"},
+	} {
+		f, err := tc.spec.Fitter()
+		if err == nil {
+			_, err = f.Fit(context.Background(), Slices{synthSet(50, 3, 1)}, Rounds{T: 1, SampleRate: 1})
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: error %v, want %q", tc.spec, err, tc.want)
+		}
+	}
+	if _, err := New(calib.MethodScalingBinning, Options{Privacy: &Privacy{Epsilon: 1, Delta: 1e-5}}); !errors.Is(err, ErrNoPrivateFit) {
+		t.Errorf("private New: %v, want ErrNoPrivateFit", err)
+	}
+	if _, err := PlanNoise(calib.MethodScalingBinning, 3, &Privacy{Epsilon: 1, Delta: 1e-5}, 2, 1); !errors.Is(err, ErrNoPrivateFit) {
+		t.Errorf("PlanNoise: %v, want ErrNoPrivateFit", err)
+	}
+	if _, ok := any(&FedScalBin{}).(Stepper); ok {
+		t.Errorf("FedScalBin is a Stepper: the network driver would run it as one protocol; update its doc and TestStepsEqualFit")
+	}
+}
