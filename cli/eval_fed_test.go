@@ -165,3 +165,32 @@ func TestEvalHelpShowsFederated(t *testing.T) {
 		}
 	}
 }
+
+// TestPrivacyEvaluationAgreesWithEval checks that "privacy --method
+// evaluation" states the σ that eval --federated --epsilon adds.
+func TestPrivacyEvaluationAgreesWithEval(t *testing.T) {
+	in, part, _ := fedEvalFixture(t)
+	for _, tc := range [][]string{
+		{"--epsilon", "1", "--delta", "1e-5"},
+		{"--epsilon", "3", "--delta", "1e-6", "--clip", "20", "--accountant", "rdp"},
+	} {
+		code, plan, errs := fedcalib(append([]string{"privacy", "--method", "evaluation", "--json"}, tc...)...)
+		if code != ExitOK {
+			t.Fatalf("privacy %v: exit %d: %s", tc, code, errs)
+		}
+		code, ev, errs := fedcalib(append([]string{"eval", "--logits", in, "--partition", part, "--federated", "--json"}, tc...)...)
+		if code != ExitOK {
+			t.Fatalf("eval %v: exit %d: %s", tc, code, errs)
+		}
+		p, e := decodeReport(t, plan), decodeReport(t, ev)["privacy"].(map[string]any)
+		if p["sigma"] != e["sigma"] || p["sigma"] == nil {
+			t.Errorf("%v: privacy states σ %v, eval adds %v", tc, p["sigma"], e["sigma"])
+		}
+	}
+	for _, bad := range [][]string{{"--classes", "3"}, {"--rounds", "2"}, {"--sample-rate", "0.5"}, {"--clip", "0"}} {
+		code, _, stderr := fedcalib(append([]string{"privacy", "--method", "evaluation", "--epsilon", "1"}, bad...)...)
+		if code != ExitUsage {
+			t.Errorf("privacy --method evaluation %v: exit %d, %q", bad, code, stderr)
+		}
+	}
+}

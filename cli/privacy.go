@@ -67,7 +67,10 @@ the flags it is given:
       of the noise per unit of clip norm, and σ at the clip norms given.
       Scaling methods (` + strings.Join(calib.MethodsOf(calib.Scaling), ", ") + `) noise one clipped update
       per round: σ = C·√(T/(2ρ)). Binning methods (` + strings.Join(calib.MethodsOf(calib.Binning), ", ") + `) noise 2c
-      histograms per round: σ = C₊ or C₋ times √(2cT/(2ρ)).
+      histograms per round: σ = C₊ or C₋ times √(2cT/(2ρ)). --method
+      evaluation is a private federated evaluation (eval --federated
+      --epsilon): one release of every client's statistics clipped to
+      --clip C (default 100), σ = C/√(2ρ).
   --noise-multiplier Z --steps T --delta D [--sample-rate q --accountant]
       the ε spent by T steps of the Gaussian mechanism with noise multiplier
       Z, each on a Poisson sample of rate q.
@@ -82,12 +85,14 @@ It prints one "key value" line per quantity, or with --json one object
 with the keys epsilon, delta, rho (zcdp), noise_multiplier and the inputs.
 
 With --ledger F it prints instead the privacy spent on each dataset in
-the ledger file F that "fedcalib calibrate --ledger F" keeps: per dataset
-the total ε at its δ and accountant, and one line per run (with --json,
-the file itself).`,
+the ledger file F that "fedcalib calibrate --ledger F" and "fedcalib eval
+--federated --ledger F" keep: per dataset the total ε at its δ and
+accountant, and one line per run, fit or evaluation (with --json, the file
+itself).`,
 		Example: `  fedcalib privacy --epsilon 1 --delta 1e-5
   fedcalib privacy --method bbq --classes 10 --rounds 30 --epsilon 1 --delta 1e-5
   fedcalib privacy --method temp --rounds 12 --epsilon 1 --sample-rate 0.1 --accountant rdp --json
+  fedcalib privacy --method evaluation --epsilon 1 --delta 1e-5 --clip 100
   fedcalib privacy --noise-multiplier 1.1 --sample-rate 0.01 --steps 1000 --delta 1e-5 --accountant rdp
   fedcalib privacy --ledger privacy-ledger.json`,
 		Args: cobra.NoArgs,
@@ -101,14 +106,14 @@ the file itself).`,
 	f := cmd.Flags()
 	f.Float64Var(&fl.epsilon, "epsilon", 0, "privacy budget ε > 0 (required, except with --noise-multiplier)")
 	f.Float64Var(&fl.delta, "delta", dp.DefaultDelta, "δ ∈ (0, 1)")
-	f.StringVar(&fl.method, "method", "", "calibrator whose noise to calibrate: "+strings.Join(calib.MethodNames(), ", "))
+	f.StringVar(&fl.method, "method", "", "calibrator whose noise to calibrate: "+strings.Join(calib.MethodNames(), ", ")+"; or evaluation (eval --federated --epsilon)")
 	f.IntVar(&fl.classes, "classes", 0, "with a binning --method: number of classes c ≥ 2 (required there)")
 	f.IntVar(&fl.rounds, "rounds", 1, fmt.Sprintf("with --method: number of rounds T, 1 to %d", federation.MaxRounds))
 	f.Float64Var(&fl.sampleRate, "sample-rate", 1, "probability q ∈ (0, 1] that a client takes part in a round (credited by rdp only)")
 	f.StringVar(&fl.accountant, "accountant", "zcdp", "privacy accounting: zcdp (the paper's) or rdp (credits client sampling)")
 	f.Float64Var(&fl.noiseMultiplier, "noise-multiplier", 0, "compute ε for this noise multiplier z > 0 (noise standard deviation / L2 sensitivity)")
 	f.IntVar(&fl.steps, "steps", 1, "with --noise-multiplier: number of steps T ≥ 1")
-	f.Float64Var(&fl.clip, "clip", dp.DefaultClip, "with a scaling --method: L2 clip norm C > 0 of each client update, for σ")
+	f.Float64Var(&fl.clip, "clip", dp.DefaultClip, fmt.Sprintf("with a scaling --method: L2 clip norm C > 0 of each client update, for σ; with --method evaluation, of each client's statistics (default %v)", federation.DefaultEvalClip))
 	f.Float64Var(&fl.clipPos, "clip-pos", dp.DefaultClipPos, "with a binning --method: L2 clip norm C₊ > 0 of each class-positive histogram, for σ₊")
 	f.Float64Var(&fl.clipNeg, "clip-neg", dp.DefaultClipNeg, "with a binning --method: L2 clip norm C₋ > 0 of each class-negative histogram, for σ₋")
 	f.BoolVar(&fl.json, "json", false, "print one JSON object instead of key-value lines")
@@ -129,7 +134,7 @@ func runPrivacy(cmd *cobra.Command, fl *privacyFlags) error {
 	case cmd.Flags().Changed("noise-multiplier"):
 		rep, err = privacyEpsilon(fl, acc)
 	case cmd.Flags().Changed("method"):
-		rep, err = privacyNoise(fl, acc)
+		rep, err = privacyNoise(fl, acc, cmd.Flags().Changed("clip"))
 	default:
 		rep, err = privacyRho(fl)
 	}
@@ -159,7 +164,9 @@ func checkPrivacyFlags(cmd *cobra.Command, fl *privacyFlags) error {
 		return nil
 	}
 	binning := binningMethod(fl.method)
+	evaluation := method && fl.method == federation.EvaluationProtocol
 	for _, err := range []error{
+		onlyWith("to fits, not to --method evaluation (one release of every client)", !evaluation, "rounds", "classes", "sample-rate"),
 		onlyWith("with --noise-multiplier", nm, "steps"),
 		onlyWith("with --method", method, "rounds", "classes"),
 		onlyWith("with a scaling --method ("+strings.Join(calib.MethodsOf(calib.Scaling), ", ")+")", method && !binning, "clip"),
@@ -195,8 +202,14 @@ func checkPrivacyFlags(cmd *cobra.Command, fl *privacyFlags) error {
 	if !method {
 		return nil
 	}
+	if evaluation {
+		if changed("clip") && dp.CheckClip("clip", fl.clip) != nil {
+			return fmt.Errorf("--clip %v: want a finite clip norm > 0", fl.clip)
+		}
+		return nil
+	}
 	if _, err := calib.LookupMethod(fl.method); err != nil {
-		return fmt.Errorf("--method %q: want one of %s", fl.method, strings.Join(calib.MethodNames(), ", "))
+		return fmt.Errorf("--method %q: want one of %s, or evaluation", fl.method, strings.Join(calib.MethodNames(), ", "))
 	}
 	switch {
 	case fl.rounds < 1 || fl.rounds > federation.MaxRounds:
@@ -230,10 +243,20 @@ func privacyRho(fl *privacyFlags) (*privacyReport, error) {
 
 // privacyNoise calibrates the noise of a fit with --method: the noise
 // plan a fit with these settings adds (federation.PlanNoise).
-func privacyNoise(fl *privacyFlags, acc dp.Accountant) (*privacyReport, error) {
-	plan, err := federation.PlanNoise(fl.method, fl.classes, &federation.Privacy{
-		Epsilon: fl.epsilon, Delta: fl.delta, Clip: fl.clip, ClipPos: fl.clipPos, ClipNeg: fl.clipNeg, Accountant: acc,
-	}, fl.rounds, fl.sampleRate)
+func privacyNoise(fl *privacyFlags, acc dp.Accountant, clipChanged bool) (*privacyReport, error) {
+	var plan *federation.NoisePlan
+	var err error
+	if fl.method == federation.EvaluationProtocol {
+		p := &federation.Privacy{Epsilon: fl.epsilon, Delta: fl.delta, Accountant: acc}
+		if clipChanged {
+			p.Clip = fl.clip
+		}
+		plan, err = federation.PlanEvalNoise(p)
+	} else {
+		plan, err = federation.PlanNoise(fl.method, fl.classes, &federation.Privacy{
+			Epsilon: fl.epsilon, Delta: fl.delta, Clip: fl.clip, ClipPos: fl.clipPos, ClipNeg: fl.clipNeg, Accountant: acc,
+		}, fl.rounds, fl.sampleRate)
+	}
 	if err != nil {
 		return nil, err
 	}
