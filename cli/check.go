@@ -292,8 +292,12 @@ func checkModel(cmd *cobra.Command, modelPath, calibPath, spec string, opt infer
 		return nil, nil, "", err
 	}
 	f := res.File()
-	if err := f.ConvertInput(input.String()); err != nil {
-		return nil, nil, "", fmt.Errorf("%s: --input %s: %w", modelPath, input.String(), err)
+	kind := input.String()
+	if k, ok := m.MetadataValue(export.KeyInput); calibrated && ok {
+		kind = k // what export found the calibrated output to hold
+	}
+	if err := f.ConvertInput(kind); err != nil {
+		return nil, nil, "", fmt.Errorf("%s: input %s: %w", modelPath, kind, err)
 	}
 	s := f.Set(nil)
 	if !calibrated {

@@ -189,6 +189,51 @@ func TestCheckCalibratedModel(t *testing.T) {
 	}
 }
 
+// TestSoftmaxModelEndToEnd runs the path of a model that ends in a
+// Softmax: infer writes its probabilities, calibrate --input
+// probabilities fits vector scaling on their log, export detects the
+// Softmax, and check judges the calibrated graph (which records
+// fedcalib.calibration.input = probabilities) equal to the plain model
+// with the calibrator applied in Go under --input probabilities.
+func TestSoftmaxModelEndToEnd(t *testing.T) {
+	requireORT(t)
+	const model = "../infer/testdata/tiny_softmax.onnx"
+	images, _ := writeIDX(t, 300, 4, 4)
+	dir := t.TempDir()
+	lf, cf, out := filepath.Join(dir, "p.npz"), filepath.Join(dir, "vector.json"), filepath.Join(dir, "calibrated.onnx")
+	for _, args := range [][]string{
+		{"infer", "--model", model, "--data", "idx:" + images, "--out", lf, "--quiet"},
+		{"calibrate", "--central", "--method", "vector", "--input", "probabilities", "--logits", lf, "--out", cf},
+		{"export", "--model", model, "--calibrator", cf, "--out", out},
+	} {
+		if code, _, stderr := fedcalib(args...); code != 0 {
+			t.Fatalf("%s: exit %d: %s", args[0], code, stderr)
+		}
+	}
+	reports := make([]checkReport, 2)
+	for i, args := range [][]string{
+		{"--model", out},
+		{"--model", model, "--calibrator", cf, "--input", "probabilities"},
+	} {
+		args = append([]string{"check", "--data", "idx:" + images, "--json", "--threads", "1", "--min-cwece-improvement", "-1", "--max-accuracy-drop", "1"}, args...)
+		code, stdout, stderr := fedcalib(args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, stderr)
+		}
+		if err := json.Unmarshal([]byte(stdout), &reports[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g, p := reports[0], reports[1]
+	if abs(g.Before.NLL-p.Before.NLL) > 1e-9 || g.Before.Accuracy != p.Before.Accuracy || g.After.Accuracy != p.After.Accuracy ||
+		abs(g.After.CWECE-p.After.CWECE) > 1e-6 || abs(g.After.NLL-p.After.NLL) > 1e-5 {
+		t.Errorf("calibrated graph %+v\nGo calibrator  %+v", g, p)
+	}
+	if code, _, stderr := fedcalib("export", "--model", model, "--calibrator", cf, "--out", filepath.Join(dir, "x.onnx"), "--input", "odds"); code != ExitUsage || !strings.Contains(stderr, "--input is \"odds\"") {
+		t.Errorf("--input odds: exit %d, %q", code, stderr)
+	}
+}
+
 func abs(x float64) float64 {
 	if x < 0 {
 		return -x

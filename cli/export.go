@@ -9,17 +9,18 @@ import (
 
 	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/export"
+	"github.com/fedcalib/fedcalib/infer/logits"
 	"github.com/fedcalib/fedcalib/internal/fileio"
 	"github.com/fedcalib/fedcalib/onnx"
 )
 
 func newExportCmd() *cobra.Command {
 	var (
-		modelPath, calibPath, outPath, logitsOut, probsOut, ortLib string
-		tritonRepo, tritonName, vectorsDir                         string
-		sidecar, standalone                                        bool
-		seed                                                       uint64
-		maxBatch                                                   int
+		modelPath, calibPath, outPath, logitsOut, probsOut, ortLib, inKind string
+		tritonRepo, tritonName, vectorsDir                                 string
+		sidecar, standalone                                                bool
+		seed                                                               uint64
+		maxBatch                                                           int
 	)
 	cmd := &cobra.Command{
 		Use:   "export --model M.onnx --calibrator C.json --out M.calibrated.onnx",
@@ -40,6 +41,16 @@ a probe set covering every bin of a binning calibrator and extreme logits,
 and the whole model on random inputs. Its probabilities must equal the Go
 calibrator's to 1e-5, or nothing is written. The write is atomic and the
 input model is never modified.
+
+A model that ends in a Softmax (its calibrated output made by a Softmax
+over the classes) is detected: the calibrator then reads the log of its
+probabilities, max(log softmax(z), log 1e-12) computed from the Softmax's
+logits input z, which is what "fedcalib calibrate --input probabilities"
+fits on that model's outputs; the metadata key
+fedcalib.calibration.input says "probabilities" and "fedcalib check"
+judges accordingly. --input probabilities does the same for an output
+that holds probabilities without a final Softmax node (log max(p,
+1e-12)); --input logits calibrates the output as logits whatever made it.
 
 --sidecar writes no ONNX: it runs the model on random inputs, checks the
 calibrator against the logits it really gives (shape, classes, finite
@@ -108,6 +119,9 @@ external files.`,
 					return err
 				}
 			}
+			if inKind != "" && inKind != logits.InputLogits && inKind != logits.InputProbabilities {
+				return fmt.Errorf("--input is %q: want %s or %s (default: detect a final Softmax)", inKind, logits.InputLogits, logits.InputProbabilities)
+			}
 			c, file, err := calib.ReadFile(calibPath)
 			if err != nil {
 				return err
@@ -115,7 +129,7 @@ external files.`,
 			ctx := cmd.Context()
 			b := terminalBar(cmd.ErrOrStderr(), "export", "")
 			defer b.finish()
-			opt := export.Options{Logits: logitsOut, Output: probsOut, Runtime: ortLib, Seed: seed,
+			opt := export.Options{Logits: logitsOut, Output: probsOut, Input: inKind, Runtime: ortLib, Seed: seed,
 				Progress: func(p export.Progress) {
 					b.describe(p.Stage)
 					b.set(p.Done, p.Total)
@@ -203,6 +217,7 @@ external files.`,
 	f.StringVar(&outPath, "out", "", "where to write the calibrated model (or the sidecar, or the standalone model)")
 	f.StringVar(&logitsOut, "logits-output", "", "the model output holding the logits (default: the first float32 output)")
 	f.StringVar(&probsOut, "output-name", export.DefaultOutput, "name of the added probabilities output")
+	f.StringVar(&inKind, "input", "", "what the calibrated output holds: logits or probabilities (default: probabilities when a final Softmax makes it, else logits)")
 	f.BoolVar(&sidecar, "sidecar", false, "write the calibrator file for serving beside the model instead of editing the graph")
 	f.BoolVar(&standalone, "standalone", false, "write an ONNX model of the calibrator alone (logits in, probabilities out)")
 	seed = 1

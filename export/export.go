@@ -44,6 +44,13 @@ type Options struct {
 	// Logits names the model output holding the logits. Empty means the
 	// first float32 output.
 	Logits string
+	// Input says what that output holds: logits.InputLogits, or
+	// logits.InputProbabilities (a model ending in a softmax), whose log
+	// max(p, logits.ProbabilityFloor) the calibrator then reads, as
+	// `calibrate --input probabilities` fitted it. Empty means detect: an
+	// output made by a final Softmax is probabilities, read through the
+	// Softmax's logits input; any other output is logits.
+	Input string
 	// Output names the added probabilities output. Empty means
 	// DefaultOutput.
 	Output string
@@ -92,7 +99,11 @@ func Append(m *onnx.Model, c calib.Calibrator, file *calib.File, opt Options) (l
 	if err := raiseOpset(m); err != nil {
 		return "", "", err
 	}
-	sg, err := Build(c, logitsName, outName, prefix)
+	src, err := calibratorSource(m, logitsName, opt.Input)
+	if err != nil {
+		return "", "", err
+	}
+	sg, err := build(c, src, outName, prefix)
 	if err != nil {
 		return "", "", err
 	}
@@ -102,6 +113,7 @@ func Append(m *onnx.Model, c calib.Calibrator, file *calib.File, opt Options) (l
 	m.SetMetadata(KeyMethod, c.Method())
 	m.SetMetadata(KeyLogits, logitsName)
 	m.SetMetadata(KeyOutput, outName)
+	m.SetMetadata(KeyInput, src.kind)
 	props, err := servingMetadata(c, file)
 	if err != nil {
 		return "", "", err
@@ -571,7 +583,12 @@ func verifyModel(m *onnx.Model, path, logitsName, outName string, c calib.Calibr
 	if err != nil {
 		return fmt.Errorf("verify: ONNX Runtime cannot run the calibrated model: %w", err)
 	}
-	return compare(c, outs[0], outs[1])
+	kind, _ := m.MetadataValue(KeyInput)
+	z, err := toLogits(outs[0], c.Classes(), kind)
+	if err != nil {
+		return fmt.Errorf("verify: %w", err)
+	}
+	return compare(c, z, outs[1])
 }
 
 // runModel runs m (from path, or from memory when path is "") on the

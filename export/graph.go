@@ -6,6 +6,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/infer/logits"
 	"github.com/fedcalib/fedcalib/onnx"
 	"github.com/fedcalib/fedcalib/onnx/onnxpb"
 )
@@ -33,8 +34,17 @@ type Subgraph struct {
 // every bin edge — rather than approximating it. Every created name starts
 // with prefix.
 func Build(c calib.Calibrator, input, output, prefix string) (*Subgraph, error) {
+	return build(c, source{tensor: input, kind: logits.InputLogits}, output, prefix)
+}
+
+// build is Build reading the input src describes: logits, or
+// probabilities whose log the calibrator reads.
+func build(c calib.Calibrator, src source, output, prefix string) (*Subgraph, error) {
 	b := &builder{prefix: prefix}
-	z := b.op("Cast", []string{input}, onnx.AttrInt("to", int64(onnx.Double)))
+	z := b.op("Cast", []string{src.tensor}, onnx.AttrInt("to", int64(onnx.Double)))
+	if src.kind == logits.InputProbabilities {
+		z = b.logProbabilities(z, src)
+	}
 	var probs string
 	switch c := c.(type) {
 	case *calib.Temperature:
@@ -83,7 +93,7 @@ func Build(c calib.Calibrator, input, output, prefix string) (*Subgraph, error) 
 		return nil, fmt.Errorf("export: no ONNX form for calibrator method %q", c.Method())
 	}
 	b.nodes = append(b.nodes, onnx.NewNode("Cast", []string{probs}, []string{output}, onnx.AttrInt("to", int64(onnx.Float))))
-	return &Subgraph{Input: input, Output: output, Nodes: b.nodes, Initializers: b.inits}, nil
+	return &Subgraph{Input: src.tensor, Output: output, Nodes: b.nodes, Initializers: b.inits}, nil
 }
 
 // builder accumulates nodes and initializers with unique prefixed names.
