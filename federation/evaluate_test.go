@@ -314,3 +314,41 @@ func TestEvaluateEmpty(t *testing.T) {
 		t.Errorf("no rows: got %v, want ErrEmpty", err)
 	}
 }
+
+// TestEvaluateNoisyError measures the error of private evaluation on
+// 10,000 clients of 10 rows of 10 classes (mean absolute error over 5
+// seeds), the numbers docs/CALIBRATION.md quotes, and bounds it loosely.
+func TestEvaluateNoisyError(t *testing.T) {
+	if testing.Short() {
+		t.Skip("100,000 rows, 30 evaluations")
+	}
+	const k, rows = 10000, 10
+	data := synthSet(k*rows, 10, 3)
+	pop := make(Slices, k)
+	for i := range k {
+		pop[i] = data.Subset(seq(rows*i, rows*(i+1)))
+	}
+	exact, err := Evaluate(context.Background(), pop, nil, EvalOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ eps, clip, bound float64 }{
+		{1, 35, 0.02}, {1, 100, 0.05}, {8, 35, 0.005},
+	} {
+		var cw, ece, acc float64
+		for seed := range 5 {
+			res, err := Evaluate(context.Background(), pop, nil, EvalOptions{Seed: uint64(seed), Privacy: &Privacy{Epsilon: tc.eps, Delta: 1e-5, Clip: tc.clip}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cw += math.Abs(res.Metrics.CWECE-exact.Metrics.CWECE) / 5
+			ece += math.Abs(res.Metrics.ECE-exact.Metrics.ECE) / 5
+			acc += math.Abs(res.Metrics.Accuracy-exact.Metrics.Accuracy) / 5
+		}
+		t.Logf("ε = %v, C = %v: exact cwECE %.4f ECE %.4f accuracy %.4f; mean |error| cwECE %.4f, ECE %.4f, accuracy %.4f",
+			tc.eps, tc.clip, exact.Metrics.CWECE, exact.Metrics.ECE, exact.Metrics.Accuracy, cw, ece, acc)
+		if cw > tc.bound {
+			t.Errorf("ε = %v, C = %v: mean cwECE error %v above %v", tc.eps, tc.clip, cw, tc.bound)
+		}
+	}
+}
