@@ -194,3 +194,29 @@ func TestPrivacyEvaluationAgreesWithEval(t *testing.T) {
 		}
 	}
 }
+
+// TestEvalFederatedNaturalPartition checks eval --federated on the
+// clients of the logits file's own client and split columns, for both
+// splits it evaluates.
+func TestEvalFederatedNaturalPartition(t *testing.T) {
+	in, _ := fedLogitsFile(t, 300, 3, 5)
+	for _, split := range []string{"test", "calibration"} {
+		code, fed, errs := fedcalib("eval", "--logits", in, "--split", split, "--federated", "--json")
+		if code != ExitOK {
+			t.Fatalf("%s: exit %d: %s", split, code, errs)
+		}
+		code, pooled, errs := fedcalib("eval", "--logits", in, "--split", split, "--json")
+		if code != ExitOK {
+			t.Fatalf("%s: exit %d: %s", split, code, errs)
+		}
+		f, p := decodeReport(t, fed), decodeReport(t, pooled)
+		for _, key := range []string{"n", "accuracy", "cwece", "ece", "nll", "brier"} {
+			if f[key] != p[key] {
+				t.Errorf("%s: %s federated %v, pooled %v", split, key, f[key], p[key])
+			}
+		}
+		if f["clients"] != 5.0 || f["split"] != split || f["partition"] != "the data's client column" {
+			t.Errorf("%s: clients %v, split %v, partition %v", split, f["clients"], f["split"], f["partition"])
+		}
+	}
+}

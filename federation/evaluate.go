@@ -60,7 +60,8 @@ type EvalOptions struct {
 	Workers int
 }
 
-// EvalResult is the result of a federated evaluation.
+// EvalResult is the result of a federated evaluation. The zero value
+// holds no result.
 type EvalResult struct {
 	// Metrics are the metrics of the summed statistics: exactly those of
 	// the pooled test rows without privacy, those of the noisy
