@@ -370,6 +370,47 @@ type Provenance struct {
 	// fitted on, in label order (the logits file's "classes"); nil when
 	// they had none. Encode and Decode check it with CheckClassNames.
 	ClassNames []string `json:"class_names,omitempty"`
+	// FitMetrics holds the metrics of the calibration rows before and
+	// after calibration, as calibrate measured them; nil when they were
+	// not measured (a networked fit, whose coordinator holds no data).
+	FitMetrics *FitMetrics `json:"fit_metrics,omitempty"`
+}
+
+// FitMetrics are the metrics of the calibration rows a calibrator was
+// fitted on, before (the model's softmax) and after calibration, as
+// Evaluate computes them with DefaultMetricBins: in-sample, so they say
+// what the fit achieved, not what it will achieve on new data. The zero
+// value records no rows.
+type FitMetrics struct {
+	// Rows is the number of calibration rows measured.
+	Rows int `json:"rows"`
+	// Before and After are their metrics without and with the
+	// calibrator.
+	Before Metrics `json:"before"`
+	After  Metrics `json:"after"`
+}
+
+// check refuses fit metrics that no measurement gives: rows that do not
+// match the metrics' counts, and metrics that are not finite or out of
+// their ranges.
+func (m *FitMetrics) check(classes int) error {
+	if m.Rows < 1 || m.Before.N != m.Rows || m.After.N != m.Rows {
+		return fmt.Errorf("rows %d but metrics of %d and %d examples", m.Rows, m.Before.N, m.After.N)
+	}
+	for _, x := range []Metrics{m.Before, m.After} {
+		if x.Classes != classes {
+			return fmt.Errorf("metrics of %d classes in a file of %d", x.Classes, classes)
+		}
+		for name, v := range map[string]float64{"accuracy": x.Accuracy, "cwece": x.CWECE, "ece": x.ECE, "brier": x.Brier} {
+			if !(v >= 0 && v <= 2) {
+				return fmt.Errorf("%s %v out of range", name, v)
+			}
+		}
+		if !(x.NLL >= 0 && !math.IsInf(x.NLL, 1)) {
+			return fmt.Errorf("nll %v out of range", x.NLL)
+		}
+	}
+	return nil
 }
 
 // Encode writes c as a version-1 sidecar file to w. It refuses a privacy
@@ -383,6 +424,11 @@ func Encode(w io.Writer, c Calibrator, priv *Privacy, prov Provenance) error {
 	}
 	if err := CheckClassNames(prov.ClassNames, c.Classes()); err != nil {
 		return fmt.Errorf("encode %s calibrator: provenance.class_names: %w", c.Method(), err)
+	}
+	if m := prov.FitMetrics; m != nil {
+		if err := m.check(c.Classes()); err != nil {
+			return fmt.Errorf("encode %s calibrator: provenance.fit_metrics: %w", c.Method(), err)
+		}
 	}
 	params, err := json.Marshal(c)
 	if err != nil {
@@ -467,6 +513,11 @@ func Decode(r io.Reader) (Calibrator, *File, error) {
 	}
 	if err := CheckClassNames(f.Provenance.ClassNames, f.Classes); err != nil {
 		return nil, nil, fmt.Errorf("calibrator file's provenance.class_names: %w", err)
+	}
+	if m := f.Provenance.FitMetrics; m != nil {
+		if err := m.check(f.Classes); err != nil {
+			return nil, nil, fmt.Errorf("calibrator file's provenance.fit_metrics: %w", err)
+		}
 	}
 	if f.Privacy != nil {
 		if err := f.Privacy.Check(f.Method, f.Classes); err != nil {

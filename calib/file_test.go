@@ -73,6 +73,42 @@ func TestWriteReadFile(t *testing.T) {
 	}
 }
 
+// TestFitMetricsRoundTrip writes a calibrator with the metrics of its
+// calibration rows and reads them back unchanged; Encode refuses metrics
+// of another number of classes.
+func TestFitMetricsRoundTrip(t *testing.T) {
+	s := tinySet()
+	b := &BBQ{Mexp: 2}
+	if err := b.Fit(s); err != nil {
+		t.Fatal(err)
+	}
+	before, err := EvaluateSet(s, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := EvaluateSet(s, b, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fm := &FitMetrics{Rows: s.Len(), Before: before, After: after}
+	path := filepath.Join(t.TempDir(), "c.json")
+	if err := WriteFile(path, b, nil, Provenance{FitMetrics: fm}); err != nil {
+		t.Fatal(err)
+	}
+	_, f, err := ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Provenance.FitMetrics; got == nil || *got != *fm {
+		t.Errorf("read back %+v, want %+v", got, fm)
+	}
+	bad := *fm
+	bad.After.Classes = 7
+	if err := WriteFile(path, b, nil, Provenance{FitMetrics: &bad}); err == nil || !strings.Contains(err.Error(), "metrics of 7 classes") {
+		t.Errorf("Encode of metrics of 7 classes: %v", err)
+	}
+}
+
 func TestDecodeErrors(t *testing.T) {
 	const (
 		head   = `{"format":"fedcalib.calibrator/v1","method":"bin","classes":2,"provenance":{"seed":0},"params":`
@@ -105,6 +141,9 @@ func TestDecodeErrors(t *testing.T) {
 		{"unknown privacy key", head + `{"bins":1,"table":[0.5,0.5]},"privacy":{"epsilon":1,"audited":true}}`, `calibrator file's privacy: json: unknown field "audited"`},
 		{"unknown provenance key", head + `{"bins":1,"table":[0.5,0.5]},"provenance":{"seed":0,"owner":"x"}}`, `calibrator file's provenance: json: unknown field "owner"`},
 		{"trailing object", head + `{"bins":1,"table":[0.5,0.5]}}{}`, "not a calibrator file"},
+		{"fit metrics rows", head + `{"bins":1,"table":[0.5,0.5]},"provenance":{"seed":0,"fit_metrics":{"rows":3,"before":{"n":4,"classes":2,"accuracy":0.5,"cwece":0.1,"ece":0.1,"nll":0.5,"brier":0.3},"after":{"n":4,"classes":2,"accuracy":0.5,"cwece":0.1,"ece":0.1,"nll":0.5,"brier":0.3}}}}`, "provenance.fit_metrics: rows 3 but metrics of 4 and 4 examples"},
+		{"fit metrics accuracy", head + `{"bins":1,"table":[0.5,0.5]},"provenance":{"seed":0,"fit_metrics":{"rows":4,"before":{"n":4,"classes":2,"accuracy":-1,"cwece":0.1,"ece":0.1,"nll":0.5,"brier":0.3},"after":{"n":4,"classes":2,"accuracy":0.5,"cwece":0.1,"ece":0.1,"nll":0.5,"brier":0.3}}}}`, "provenance.fit_metrics: accuracy -1 out of range"},
+		{"fit metrics key", head + `{"bins":1,"table":[0.5,0.5]},"provenance":{"seed":0,"fit_metrics":{"rows":1,"auc":1}}}`, `unknown field "auc"`},
 		{"privacy without accountant", head + `{"bins":1,"table":[0.5,0.5]},"privacy":{"epsilon":1,"delta":1e-5}}`, "privacy.accountant is missing"},
 		{"privacy with negative sigma", head + `{"bins":1,"table":[0.5,0.5]},"privacy":{"epsilon":1,"delta":1e-5,"rho":0.1,"sigma":-1,"accountant":"zcdp","rounds":1,"sample_rate":1,"clip_pos":10,"clip_neg":50}}`, "privacy.sigma is -1"},
 	}

@@ -169,6 +169,7 @@ func runCalibrate(cmd *cobra.Command, fl *calibrateFlags) error {
 		Tool:     Version(),
 	}
 	prov.ClassNames = f.ClassNames
+	prov.FitMetrics = &calib.FitMetrics{Rows: n, Before: before, After: after}
 	if err := calib.WriteFile(fl.out, c, nil, prov); err != nil {
 		return fmt.Errorf("writing %s: %w", fl.out, err)
 	}

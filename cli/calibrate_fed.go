@@ -276,6 +276,11 @@ func (ff *fedFlags) run(cmd *cobra.Command, fl *calibrateFlags) error {
 	if err != nil {
 		return err
 	}
+	if fit, err := splitMetrics(cmd.Context(), f, p, federation.Calibration, res.Calibrator); err != nil {
+		return err
+	} else if fit != nil {
+		prov.FitMetrics = &calib.FitMetrics{Rows: fit[0].N, Before: fit[0], After: fit[1]}
+	}
 	if test != nil {
 		err = fl.guard.judge(test[0], test[1], true, fl.out)
 	} else {
@@ -350,11 +355,18 @@ func progressPrinter(w io.Writer, total int) func(federation.RoundStats) {
 // testMetrics returns the metrics of the base model and of calibrator c
 // on the partition's test rows, or nil when it has none.
 func testMetrics(ctx context.Context, f *logits.File, p *federation.Partition, c calib.Calibrator) ([]calib.Metrics, error) {
-	test := p.Rows(federation.Test)
-	if len(test) == 0 {
+	return splitMetrics(ctx, f, p, federation.Test, c)
+}
+
+// splitMetrics returns the metrics of the base model and of calibrator c
+// on the rows of split of every client of p, pooled (the simulation holds
+// them all), or nil when there are none.
+func splitMetrics(ctx context.Context, f *logits.File, p *federation.Partition, split federation.Split, c calib.Calibrator) ([]calib.Metrics, error) {
+	rows := p.Rows(split)
+	if len(rows) == 0 {
 		return nil, nil
 	}
-	accs, err := measure(ctx, f, selectRows(test), []calib.Calibrator{nil, c}, 0)
+	accs, err := measure(ctx, f, selectRows(rows), []calib.Calibrator{nil, c}, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -1,10 +1,13 @@
 package cli
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fedcalib/fedcalib/calib"
 )
 
 // TestCalibrateGuard runs calibrate --guard on over-confident logits
@@ -50,5 +53,44 @@ func TestCalibrateGuard(t *testing.T) {
 	}
 	if _, err := os.Stat(out); err == nil {
 		t.Error("written without test rows to judge on")
+	}
+}
+
+// TestCalibrateRecordsFitMetrics checks that calibrate records the
+// calibration rows' metrics in the file it writes: the numbers its
+// summary prints (central), and the pooled calibration rows of the
+// clients (federated).
+func TestCalibrateRecordsFitMetrics(t *testing.T) {
+	lf := overconfident(t, 2000)
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"central", []string{"--central", "--method", "temp"}},
+		{"federated", []string{"--method", "bbq", "--clients", "5", "--beta", "0.5", "--rounds", "2", "-q"}},
+	} {
+		out := filepath.Join(dir, tc.name+".json")
+		code, stdout, stderr := fedcalib(append([]string{"calibrate", "--logits", lf, "--out", out}, tc.args...)...)
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", tc.name, code, stderr)
+		}
+		_, f, err := calib.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fm := f.Provenance.FitMetrics
+		// Central: the file's 1,000 calibration rows; federated: the
+		// partition's, which --clients makes anew (10% of each client's).
+		rows := map[string]int{"central": 1000, "federated": 203}[tc.name]
+		if fm == nil || fm.Rows != rows || fm.Before.N != rows || fm.After.N != rows || fm.After.CWECE >= fm.Before.CWECE {
+			t.Fatalf("%s: fit metrics %+v", tc.name, fm)
+		}
+		if tc.name == "central" {
+			want := fmt.Sprintf("cwECE on them %.3f%% → %.3f%%", 100*fm.Before.CWECE, 100*fm.After.CWECE)
+			if !strings.Contains(stdout, want) {
+				t.Errorf("summary %q does not say %q", stdout, want)
+			}
+		}
 	}
 }

@@ -34,6 +34,11 @@ const (
 	// KeyAccountant is the privacy accountant of a private fit, "zcdp" or
 	// "rdp" (privacy.accountant), beside KeyEpsilon and KeyDelta.
 	KeyAccountant = "fedcalib.calibration.accountant"
+	// KeyFitMetrics holds, as compact JSON, the calibration rows' metrics
+	// before and after calibration that calibrate recorded
+	// (provenance.fit_metrics: {"rows", "before", "after"}, each metric
+	// set as `fedcalib eval --json` names it).
+	KeyFitMetrics = "fedcalib.calibration.fit_metrics"
 )
 
 // ParamsSHA256 returns the hex SHA-256 of c's parameters (the "params"
@@ -108,6 +113,13 @@ func servingMetadata(c calib.Calibrator, file *calib.File) ([]onnx.Prop, error) 
 	}
 	if priv != nil {
 		add(KeyAccountant, priv.Accountant, true)
+	}
+	if fm := prov.FitMetrics; fm != nil {
+		b, err := json.Marshal(fm)
+		if err != nil {
+			return nil, err
+		}
+		add(KeyFitMetrics, string(b), true)
 	}
 	return props, nil
 }

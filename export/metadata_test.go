@@ -62,13 +62,18 @@ func TestServingMetadata(t *testing.T) {
 		{"no file", cals["matrix"], nil, map[string]string{
 			KeyKeepsTopClass: "false", KeyProtocol: "", KeyClients: "", KeyRounds: "", KeyAccountant: ""}},
 		{"central", cals["bbq"], &calib.File{Provenance: calib.Provenance{Protocol: "central"}}, map[string]string{
-			KeyKeepsTopClass: "false", KeyProtocol: "central", KeyClients: "", KeyRounds: "", KeyAccountant: ""}},
+			KeyKeepsTopClass: "false", KeyProtocol: "central", KeyClients: "", KeyRounds: "", KeyAccountant: "", KeyFitMetrics: ""}},
 		{"private federated", cals["temp"], &calib.File{Privacy: priv, Provenance: calib.Provenance{Protocol: "FedTemp", Clients: 100}}, map[string]string{
 			KeyKeepsTopClass: "true", KeyProtocol: "FedTemp", KeyClients: "100", KeyRounds: "2", KeyAccountant: "zcdp",
 			KeyEpsilon: fmt.Sprint(priv.Epsilon), KeyDelta: "1e-05"}},
 		{"networked", cals["opvector"], &calib.File{Provenance: calib.Provenance{Protocol: "FedOPVector", Clients: 3},
 			Rounds: []calib.RoundRecord{{Round: 1}, {Round: 2}, {Round: 3}}}, map[string]string{
 			KeyKeepsTopClass: "true", KeyProtocol: "FedOPVector", KeyClients: "3", KeyRounds: "3", KeyAccountant: "", KeyEpsilon: ""}},
+		{"fit metrics", cals["temp"], &calib.File{Provenance: calib.Provenance{Protocol: "central", FitMetrics: &calib.FitMetrics{Rows: 4,
+			Before: calib.Metrics{N: 4, Classes: 3, Accuracy: 0.75, CWECE: 0.125, ECE: 0.25, NLL: 0.5, Brier: 0.375},
+			After:  calib.Metrics{N: 4, Classes: 3, Accuracy: 0.75, CWECE: 0.0625, ECE: 0.125, NLL: 0.4375, Brier: 0.3125}}}}, map[string]string{
+			KeyProtocol: "central", KeyFitMetrics: `{"rows":4,"before":{"n":4,"classes":3,"accuracy":0.75,"cwece":0.125,"ece":0.25,"nll":0.5,"brier":0.375},` +
+				`"after":{"n":4,"classes":3,"accuracy":0.75,"cwece":0.0625,"ece":0.125,"nll":0.4375,"brier":0.3125}}`}},
 		{"fedcal", cals["fedcal"], nil, map[string]string{KeyKeepsTopClass: "true"}},
 		{"vector", cals["vector"], nil, map[string]string{KeyKeepsTopClass: "false"}},
 		{"bin", cals["bin"], nil, map[string]string{KeyKeepsTopClass: "false"}},
