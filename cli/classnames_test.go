@@ -56,6 +56,14 @@ func TestClassNamesRoundTrip(t *testing.T) {
 		t.Errorf("calibrator's class names %q, want %q", cf.Provenance.ClassNames, want)
 	}
 
+	fed := filepath.Join(dir, "fedtemp.json")
+	if code, _, stderr := fedcalib("calibrate", "--method", "temp", "--clients", "3", "--beta", "1", "--rounds", "2", "--logits", npz, "--out", fed, "-q"); code != 0 {
+		t.Fatalf("calibrate (federated): exit %d: %s", code, stderr)
+	}
+	if _, ff, err := calib.ReadFile(fed); err != nil || !slices.Equal(ff.Provenance.ClassNames, want) {
+		t.Errorf("federated calibrator's class names %v (%v), want %q", ff, err, want)
+	}
+
 	out := filepath.Join(dir, "calibrated.onnx")
 	if code, _, stderr := fedcalib("export", "--model", "../infer/testdata/tiny_nometa.onnx", "--calibrator", cal, "--out", out); code != 0 {
 		t.Fatalf("export: exit %d: %s", code, stderr)
