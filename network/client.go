@@ -1,6 +1,7 @@
 package network
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -29,6 +30,11 @@ type ClientConfig struct {
 	// Data returns the client's calibration rows, given the welcome
 	// (whose Client is the client's index k). It is called once.
 	Data func(w Welcome) (*calib.Set, error)
+	// TestData, if not nil, returns the client's test rows for the
+	// run's evaluation round, given the welcome; it is called once, when
+	// the client is first invited to one. A client without it does not
+	// take part in evaluation rounds.
+	TestData func(w Welcome) (*calib.Set, error)
 	// EnrolTimeout is how long to wait for a coordinator to answer the
 	// enrolment; zero means 30 seconds.
 	EnrolTimeout time.Duration
@@ -158,6 +164,8 @@ func Join(ctx context.Context, d Dial, cfg ClientConfig) (*ClientReport, error) 
 	done, doneAttempt := 0, 0 // last round (and attempt) answered
 	var buf []float64
 	var pending *Announcement // an invitation (or the end) read during a secure exchange
+	var test *calib.Set       // the test rows, loaded for the evaluation round
+	skipped := false          // an evaluation round was ignored, for want of test rows
 	for {
 		if pending != nil {
 			a := *pending
@@ -215,8 +223,23 @@ func Join(ctx context.Context, d Dial, cfg ClientConfig) (*ClientReport, error) 
 			return rep, fmt.Errorf("%w: round %d announces seed %d, the welcome %d", ErrFederation, a.Round, a.Seed, w.Seed)
 		}
 		start := time.Now()
-		buf, err = step.Update(buf[:0], a.Round, set, a.Broadcast, federation.ClientRand(a.Seed, a.Round, k))
-		if err != nil {
+		if a.Evaluation != nil {
+			if cfg.TestData == nil {
+				if !skipped {
+					log.Info("no test data: not taking part in the evaluation round", "round", a.Round)
+					skipped = true
+				}
+				continue
+			}
+			if test == nil {
+				if test, err = cfg.TestData(*w); err != nil {
+					return rep, fmt.Errorf("evaluation round: %w", err)
+				}
+			}
+			if buf, err = evalUpdate(buf[:0], a, w.Classes, test); err != nil {
+				return rep, fmt.Errorf("evaluation round %d: %w", a.Round, err)
+			}
+		} else if buf, err = step.Update(buf[:0], a.Round, set, a.Broadcast, federation.ClientRand(a.Seed, a.Round, k)); err != nil {
 			return rep, fmt.Errorf("round %d: %w", a.Round, err)
 		}
 		if err := publish(ctx, js, fed, pub, a, k, buf); err != nil {
@@ -228,6 +251,22 @@ func Join(ctx context.Context, d Dial, cfg ClientConfig) (*ClientReport, error) 
 		rep.Answered = append(rep.Answered, a.Round)
 		log.Info("sent update", "round", a.Round, "of", a.Rounds, "client", k, "values", len(buf), "compute", time.Since(start).Round(time.Microsecond))
 	}
+}
+
+// evalUpdate appends to dst the client's statistics of its test rows
+// for the evaluation round a: the client step of federation.EvalSteps
+// with the announced calibrator, bins and privacy.
+func evalUpdate(dst []float64, a Announcement, classes int, test *calib.Set) ([]float64, error) {
+	e := a.Evaluation
+	cal, _, err := calib.Decode(bytes.NewReader(e.Calibrator))
+	if err != nil {
+		return nil, fmt.Errorf("the announced calibrator: %w", err)
+	}
+	step, _, err := federation.EvalSteps(classes, cal, federation.EvalOptions{Bins: e.Bins, Privacy: e.Privacy})
+	if err != nil {
+		return nil, err
+	}
+	return step.Update(dst, a.Round, test, nil, nil)
 }
 
 // readAnnouncement decodes m, a message of the client pub's invitation

@@ -1,6 +1,7 @@
 package network
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -71,6 +72,14 @@ type Config struct {
 	// only quantised and masked and learns only the round's sum (see
 	// SecureConfig and the package doc).
 	Secure *SecureConfig
+	// Evaluate, if not nil, runs an evaluation round after round T:
+	// every allow-listed client is invited to send the per-bin statistics
+	// of its test rows under the fitted calibrator (federation.EvalSteps
+	// with these options; Seed and Workers are not used: the noise of a
+	// private evaluation comes, as the fit's, from crypto/rand with
+	// SecureNoise, else from the run's seed). Its Privacy needs a finite
+	// Epsilon. Not with Secure.
+	Evaluate *federation.EvalOptions
 	// Log receives refused updates and retried rounds; nil means none.
 	Log *slog.Logger
 	// Progress, if not nil, is called after each round is committed.
@@ -118,6 +127,12 @@ type Outcome struct {
 	// ResumedAfter is the last round closed before this process started
 	// (read from the store), 0 for a fresh run.
 	ResumedAfter int
+	// Evaluation is the result of the evaluation round (Config.Evaluate);
+	// nil without one.
+	Evaluation *federation.EvalResult
+	// EvalRound records the evaluation round (Round is T+1); zero
+	// without one.
+	EvalRound calib.RoundRecord
 }
 
 // Coordinator runs the server side of a federated fit over a NATS
@@ -153,6 +168,17 @@ func NewCoordinator(cfg Config) (*Coordinator, error) {
 		return nil, fmt.Errorf("%w: negative timeout, attempts or replicas", ErrConfig)
 	}
 	cfg.MinClients = max(cfg.MinClients, 1)
+	if e := cfg.Evaluate; e != nil {
+		switch {
+		case cfg.Secure != nil:
+			return nil, fmt.Errorf("%w: an evaluation round under secure aggregation is not implemented: drop the evaluation or secure aggregation", ErrConfig)
+		case e.Privacy != nil && math.IsInf(e.Privacy.Epsilon, 1):
+			return nil, fmt.Errorf("%w: evaluation ε is +Inf: want a finite ε, or no privacy", ErrConfig)
+		}
+		if _, _, err := federation.EvalSteps(max(cfg.Classes, 2), nil, *e); err != nil {
+			return nil, fmt.Errorf("%w: evaluation: %w", ErrConfig, err)
+		}
+	}
 	if cfg.Secure != nil {
 		sc, err := checkSecure(*cfg.Secure, cfg.Spec, len(cfg.Clients))
 		if err != nil {
@@ -309,6 +335,11 @@ func (c *Coordinator) Run(ctx context.Context, nc *nats.Conn) (*Outcome, error) 
 		return nil, err
 	}
 	r.securePrivacy(res)
+	if c.cfg.Evaluate != nil {
+		if out.Evaluation, out.EvalRound, err = r.evaluate(ctx, res, msgs); err != nil {
+			return nil, fmt.Errorf("evaluation round: %w", err)
+		}
+	}
 	r.finish()
 	out.Result, out.Rounds, out.Seed, out.Classes = res, r.cp.Records, r.cp.Seed, r.cp.Classes
 	return out, nil
@@ -686,61 +717,21 @@ func (r *run) round(ctx context.Context, t int, msgs <-chan jetstream.Msg) error
 	if r.sec != nil {
 		return r.secureRound(ctx, t, &rep)
 	}
-	got := make(map[int][]float64, len(parts))
+	var got map[int][]float64
 	var lastSeq uint64
 	if len(parts) > 0 {
-		sampled := make(map[int]bool, len(parts))
-		for _, k := range parts {
-			sampled[k] = true
-		}
-		need := min(cfg.MinClients, len(parts))
-		every := min(time.Second, cfg.RoundTimeout/4)
-		for rep.Attempts = 1; ; rep.Attempts++ {
-			// A plain invitation does not list the participants: a
-			// client learns only that it was sampled.
-			a := &Announcement{
-				Federation: r.fed, Round: t, Attempt: rep.Attempts, Rounds: cfg.Rounds.T,
+		// A plain invitation does not list the participants: a client
+		// learns only that it was sampled.
+		invitation := func(attempt int) *Announcement {
+			return &Announcement{
+				Federation: r.fed, Round: t, Attempt: attempt, Rounds: cfg.Rounds.T,
 				Broadcast: r.server.Broadcast(),
 				Deadline:  time.Now().Add(cfg.RoundTimeout), Seed: r.cp.Seed,
 			}
-			if err := r.invite(a, unanswered(parts, got, rep.Refused)); err != nil {
-				return err
-			}
-			deadline := time.NewTimer(cfg.RoundTimeout)
-			tick := time.NewTicker(every)
-		collect:
-			for len(got)+len(rep.Refused) < len(parts) {
-				select {
-				case <-ctx.Done():
-					deadline.Stop()
-					tick.Stop()
-					return ctx.Err()
-				case <-deadline.C:
-					break collect
-				case <-tick.C: // for clients that connected late or reconnected
-					if err := r.invite(a, unanswered(parts, got, rep.Refused)); err != nil {
-						cfg.Log.Warn("inviting again", "round", t, "err", err)
-					}
-				case m := <-msgs:
-					rep.Received += int64(len(m.Data()))
-					if md, err := m.Metadata(); err == nil {
-						lastSeq = max(lastSeq, md.Sequence.Stream)
-					}
-					st := time.Now()
-					r.receive(t, m, sampled, got, rep.Refused)
-					rep.Compute += time.Since(st)
-				}
-			}
-			deadline.Stop()
-			tick.Stop()
-			if len(got) >= need {
-				break
-			}
-			if rep.Attempts >= cfg.MaxAttempts {
-				return fmt.Errorf("%w: %d of %d sampled clients sent an acceptable update in %d attempts of %v, fewer than the %d needed (--min-clients)",
-					ErrTooFewClients, len(got), len(parts), rep.Attempts, cfg.RoundTimeout, need)
-			}
-			cfg.Log.Warn("round short of updates: inviting its participants again; nothing was released", "round", t, "updates", len(got), "needed", need, "attempt", rep.Attempts)
+		}
+		var err error
+		if got, lastSeq, err = r.collect(ctx, t, parts, invitation, r.server.Check, msgs, &rep); err != nil {
+			return err
 		}
 	}
 	start := time.Now()
@@ -760,6 +751,142 @@ func (r *run) round(ctx context.Context, t int, msgs <-chan jetstream.Msg) error
 	}
 	rep.Compute += time.Since(start)
 	return r.closeRound(ctx, &rep, lastSeq)
+}
+
+// collect invites the participants parts of round t, with the
+// announcement invitation makes for each attempt, and gathers the
+// updates that check accepts until each participant answered or the
+// attempt's deadline passed. While fewer than MinClients (or, when fewer
+// were sampled, all of them) were accepted, it invites those that did
+// not answer to a new attempt, MaxAttempts attempts at most. It returns
+// the accepted updates by client and the last stream sequence read.
+func (r *run) collect(ctx context.Context, t int, parts []int, invitation func(attempt int) *Announcement, check func([]float64) error, msgs <-chan jetstream.Msg, rep *RoundReport) (map[int][]float64, uint64, error) {
+	cfg := r.cfg
+	got := make(map[int][]float64, len(parts))
+	var lastSeq uint64
+	sampled := make(map[int]bool, len(parts))
+	for _, k := range parts {
+		sampled[k] = true
+	}
+	need := min(cfg.MinClients, len(parts))
+	every := min(time.Second, cfg.RoundTimeout/4)
+	for rep.Attempts = 1; ; rep.Attempts++ {
+		a := invitation(rep.Attempts)
+		if err := r.invite(a, unanswered(parts, got, rep.Refused)); err != nil {
+			return nil, 0, err
+		}
+		deadline := time.NewTimer(cfg.RoundTimeout)
+		tick := time.NewTicker(every)
+	gather:
+		for len(got)+len(rep.Refused) < len(parts) {
+			select {
+			case <-ctx.Done():
+				deadline.Stop()
+				tick.Stop()
+				return nil, 0, ctx.Err()
+			case <-deadline.C:
+				break gather
+			case <-tick.C: // for clients that connected late or reconnected
+				if err := r.invite(a, unanswered(parts, got, rep.Refused)); err != nil {
+					cfg.Log.Warn("inviting again", "round", t, "err", err)
+				}
+			case m := <-msgs:
+				rep.Received += int64(len(m.Data()))
+				if md, err := m.Metadata(); err == nil {
+					lastSeq = max(lastSeq, md.Sequence.Stream)
+				}
+				st := time.Now()
+				r.receive(t, m, sampled, got, rep.Refused, check)
+				rep.Compute += time.Since(st)
+			}
+		}
+		deadline.Stop()
+		tick.Stop()
+		if len(got) >= need {
+			return got, lastSeq, nil
+		}
+		if rep.Attempts >= cfg.MaxAttempts {
+			return nil, 0, fmt.Errorf("%w: %d of %d sampled clients sent an acceptable update in %d attempts of %v, fewer than the %d needed (--min-clients)",
+				ErrTooFewClients, len(got), len(parts), rep.Attempts, cfg.RoundTimeout, need)
+		}
+		cfg.Log.Warn("round short of updates: inviting its participants again; nothing was released", "round", t, "updates", len(got), "needed", need, "attempt", rep.Attempts)
+	}
+}
+
+// evaluate runs the evaluation round T+1 of the calibrator of res: every
+// allow-listed client is invited (no sampling), the statistics of those
+// that answer are summed in increasing k, and the evaluation's server
+// step adds the noise of a private evaluation and charges its ledger.
+// Nothing of it is checkpointed: a coordinator restarted before it ends
+// runs it again, and only a finished evaluation is released.
+func (r *run) evaluate(ctx context.Context, res *federation.Result, msgs <-chan jetstream.Msg) (*federation.EvalResult, calib.RoundRecord, error) {
+	cfg := r.cfg
+	o := *cfg.Evaluate
+	o.Seed, o.Workers = r.cp.Seed, 0
+	ann := &EvalRound{Bins: o.Bins}
+	if o.Privacy != nil {
+		p := *o.Privacy
+		p.Secure = false
+		ann.Privacy = &p
+		q := p
+		q.Secure = cfg.SecureNoise
+		o.Privacy = &q
+	}
+	_, s, err := federation.EvalSteps(r.cp.Classes, res.Calibrator, o)
+	if err != nil {
+		return nil, calib.RoundRecord{}, err
+	}
+	var b bytes.Buffer
+	if err := calib.Encode(&b, res.Calibrator, res.Privacy, calib.Provenance{Protocol: res.Protocol, Clients: len(cfg.Clients)}); err != nil {
+		return nil, calib.RoundRecord{}, err
+	}
+	ann.Calibrator = b.Bytes()
+	t := cfg.Rounds.T + 1
+	parts := make([]int, len(cfg.Clients))
+	for k := range parts {
+		parts[k] = k
+	}
+	rep := RoundReport{RoundRecord: calib.RoundRecord{Round: t, Sampled: parts, Participants: []int{}, Dropouts: []int{}}, Rounds: cfg.Rounds.T, Refused: map[int]string{}}
+	invitation := func(attempt int) *Announcement {
+		return &Announcement{
+			Federation: r.fed, Round: t, Attempt: attempt, Rounds: cfg.Rounds.T,
+			Deadline: time.Now().Add(cfg.RoundTimeout), Seed: r.cp.Seed, Evaluation: ann,
+		}
+	}
+	got, lastSeq, err := r.collect(ctx, t, parts, invitation, s.Check, msgs, &rep)
+	if err != nil {
+		return nil, calib.RoundRecord{}, err
+	}
+	for _, k := range parts {
+		u, ok := got[k]
+		if !ok {
+			rep.Dropouts = append(rep.Dropouts, k)
+			continue
+		}
+		if err := s.Add(u); err != nil {
+			return nil, calib.RoundRecord{}, err
+		}
+		rep.Participants = append(rep.Participants, k)
+	}
+	if err := s.EndRound(t, len(rep.Participants)); err != nil {
+		return nil, calib.RoundRecord{}, err
+	}
+	if lastSeq > 0 {
+		if err := r.stream.Purge(ctx, jetstream.WithPurgeSequence(lastSeq+1)); err != nil {
+			cfg.Log.Warn("purging the update stream", "err", err)
+		}
+	}
+	ev, err := s.Evaluation()
+	if err != nil {
+		return nil, calib.RoundRecord{}, err
+	}
+	if cfg.Progress != nil {
+		if ev.Privacy != nil {
+			rep.Epsilon = ev.Privacy.Epsilon
+		}
+		cfg.Progress(rep)
+	}
+	return ev, rep.RoundRecord, nil
 }
 
 // closeRound commits a round closed by EndRound, purges the update
@@ -786,8 +913,9 @@ func (r *run) closeRound(ctx context.Context, rep *RoundReport, lastSeq uint64) 
 	return nil
 }
 
-// receive takes one update message of round t.
-func (r *run) receive(t int, m jetstream.Msg, sampled map[int]bool, got map[int][]float64, refused map[int]string) {
+// receive takes one update message of round t, refusing those that
+// check refuses.
+func (r *run) receive(t int, m jetstream.Msg, sampled map[int]bool, got map[int][]float64, refused map[int]string, check func([]float64) error) {
 	pub := m.Subject()[updatePrefixLen(r.fed):]
 	k, ok := r.index[pub]
 	if !ok {
@@ -828,7 +956,7 @@ func (r *run) receive(t int, m jetstream.Msg, sampled map[int]bool, got map[int]
 	}
 	u, err := decodeUpdate(m.Data())
 	if err == nil {
-		err = r.server.Check(u)
+		err = check(u)
 	}
 	if err != nil {
 		refuse(err.Error())

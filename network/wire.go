@@ -2,6 +2,7 @@ package network
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"math"
 	"time"
@@ -99,6 +100,26 @@ type Announcement struct {
 	// participants send their update only quantised and masked
 	// (SecureRound).
 	Secure *SecureRound `json:"secure,omitempty"`
+	// Evaluation, if not nil, invites the client to the run's evaluation
+	// round (round T+1, after the fit): it answers with the per-bin
+	// statistics of its test rows under the fitted calibrator
+	// (federation.EvalSteps) instead of an update.
+	Evaluation *EvalRound `json:"evaluation,omitempty"`
+}
+
+// EvalRound is the public description of an evaluation round, announced
+// with it: what a client needs to make its client step. The zero value
+// is not a valid round.
+type EvalRound struct {
+	// Calibrator is the fitted calibrator's file (calib.Encode), with
+	// its privacy record: the clients evaluate what was released.
+	Calibrator json.RawMessage `json:"calibrator"`
+	// Bins is the number of metric bins; 0 means
+	// calib.DefaultMetricBins.
+	Bins int `json:"bins,omitempty"`
+	// Privacy, if not nil, makes the evaluation private: a client clips
+	// its statistics to Privacy.Clip (zero: federation.DefaultEvalClip).
+	Privacy *federation.Privacy `json:"privacy,omitempty"`
 }
 
 // SecureRound is the public description of one attempt of a round under
