@@ -121,7 +121,7 @@ func runCalibrate(cmd *cobra.Command, fl *calibrateFlags) error {
 	if err != nil {
 		return fmt.Errorf("--method: %w", err)
 	}
-	if m.Family == calib.Binning && !cmd.Flags().Changed("bins-exp") {
+	if m.HasBins() && !cmd.Flags().Changed("bins-exp") {
 		fl.binsExp = m.DefaultMexp()
 	}
 	if err := m.CheckSize(f.Classes, 1<<fl.binsExp); err != nil {
@@ -258,7 +258,7 @@ func checkCalibrateFlags(cmd *cobra.Command, fl *calibrateFlags) error {
 	if err != nil {
 		return fmt.Errorf("--method %q: want one of %s", fl.method, strings.Join(calib.MethodNames(), ", "))
 	}
-	binning := m.Family == calib.Binning
+	binning := m.HasBins() // the binning methods and scalbin
 	if cmd.Flags().Changed("bins-exp") && !binning {
 		return fmt.Errorf("--bins-exp sets the bins of binning methods, not of %s: drop it", fl.method)
 	}
@@ -273,7 +273,7 @@ func checkCalibrateFlags(cmd *cobra.Command, fl *calibrateFlags) error {
 func binsExpUsage() string {
 	u := fmt.Sprintf("binning methods only: use 2^M bins per class, M in [1, %d]", calib.MaxMexp)
 	for _, m := range calib.Methods() {
-		if m.Family == calib.Binning && m.DefaultMexp() != calib.DefaultMexp {
+		if m.HasBins() && m.DefaultMexp() != calib.DefaultMexp {
 			u += fmt.Sprintf("; %s defaults to M = %d", m.Name, m.DefaultMexp())
 		}
 	}
