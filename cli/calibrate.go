@@ -190,7 +190,9 @@ func runCalibrate(cmd *cobra.Command, fl *calibrateFlags) error {
 // A binning method is fitted as its Fit would, but from one-vs-all
 // histograms accumulated chunk by chunk (forChunks), so no float64 copy
 // of the rows is made; the counts are exact, so the calibrator is the
-// same. Other methods fit a float64 copy of the selected rows.
+// same. A calibrator that fits float32 rows in place (calib.Float32Fitter:
+// temp) reads the file's block; other methods fit a float64 copy of the
+// selected rows.
 func fitCentral(ctx context.Context, f *logits.File, sel rowSel, m calib.Method, fl *calibrateFlags) (calib.Calibrator, error) {
 	if m.Family == calib.Binning {
 		hs := make([]*calib.Histograms, chunkWorkers(f, sel))
@@ -212,6 +214,14 @@ func fitCentral(ctx context.Context, f *logits.File, sel rowSel, m calib.Method,
 	c, err := calib.New(m.Name, calib.Settings{Mexp: fl.binsExp, Seed: int64(fl.seed), ODIR: fl.odir})
 	if err != nil {
 		return nil, err
+	}
+	if ff, ok := c.(calib.Float32Fitter); ok {
+		// The file's float32 block in place: no float64 copy of the rows.
+		r := &calib.Float32Rows{Logits: f.Logits, Labels: f.Labels, Rows: sel.indices(f), Classes: f.Classes}
+		if err := ff.FitFloat32(r); err != nil {
+			return nil, err
+		}
+		return c, nil
 	}
 	if err := c.Fit(setOf(f, sel)); err != nil {
 		return nil, err
