@@ -50,6 +50,11 @@ client's index k in the federation, its line in the allow-list) — the
 rows "fedcalib calibrate" gives client k — and otherwise the file's
 calibration rows (split 1, or every row without a split column).
 
+When the coordinator runs an evaluation round (serve --evaluate), a client
+of a logits file answers it with the per-bin statistics of its test rows
+(the same client's test split, or the file's split-2 rows) under the
+fitted calibrator; a client of --model --data takes no part in it.
+
 TLS: pin the coordinator's development certificate with
 --tls-fingerprint (serve prints it), or verify a user certificate with
 --ca (or the system's roots for a tls:// URL). Plaintext nats:// URLs are
@@ -143,6 +148,11 @@ func runJoin(cmd *cobra.Command, fl *joinFlags) error {
 			return joinData(cmd, fl, w)
 		},
 	}
+	if fl.logits != "" {
+		// The test rows of the same file or partition, for an evaluation
+		// round (serve --evaluate).
+		cfg.TestData = func(w network.Welcome) (*calib.Set, error) { return joinRows(cmd, fl, w, federation.Test) }
+	}
 	rep, err := network.Join(cmd.Context(), d, cfg)
 	if err != nil {
 		return err
@@ -151,13 +161,27 @@ func runJoin(cmd *cobra.Command, fl *joinFlags) error {
 	if n := len(rep.Refused); n > 0 {
 		refused = fmt.Sprintf("; refused %s of the coordinator (%s)", plural(n, "request"), rep.Refused[0])
 	}
-	_, err = fmt.Fprintf(cmd.OutOrStdout(), "client %d of federation %s: sent updates in %d of %s%s\n",
-		rep.Welcome.Client, rep.Welcome.Federation, len(rep.Answered), plural(rep.Welcome.Rounds, "round"), refused)
+	fit, evaluated := 0, ""
+	for _, t := range rep.Answered {
+		if t > rep.Welcome.Rounds {
+			evaluated = ", and its test statistics in the evaluation round"
+		} else {
+			fit++
+		}
+	}
+	_, err = fmt.Fprintf(cmd.OutOrStdout(), "client %d of federation %s: sent updates in %d of %s%s%s\n",
+		rep.Welcome.Client, rep.Welcome.Federation, fit, plural(rep.Welcome.Rounds, "round"), evaluated, refused)
 	return err
 }
 
 // joinData returns the client's calibration rows.
 func joinData(cmd *cobra.Command, fl *joinFlags, w network.Welcome) (*calib.Set, error) {
+	return joinRows(cmd, fl, w, federation.Calibration)
+}
+
+// joinRows returns the client's rows of split s: its calibration rows,
+// or its test rows (none, without a split column or partition).
+func joinRows(cmd *cobra.Command, fl *joinFlags, w network.Welcome, s federation.Split) (*calib.Set, error) {
 	if fl.model != "" {
 		res, err := runInfer(cmd.Context(), fl.model, fl.data, infer.Options{Batch: infer.DefaultBatch, Threads: runtime.GOMAXPROCS(0)})
 		if err != nil {
@@ -174,6 +198,12 @@ func joinData(cmd *cobra.Command, fl *joinFlags, w network.Welcome) (*calib.Set,
 		return nil, err
 	}
 	if fl.partition == "" && f.Client == nil {
+		if s == federation.Test {
+			if f.Split == nil {
+				return f.Set([]int{}), nil
+			}
+			return f.Set(f.Rows(logits.SplitTest)), nil
+		}
 		rows := f.Rows(logits.SplitCalibration)
 		if rows != nil && len(rows) == 0 {
 			return nil, fmt.Errorf("%s has no calibration rows (split %d)", fl.logits, logits.SplitCalibration)
@@ -188,7 +218,7 @@ func joinData(cmd *cobra.Command, fl *joinFlags, w network.Welcome) (*calib.Set,
 		return nil, fmt.Errorf("%s: %w", fl.logits, err)
 	}
 	f.Client, f.Split = nil, nil // the partition has them now
-	pop, err := federation.NewRowPopulation(f, p, federation.Calibration)
+	pop, err := federation.NewRowPopulation(f, p, s)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", fl.logits, err)
 	}

@@ -36,6 +36,8 @@ type serveFlags struct {
 	secure                      bool
 	neighbours, threshold, bits int
 	noise                       string
+	// The evaluation round.
+	eval evalRoundFlags
 }
 
 // Values of serve --sync.
@@ -128,6 +130,15 @@ share of Skellam noise before masking, so nobody sees a noiseless sum, and
 needs --epsilon and --accountant rdp. A --bits too small for the
 federation's sum is refused. See docs/NETWORK.md for the threat model.
 
+Evaluation: with --evaluate, after the last round every allow-listed
+client is invited to one more round in which it sends the per-bin
+statistics of its test rows under the fitted calibrator (as eval
+--federated computes them); serve prints the federated test metrics,
+exactly those of the pooled test rows of the clients that answered, and
+with --eval-out writes them as eval --federated --json does.
+--eval-epsilon makes that evaluation private: its own release, each
+client's statistics clipped to --eval-clip, noise as for the fit.
+
 Progress is printed per round on stderr. The output is a calibrator file
 with the privacy record and the list of rounds with their participants
 and dropouts.`,
@@ -176,6 +187,7 @@ and dropouts.`,
 	f.IntVar(&fl.threshold, "threshold", 0, "with --secure-aggregation: Shamir threshold t, in (k/2, k]; 0: ⌊k/2⌋ + 1")
 	f.IntVar(&fl.bits, "bits", network.DefaultBits, "with --secure-aggregation: modulus 2^b of the masked sums, b in [2, 64]")
 	f.StringVar(&fl.noise, "noise", network.NoiseCentral, "with --secure-aggregation and --epsilon: central (the coordinator adds Gaussian noise to the sum) or distributed (each client adds Skellam noise before masking; needs --accountant rdp)")
+	fl.eval.register(f)
 	return cmd
 }
 
@@ -236,12 +248,8 @@ func serveConfig(cmd, scratch *cobra.Command, fl *serveFlags) (network.Config, e
 	}
 	// The same spec as federated calibrate builds from these flags.
 	spec := ff.spec(cmd, fl.cal.method, fl.cal.binsExp)
-	fitter, err := spec.Fitter()
-	if err != nil {
+	if _, err := spec.Fitter(); err != nil {
 		return cfg, err
-	}
-	if _, ok := fitter.(federation.Stepper); !ok {
-		return cfg, fmt.Errorf("--method %s runs two protocols in turn, which the network coordinator cannot drive yet: fit it in process with fedcalib calibrate", fl.cal.method)
 	}
 	seeded := changed("seed")
 	cfg = network.Config{
@@ -255,6 +263,9 @@ func serveConfig(cmd, scratch *cobra.Command, fl *serveFlags) (network.Config, e
 	}
 	if fl.secure {
 		cfg.Secure = &network.SecureConfig{Neighbours: fl.neighbours, Threshold: fl.threshold, Bits: fl.bits, Noise: fl.noise}
+	}
+	if cfg.Evaluate, err = fl.eval.options(changed, ff.accountant, fl.secure, fl.cal.out, fl.clients); err != nil {
+		return cfg, err
 	}
 	return cfg, nil
 }
@@ -328,8 +339,10 @@ func runServe(cmd, scratch *cobra.Command, fl *serveFlags) error {
 	if err := network.WriteCalibrator(fl.cal.out, out, prov); err != nil {
 		return fmt.Errorf("writing %s: %w", fl.cal.out, err)
 	}
-	_, err = fmt.Fprintln(cmd.OutOrStdout(), serveSummary(fl.cal.out, out))
-	return err
+	if _, err := fmt.Fprintln(cmd.OutOrStdout(), serveSummary(fl.cal.out, out)); err != nil {
+		return err
+	}
+	return fl.eval.report(cmd.OutOrStdout(), out)
 }
 
 // serveProgress prints one line per round.
@@ -341,6 +354,11 @@ func serveProgress(w io.Writer) func(network.RoundReport) {
 		}
 		if len(r.Sampled) == 0 {
 			fmt.Fprintf(w, "round %d/%d: no client sampled, skipped%s\n", r.Round, r.Rounds, eps)
+			return
+		}
+		if r.Round > r.Rounds {
+			fmt.Fprintf(w, "evaluation round: %d of %d clients sent their test statistics, %d dropped out (%d refused)%s\n",
+				len(r.Participants), len(r.Sampled), len(r.Dropouts), len(r.Refused), eps)
 			return
 		}
 		fmt.Fprintf(w, "round %d/%d: %d of %d sampled clients aggregated, %d dropped out (%d refused), %s%s\n",
