@@ -206,7 +206,7 @@ var methods = [...]Method{
 	},
 	{
 		Name: MethodScalingBinning, Protocol: "FedScalBin", Family: Hybrid,
-		Summary: "scaling-binning: temperature scaling, then the mean scaled probability in 15 equal-mass bins per class (from 2^M fine bins, M = 10 by default)",
+		Summary: "scaling-binning: temperature scaling, then the mean scaled probability in 100 equal-mass bins per class (from 2^M fine bins, M = 10 by default)",
 		zero:    func() Calibrator { return new(ScalingBinning) },
 		central: func(s Settings) Calibrator { return &ScalingBinning{Mexp: s.Mexp} }, // New sets s.Mexp
 		mexp:    ScalingBinningMexp,

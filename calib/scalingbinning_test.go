@@ -9,19 +9,17 @@ import (
 )
 
 // sortedScalingBinning forms the equal-mass bins of one class the way
-// Kumar et al.'s verified_calibration does, from the sorted examples
-// rather than from cumulative counts: each example stands at the midpoint
-// of its fine bin, sorted; bin k starts at the example of rank
-// floor(k·n/bins), rounded down to its fine bin's lower edge; each bin's
-// value is the mean of the midpoints of the examples from its start to
-// the next bin's start. It returns the thresholds and values.
-func sortedScalingBinning(count []int, bins int) (thresholds, values []float64) {
-	fine := len(count)
-	var fineOf []int // the fine bin of each example, in order
-	for m, c := range count {
-		for range c {
-			fineOf = append(fineOf, m)
-		}
+// Kumar et al.'s verified_calibration does, from the examples' values g
+// sorted rather than from cumulative counts: bin k starts at the example
+// of rank floor(k·n/bins), its threshold rounded down to the lower edge
+// of that example's fine bin (of fine); each bin's value is the mean of
+// the values of the examples from its start to the next bin's start. It
+// returns the thresholds and values.
+func sortedScalingBinning(g []float64, fine, bins int) (thresholds, values []float64) {
+	g = slices.Sorted(slices.Values(g))
+	fineOf := make([]int, len(g)) // the fine bin of each example, in order
+	for i, v := range g {
+		fineOf[i] = Bin(v, fine)
 	}
 	n := len(fineOf)
 	edges := []int{0}
@@ -37,9 +35,9 @@ func sortedScalingBinning(count []int, bins int) (thresholds, values []float64) 
 	for k := range bins {
 		var sum float64
 		var cnt int
-		for _, m := range fineOf {
+		for i, m := range fineOf {
 			if m >= edges[k] && m < edges[k+1] {
-				sum += (float64(m) + 0.5) / float64(fine)
+				sum += g[i]
 				cnt++
 			}
 		}
@@ -52,56 +50,74 @@ func sortedScalingBinning(count []int, bins int) (thresholds, values []float64) 
 	return thresholds, values
 }
 
-// TestScalingBinningHand checks NewScalingBinning on a histogram worked
-// by hand: 8 fine bins with counts 2, 0, 1, 1, 0, 0, 2, 2 (n = 8), 4
-// equal-mass bins. The examples of ranks 2, 4, 6 lie in fine bins 2, 6
-// and 7, so the thresholds are 2/8, 6/8, 7/8; the bins hold fine bins
-// {0, 1}, {2, 3, 4, 5}, {6}, {7}, whose midpoint means are 0.5/8,
-// (2.5 + 3.5)/2/8, 6.5/8 and 7.5/8. Class 1 is the mirror image.
+// TestScalingBinningHand checks NewScalingBinning on value histograms
+// worked by hand: 8 fine bins with counts 2, 0, 1, 1, 0, 0, 2, 2 (n = 8)
+// and sums 0.1, 0, 0.3, 0.4, 0, 0, 1.6, 1.9, 4 equal-mass bins. The
+// examples of ranks 2, 4, 6 lie in fine bins 2, 6 and 7, so the
+// thresholds are 2/8, 6/8, 7/8; the bins hold fine bins {0, 1}, {2, 3,
+// 4, 5}, {6}, {7}, whose means are 0.1/2, 0.7/2, 1.6/2 and 1.9/2. Class 1
+// has counts 2, 2, 0, 0, 1, 1, 0, 2: ranks 2, 4, 6 in fine bins 1, 4, 7;
+// bins {0}, {1, 2, 3}, {4, 5, 6}, {7}.
 func TestScalingBinningHand(t *testing.T) {
-	h := NewHistograms(2, 8)
-	// Class 0: the counts split between positives and negatives, so
-	// that only their sum can give the result.
-	copy(h.Pos[:8], []float64{1, 0, 1, 0, 0, 0, 2, 0})
-	copy(h.Neg[:8], []float64{1, 0, 0, 1, 0, 0, 0, 2})
-	copy(h.Neg[8:], []float64{2, 2, 0, 0, 1, 1, 0, 2})
+	h := NewValueHistograms(2, 8)
+	copy(h.Count, []float64{2, 0, 1, 1, 0, 0, 2, 2, 2, 2, 0, 0, 1, 1, 0, 2})
+	copy(h.Sum, []float64{0.1, 0, 0.3, 0.4, 0, 0, 1.6, 1.9, 0.1, 0.5, 0, 0, 0.55, 0.7, 0, 1.95})
 	b, err := NewScalingBinning(1.5, h, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := &ScalingBinning{
 		T: 1.5, Bins: 4, Mexp: 3,
-		// Class 1: counts 2, 2, 0, 0, 1, 1, 0, 2: ranks 2, 4, 6 in fine
-		// bins 1, 4, 7; bins {0}, {1, 2, 3}, {4, 5, 6}, {7}.
 		Thresholds: []float64{2.0 / 8, 6.0 / 8, 7.0 / 8, 1.0 / 8, 4.0 / 8, 7.0 / 8},
-		Values:     []float64{0.5 / 8, 3.0 / 8, 6.5 / 8, 7.5 / 8, 0.5 / 8, 1.5 / 8, 5.0 / 8, 7.5 / 8},
+		Values:     []float64{0.1 / 2, 0.7 / 2, 1.6 / 2, 1.9 / 2, 0.1 / 2, 0.5 / 2, (0.55 + 0.7) / 2, 1.95 / 2},
 	}
-	if !slices.Equal(b.Thresholds, want.Thresholds) || !slices.Equal(b.Values, want.Values) || b.T != want.T || b.Bins != 4 || b.Mexp != 3 {
+	if !slices.Equal(b.Thresholds, want.Thresholds) || b.T != want.T || b.Bins != 4 || b.Mexp != 3 {
 		t.Errorf("got  %+v\nwant %+v", b, want)
+	}
+	for k, v := range want.Values {
+		if math.Abs(b.Values[k]-v) > 1e-15 {
+			t.Errorf("value %d: %v, want %v", k, b.Values[k], v)
+		}
 	}
 	if err := b.validate(); err != nil {
 		t.Error(err)
 	}
+	// An empty bin takes the middle of its range ([0, 0] for class 0's
+	// bin 0, [0, 1/2] for class 1's), and a mean outside its bin's range
+	// (class 1's 3.3/3, which noise could make) is kept inside it.
+	h = NewValueHistograms(2, 2)
+	copy(h.Count, []float64{3, 0, 0, 3})
+	copy(h.Sum, []float64{1.5, 0, 0, 3.3})
+	b, err = NewScalingBinning(1, h, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []float64{0, 0.5, 0.25, 1}; !slices.Equal(b.Values, want) || !slices.Equal(b.Thresholds, []float64{0, 0.5}) {
+		t.Errorf("thresholds %v, values %v, want [0 0.5] and %v", b.Thresholds, b.Values, want)
+	}
 }
 
 // TestScalingBinningAgainstSorted compares NewScalingBinning with
-// sortedScalingBinning on random histograms with empty fine bins, bins
+// sortedScalingBinning on random values with empty fine bins, fine bins
 // heavier than a bin's share, and more bins than examples.
 func TestScalingBinningAgainstSorted(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for trial := range 300 {
 		fine := 1 << (1 + rng.IntN(6))
 		bins := 1 + rng.IntN(fine)
-		h := NewHistograms(2, fine)
-		counts := make([][]int, 2)
+		h := NewValueHistograms(2, fine)
+		values := make([][]float64, 2)
 		for j := range 2 {
-			counts[j] = make([]int, fine)
 			for m := range fine {
-				if rng.IntN(3) > 0 {
-					counts[j][m] = rng.IntN(1 + rng.IntN(20))
+				if rng.IntN(3) == 0 {
+					continue
 				}
-				p := rng.IntN(counts[j][m] + 1)
-				h.Pos[j*fine+m], h.Neg[j*fine+m] = float64(p), float64(counts[j][m]-p)
+				for range rng.IntN(1 + rng.IntN(20)) {
+					v := (float64(m) + rng.Float64()) / float64(fine)
+					values[j] = append(values[j], v)
+					h.Count[j*fine+Bin(v, fine)]++
+					h.Sum[j*fine+Bin(v, fine)] += v
+				}
 			}
 		}
 		b, err := NewScalingBinning(1, h, bins)
@@ -109,37 +125,39 @@ func TestScalingBinningAgainstSorted(t *testing.T) {
 			t.Fatal(err)
 		}
 		for j := range 2 {
-			th, vals := sortedScalingBinning(counts[j], bins)
+			th, vals := sortedScalingBinning(values[j], fine, bins)
 			got := b.Thresholds[j*(bins-1) : (j+1)*(bins-1)]
 			if !slices.Equal(got, th) && !(len(th) == 0 && len(got) == 0) {
-				t.Fatalf("trial %d class %d (counts %v, %d bins): thresholds %v, want %v", trial, j, counts[j], bins, got, th)
+				t.Fatalf("trial %d class %d (%d values, %d bins): thresholds %v, want %v", trial, j, len(values[j]), bins, got, th)
 			}
 			for k, v := range vals {
-				if g := b.Values[j*bins+k]; math.Abs(g-v) > 1e-15 {
-					t.Fatalf("trial %d class %d (counts %v, %d bins): value %d is %v, want %v", trial, j, counts[j], bins, k, g, v)
+				if g := b.Values[j*bins+k]; math.Abs(g-v) > 1e-14 {
+					t.Fatalf("trial %d class %d (%d values, %d bins): value %d is %v, want %v", trial, j, len(values[j]), bins, k, g, v)
 				}
 			}
 			// Equal mass: each used bin holds n/bins examples to within
 			// the count of one fine bin (plus one for the rounding of the
 			// ranks floor(k·n/bins)).
-			n, most := 0, 0
-			for _, c := range counts[j] {
-				n, most = n+c, max(most, c)
+			n, most := float64(len(values[j])), 0.0
+			for _, c := range h.Count[j*fine : (j+1)*fine] {
+				most = max(most, c)
 			}
 			for k := range bins {
-				lo, hi := 0, fine
+				lo, hi := 0.0, 1.0
 				if k > 0 {
-					lo = int(got[k-1] * float64(fine))
+					lo = got[k-1]
 				}
 				if k < bins-1 {
-					hi = int(got[k] * float64(fine))
+					hi = got[k]
 				}
-				c := 0
-				for m := lo; m < hi; m++ {
-					c += counts[j][m]
+				c := 0.0
+				for _, v := range values[j] {
+					if v >= lo && (v < hi || k == bins-1) {
+						c++
+					}
 				}
-				if d := math.Abs(float64(c) - float64(n)/float64(bins)); lo < hi && d > float64(most+1) {
-					t.Fatalf("trial %d class %d: bin %d holds %d of %d examples, %v from its share, more than the largest fine count %d", trial, j, k, c, n, d, most)
+				if d := math.Abs(c - n/float64(bins)); lo < hi && d > most+1 {
+					t.Fatalf("trial %d class %d: bin %d holds %v of %v examples, %v from its share, more than the largest fine count %v", trial, j, k, c, n, d, most)
 				}
 			}
 		}
@@ -148,8 +166,7 @@ func TestScalingBinningAgainstSorted(t *testing.T) {
 
 // TestScalingBinningMeans: with T = 1 and examples whose scaled
 // probabilities are known, each bin's value is the mean of its
-// examples' probabilities to within half a fine bin, and exactly the
-// mean of their fine-bin midpoints.
+// examples' probabilities, computed by hand.
 func TestScalingBinningMeans(t *testing.T) {
 	probs := []float64{0.03, 0.11, 0.12, 0.2, 0.31, 0.33, 0.5, 0.52, 0.7, 0.74, 0.9, 0.97}
 	s := &Set{Classes: 2}
@@ -158,7 +175,7 @@ func TestScalingBinningMeans(t *testing.T) {
 		s.Labels = append(s.Labels, i%2)
 	}
 	const mexp, bins = 10, 4
-	h := NewHistograms(2, 1<<mexp)
+	h := NewValueHistograms(2, 1<<mexp)
 	if err := h.Accumulate(TemperedSet(s, 1)); err != nil {
 		t.Fatal(err)
 	}
@@ -168,14 +185,10 @@ func TestScalingBinningMeans(t *testing.T) {
 	}
 	// Class 1 holds p: 12 examples, 3 a bin, in order.
 	for k := range bins {
-		var mean, mid float64
-		for _, p := range probs[3*k : 3*k+3] {
-			mean += p / 3
-			mid += (math.Floor(p*(1<<mexp)) + 0.5) / (1 << mexp) / 3
-		}
+		mean := (probs[3*k] + probs[3*k+1] + probs[3*k+2]) / 3
 		got := b.Values[bins+k]
-		if math.Abs(got-mid) > 1e-15 || math.Abs(got-mean) > 1.0/(1<<(mexp+1)) {
-			t.Errorf("bin %d: value %v, mean of midpoints %v, mean %v", k, got, mid, mean)
+		if math.Abs(got-mean) > 1e-15 {
+			t.Errorf("bin %d: value %v, mean %v", k, got, mean)
 		}
 		if k > 0 {
 			if th := b.Thresholds[bins-1+k-1]; th > probs[3*k] || th <= probs[3*k-1] {
@@ -203,7 +216,7 @@ func TestScalingBinningFit(t *testing.T) {
 	if err := temp.Fit(even); err != nil {
 		t.Fatal(err)
 	}
-	h := NewHistograms(2, 1<<8)
+	h := NewValueHistograms(2, 1<<8)
 	if err := h.Accumulate(TemperedSet(odd, temp.T)); err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +275,7 @@ func synthSet(n, c int, seed uint64) *Set {
 
 func TestScalingBinningErrors(t *testing.T) {
 	one := &Set{Logits: []float64{1, 2}, Labels: []int{0}, Classes: 2}
-	h := NewHistograms(2, 8)
+	h := NewValueHistograms(2, 8)
 	for _, tc := range []struct {
 		name string
 		err  func() error
@@ -272,7 +285,7 @@ func TestScalingBinningErrors(t *testing.T) {
 		{"bins above fine", func() error { return (&ScalingBinning{Bins: 9, Mexp: 3}).Fit(synthSet(20, 2, 1)) }, "9 bins: want 1 to 8"},
 		{"mexp", func() error { return (&ScalingBinning{Mexp: 17}).Fit(synthSet(20, 2, 1)) }, "bin exponent 17"},
 		{"temperature", func() error { _, err := NewScalingBinning(0, h, 2); return err }, "temperature 0"},
-		{"not a power of two", func() error { _, err := NewScalingBinning(1, NewHistograms(2, 6), 2); return err }, "power of two"},
+		{"not a power of two", func() error { _, err := NewScalingBinning(1, NewValueHistograms(2, 6), 2); return err }, "power of two"},
 		{"weighting", func() error { return new(ScalingBinning).SetWeighting(WeightAll, []float64{1, 1}) }, "takes no weighting"},
 		{"decreasing values", func() error {
 			return (&ScalingBinning{T: 1, Bins: 2, Mexp: 1, Thresholds: []float64{0.5, 0.5}, Values: []float64{0.5, 0.2, 0.1, 0.7}}).validate()
@@ -287,6 +300,42 @@ func TestScalingBinningErrors(t *testing.T) {
 		err := tc.err()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// TestValueHistograms checks Accumulate against counts and sums made by
+// hand, Add, and the errors of Validate, Accumulate and Add.
+func TestValueHistograms(t *testing.T) {
+	// Softmax of (0, log 4) is (1/5, 4/5); of (log 4, 0) the reverse.
+	s := &Set{Logits: []float64{0, math.Log(4), math.Log(4), 0, 0, math.Log(4)}, Labels: []int{0, 1, 1}, Classes: 2}
+	h := NewValueHistograms(2, 4)
+	if err := h.Accumulate(s); err != nil {
+		t.Fatal(err)
+	}
+	// Class 0: 1/5 twice (bin 0), 4/5 once (bin 3); class 1 the mirror.
+	wantCount := []float64{2, 0, 0, 1, 1, 0, 0, 2}
+	wantSum := []float64{0.4, 0, 0, 0.8, 0.2, 0, 0, 1.6}
+	for k := range wantCount {
+		if h.Count[k] != wantCount[k] || math.Abs(h.Sum[k]-wantSum[k]) > 1e-15 {
+			t.Fatalf("counts %v, sums %v: want %v, %v", h.Count, h.Sum, wantCount, wantSum)
+		}
+	}
+	if err := h.Add(h); err != nil || h.Count[0] != 4 || math.Abs(h.Sum[7]-3.2) > 1e-15 {
+		t.Errorf("Add: %v, counts %v, sums %v", err, h.Count, h.Sum)
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"classes", h.Accumulate(&Set{Logits: []float64{1, 2, 3}, Labels: []int{0}, Classes: 3}), "for 2 classes but the set has 3"},
+		{"shape", h.Add(NewValueHistograms(2, 8)), "cannot add value histograms of 2 classes × 8 bins"},
+		{"length", (&ValueHistograms{Classes: 2, Bins: 2, Count: make([]float64, 4), Sum: make([]float64, 3)}).Validate(), "have 4 counts and 3 sums"},
+		{"finite", (&ValueHistograms{Classes: 2, Bins: 1, Count: []float64{1, math.NaN()}, Sum: []float64{0, 0}}).Validate(), "class 1, bin 0 holds NaN"},
+	} {
+		if tc.err == nil || !strings.Contains(tc.err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want %q", tc.name, tc.err, tc.want)
 		}
 	}
 }

@@ -81,13 +81,56 @@ func (t *Temperature) Fit(s *Set) error {
 	if err := fitClasses(t.Method(), t.C, s); err != nil {
 		return err
 	}
-	start := 1.0
-	if t.T >= MinTemperature && t.T <= MaxTemperature {
-		start = t.T
-	}
-	t.T = fitTemperature(s, start)
+	t.T = fitTemperature(setRows(s), t.start())
 	t.C = s.Classes
 	return nil
+}
+
+// FitFloat32 is Fit on float32 rows read in place (Float32Fitter): the
+// same T as Fit on the rows converted to a Set, without the copy.
+func (t *Temperature) FitFloat32(r *Float32Rows) error {
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	if r.Len() == 0 {
+		return fmt.Errorf("cannot fit: %w", ErrEmpty)
+	}
+	if t.C != 0 && t.C != r.Classes {
+		return fmt.Errorf("%s scaler is for %d classes but the rows have %d", t.Method(), t.C, r.Classes)
+	}
+	t.T = fitTemperature(tempRows[float32, int64]{logits: r.Logits, labels: r.Labels, rows: r.Rows, c: r.Classes}, t.start())
+	t.C = r.Classes
+	return nil
+}
+
+// start is where a fit starts: the current T when it is in range, else 1.
+func (t *Temperature) start() float64 {
+	if t.T >= MinTemperature && t.T <= MaxTemperature {
+		return t.T
+	}
+	return 1
+}
+
+// tempRows are the rows a temperature fit reads: the logits of every row
+// (float64 of a Set, or float32 of a logits file's block, converted as
+// they are read), their labels, the rows used (nil: all) and the classes.
+type tempRows[F float32 | float64, L int | int64] struct {
+	logits []F
+	labels []L
+	rows   []int
+	c      int
+}
+
+// setRows returns every row of s.
+func setRows(s *Set) tempRows[float64, int] {
+	return tempRows[float64, int]{logits: s.Logits, labels: s.Labels, c: s.Classes}
+}
+
+func (r tempRows[F, L]) len() int {
+	if r.rows != nil {
+		return len(r.rows)
+	}
+	return len(r.labels)
 }
 
 // Predict writes softmax(z/T) of each row of logits into dst.
@@ -123,9 +166,9 @@ const tempTol = 1e-12
 // minimises the mean NLL of softmax(z/T) on s, starting from start. It
 // works on v = log β = −log T, where φ(v) = dNLL/dβ (e^v) is
 // non-decreasing, and finds the root of φ by safeguarded Newton.
-func fitTemperature(s *Set, start float64) float64 {
+func fitTemperature[F float32 | float64, L int | int64](s tempRows[F, L], start float64) float64 {
 	vlo, vhi := -math.Log(MaxTemperature), -math.Log(MinTemperature)
-	buf := make([]float64, s.Classes)
+	buf := make([]float64, s.c)
 	_, dlo, _ := tempNLL(s, math.Exp(vlo), buf)
 	_, dhi, _ := tempNLL(s, math.Exp(vhi), buf)
 	switch {
@@ -170,7 +213,7 @@ func fitTemperature(s *Set, start float64) float64 {
 
 // tempPhi returns φ(v) = dNLL/dβ at β = e^v and its derivative in v,
 // β·d²NLL/dβ².
-func tempPhi(s *Set, v float64, buf []float64) (phi, dphi float64) {
+func tempPhi[F float32 | float64, L int | int64](s tempRows[F, L], v float64, buf []float64) (phi, dphi float64) {
 	beta := math.Exp(v)
 	_, d1, d2 := tempNLL(s, beta, buf)
 	return d1, beta * d2
@@ -188,8 +231,8 @@ const tempBlock = 16384
 // With x = z − max z, the NLL of a row is log Σ_j e^{βx_j} − βx_y, its
 // derivative E[x] − x_y and its second derivative Var[x], the moments
 // under softmax(βx).
-func tempNLL(s *Set, beta float64, buf []float64) (f, d1, d2 float64) {
-	n := s.Len()
+func tempNLL[F float32 | float64, L int | int64](s tempRows[F, L], beta float64, buf []float64) (f, d1, d2 float64) {
+	n := s.len()
 	blocks := (n + tempBlock - 1) / tempBlock
 	if blocks <= 1 {
 		f, d1, d2 = tempNLLRows(s, 0, n, beta, buf)
@@ -200,7 +243,7 @@ func tempNLL(s *Set, beta float64, buf []float64) (f, d1, d2 float64) {
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
-			scratch := make([]float64, s.Classes)
+			scratch := make([]float64, s.c)
 			for b := w; b < blocks; b += workers {
 				lo := b * tempBlock
 				sums[b][0], sums[b][1], sums[b][2] = tempNLLRows(s, lo, min(lo+tempBlock, n), beta, scratch)
@@ -214,34 +257,40 @@ func tempNLL(s *Set, beta float64, buf []float64) (f, d1, d2 float64) {
 	return f / float64(n), d1 / float64(n), d2 / float64(n)
 }
 
-// tempNLLRows returns the sums over rows lo to hi of s of the NLL of
-// softmax(β·z) and of its first and second derivatives in β.
-func tempNLLRows(s *Set, lo, hi int, beta float64, buf []float64) (f, d1, d2 float64) {
-	c := s.Classes
-	for i := lo; i < hi; i++ {
-		y := s.Labels[i]
-		z := s.Logits[i*c : (i+1)*c]
-		m := z[0]
+// tempNLLRows returns the sums over rows lo to hi of s (positions in its
+// selection) of the NLL of softmax(β·z) and of its first and second
+// derivatives in β. float32 logits are converted exactly as they are
+// read, so the sums equal those over their float64 copy.
+func tempNLLRows[F float32 | float64, L int | int64](s tempRows[F, L], lo, hi int, beta float64, buf []float64) (f, d1, d2 float64) {
+	c := s.c
+	for k := lo; k < hi; k++ {
+		i := k
+		if s.rows != nil {
+			i = s.rows[k]
+		}
+		y := int(s.labels[i])
+		z := s.logits[i*c : (i+1)*c]
+		m := float64(z[0])
 		for _, v := range z[1:] {
-			m = max(m, v)
+			m = max(m, float64(v))
 		}
 		var sum float64
 		for j, v := range z {
-			e := math.Exp(beta * (v - m))
+			e := math.Exp(beta * (float64(v) - m))
 			buf[j] = e
 			sum += e
 		}
 		var mean float64
 		for j, v := range z {
-			mean += buf[j] * (v - m)
+			mean += buf[j] * (float64(v) - m)
 		}
 		mean /= sum
 		var vr float64
 		for j, v := range z {
-			d := v - m - mean
+			d := float64(v) - m - mean
 			vr += buf[j] * d * d
 		}
-		xy := z[y] - m
+		xy := float64(z[y]) - m
 		f += math.Log(sum) - beta*xy
 		d1 += mean - xy
 		d2 += vr / sum

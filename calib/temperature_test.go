@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -129,9 +130,9 @@ func TestTemperatureDerivatives(t *testing.T) {
 	buf := make([]float64, 4)
 	for _, beta := range []float64{0.05, 0.4, 1, 3} {
 		const h = 1e-5
-		fp, d1p, _ := tempNLL(s, beta+h, buf)
-		fm, d1m, _ := tempNLL(s, beta-h, buf)
-		_, d1, d2 := tempNLL(s, beta, buf)
+		fp, d1p, _ := tempNLL(setRows(s), beta+h, buf)
+		fm, d1m, _ := tempNLL(setRows(s), beta-h, buf)
+		_, d1, d2 := tempNLL(setRows(s), beta, buf)
 		if num := (fp - fm) / (2 * h); math.Abs(num-d1) > 1e-7*math.Max(1, math.Abs(d1)) {
 			t.Errorf("β = %v: dNLL/dβ = %v, finite differences %v", beta, d1, num)
 		}
@@ -206,14 +207,75 @@ func TestTemperatureFitDoesNotDependOnThreads(t *testing.T) {
 	}
 	// The parallel sums equal the block sums added in order.
 	buf := make([]float64, 5)
-	f, d1, d2 := tempNLL(s, 0.7, buf)
+	f, d1, d2 := tempNLL(setRows(s), 0.7, buf)
 	var wf, wd1, wd2 float64
 	for lo := 0; lo < s.Len(); lo += tempBlock {
-		a, b, c := tempNLLRows(s, lo, min(lo+tempBlock, s.Len()), 0.7, buf)
+		a, b, c := tempNLLRows(setRows(s), lo, min(lo+tempBlock, s.Len()), 0.7, buf)
 		wf, wd1, wd2 = wf+a, wd1+b, wd2+c
 	}
 	n := float64(s.Len())
 	if f != wf/n || d1 != wd1/n || d2 != wd2/n {
 		t.Errorf("tempNLL = %v %v %v, block sums %v %v %v", f, d1, d2, wf/n, wd1/n, wd2/n)
+	}
+}
+
+// TestTemperatureFitFloat32 checks that fitting float32 rows in place
+// gives, bit for bit, the T of Fit on their float64 copy: every row, and
+// a selection of rows in another order; and that FitFloat32 refuses what
+// Fit refuses.
+func TestTemperatureFitFloat32(t *testing.T) {
+	s := scOverconfident(rand.New(rand.NewPCG(21, 22)), 40000, 6, 3, 2) // more than two blocks
+	r := &Float32Rows{Logits: make([]float32, len(s.Logits)), Labels: make([]int64, s.Len()), Classes: s.Classes}
+	for i, v := range s.Logits {
+		r.Logits[i] = float32(v)
+	}
+	for i, y := range s.Labels {
+		r.Labels[i] = int64(y)
+	}
+	sel := []int{}
+	for i := s.Len() - 1; i >= 0; i -= 3 {
+		sel = append(sel, i)
+	}
+	for _, rows := range [][]int{nil, sel} {
+		// The float64 copy of the selected float32 rows.
+		want := &Set{Classes: s.Classes}
+		for k := range (&Float32Rows{Labels: r.Labels, Rows: rows}).Len() {
+			i := k
+			if rows != nil {
+				i = rows[k]
+			}
+			for _, v := range r.Logits[i*s.Classes : (i+1)*s.Classes] {
+				want.Logits = append(want.Logits, float64(v))
+			}
+			want.Labels = append(want.Labels, int(r.Labels[i]))
+		}
+		a, b := NewTemperature(s.Classes), NewTemperature(s.Classes)
+		if err := a.Fit(want); err != nil {
+			t.Fatal(err)
+		}
+		r.Rows = rows
+		if err := b.FitFloat32(r); err != nil {
+			t.Fatal(err)
+		}
+		if a.T != b.T || a.T == 1 {
+			t.Errorf("%d rows: FitFloat32 T = %v, Fit on the float64 copy %v", want.Len(), b.T, a.T)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		r    Float32Rows
+		want string
+	}{
+		{"NaN", Float32Rows{Logits: []float32{0, float32(math.NaN())}, Labels: []int64{0}, Classes: 2}, "logits must be finite"},
+		{"label", Float32Rows{Logits: []float32{0, 1}, Labels: []int64{2}, Classes: 2}, "label of example 0 is 2"},
+		{"row", Float32Rows{Logits: []float32{0, 1}, Labels: []int64{1}, Rows: []int{1}, Classes: 2}, "row 0 of the selection is 1"},
+		{"lengths", Float32Rows{Logits: []float32{0, 1, 2}, Labels: []int64{1}, Classes: 2}, "lengths do not match"},
+		{"empty", Float32Rows{Classes: 2}, "no examples"},
+		{"classes", Float32Rows{Logits: []float32{0, 1, 2}, Labels: []int64{1}, Classes: 3}, "is for 2 classes"},
+	} {
+		tc := tc
+		if err := NewTemperature(2).FitFloat32(&tc.r); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want %q", tc.name, err, tc.want)
+		}
 	}
 }

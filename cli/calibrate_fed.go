@@ -165,6 +165,16 @@ func (ff *fedFlags) check(cmd *cobra.Command, fl *calibrateFlags) error {
 	if _, err := calib.LookupMethod(fl.method); err != nil {
 		return fmt.Errorf("--method %q: want one of %s", fl.method, strings.Join(calib.MethodNames(), ", "))
 	}
+	hybrid := false
+	if m, _ := calib.LookupMethod(fl.method); m.Family == calib.Hybrid {
+		hybrid = true
+		if changed("epsilon") {
+			return fmt.Errorf("--epsilon: %s has no private federated fit yet (its privacy would charge both its scaling and its binning stage): drop --epsilon", fl.method)
+		}
+		if fl.binsExp < 1 || fl.binsExp > calib.MaxMexp {
+			return fmt.Errorf("--bins-exp %d: want M in [1, %d] (2^M fine bins)", fl.binsExp, calib.MaxMexp)
+		}
+	}
 	if binningMethod(fl.method) {
 		if fl.binsExp < 1 || fl.binsExp > calib.MaxMexp {
 			return fmt.Errorf("--bins-exp %d: want M in [1, %d] (2^M bins)", fl.binsExp, calib.MaxMexp)
@@ -176,7 +186,7 @@ func (ff *fedFlags) check(cmd *cobra.Command, fl *calibrateFlags) error {
 		}
 	} else {
 		for _, name := range []string{"bins-exp", "weighting", "clip-pos", "clip-neg", "dp-alpha-z"} {
-			if changed(name) {
+			if changed(name) && !(hybrid && name == "bins-exp") {
 				return fmt.Errorf("--%s applies to binning methods, not %s: drop it", name, fl.method)
 			}
 		}

@@ -86,6 +86,19 @@ func (sel rowSel) chunk(f *logits.File, k int, dst []int) []int {
 	return dst
 }
 
+// indices returns the rows sel selects, in order, or nil when it selects
+// every row of f.
+func (sel rowSel) indices(f *logits.File) []int {
+	if sel.list == nil && sel.count(f) == f.Len() {
+		return nil
+	}
+	rows := make([]int, 0, sel.count(f))
+	for k := range sel.chunks(f) {
+		rows = sel.chunk(f, k, rows)
+	}
+	return rows
+}
+
 // count returns the number of rows sel selects.
 func (sel rowSel) count(f *logits.File) int {
 	if sel.list != nil {

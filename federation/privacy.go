@@ -139,7 +139,7 @@ func PlanNoise(method string, classes int, p *Privacy, rounds int, sampleRate fl
 		return nil, err
 	}
 	if m.Family == calib.Hybrid {
-		return nil, fmt.Errorf("method %q: %w yet", method, ErrNoPrivateFit)
+		return nil, fmt.Errorf("method %q: %w yet (it would charge its scaling and its binning stage)", method, ErrNoPrivateFit)
 	}
 	binning := m.Family == calib.Binning
 	if binning && classes < 2 {

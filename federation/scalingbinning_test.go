@@ -14,8 +14,8 @@ import (
 // TestFedScalBin checks FedScalBin over several clients, p = 1, T = 1,
 // against a computation by hand: the temperature is the mean of the
 // clients' own temperatures fitted on their even rows (FedAvg with
-// η_S = 1 from T = 1), and the histograms are those of all clients' odd
-// rows scaled by it, from which the bins are formed. It also checks the
+// η_S = 1 from T = 1), and the bins are those formed from the value
+// histograms of all clients' odd rows scaled by it. It also checks the
 // numbering of the 2T rounds and that the fit does not depend on the
 // number of workers.
 func TestFedScalBin(t *testing.T) {
@@ -39,7 +39,7 @@ func TestFedScalBin(t *testing.T) {
 		t.Fatal(err)
 	}
 	var sumT float64
-	h := calib.NewHistograms(3, 1<<7)
+	h := calib.NewValueHistograms(3, 1<<7)
 	for _, c := range clients {
 		even, _ := calib.SplitScalingBinning(c)
 		temp := calib.NewTemperature(3)
@@ -59,15 +59,22 @@ func TestFedScalBin(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if !reflect.DeepEqual(res.Histograms, h) {
-		t.Fatalf("the server's histograms are not those of the clients' scaled odd rows")
+	if res.Histograms != nil {
+		t.Errorf("Result.Histograms is set")
 	}
 	want, err := calib.NewScalingBinning(got.T, h, calib.ScalingBinningBins)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(got, want) {
+	// The server adds the clients' sums in client order, the hand
+	// computation example by example: the values agree to rounding.
+	if !reflect.DeepEqual(got.Thresholds, want.Thresholds) || got.Bins != want.Bins || got.Mexp != want.Mexp {
 		t.Fatalf("calibrator %+v, want %+v", got, want)
+	}
+	for k, v := range want.Values {
+		if math.Abs(got.Values[k]-v) > 1e-14 {
+			t.Fatalf("value %d: %.17g, want %.17g", k, got.Values[k], v)
+		}
 	}
 	if res.Protocol != "FedScalBin" || len(res.Rounds) != 2 || res.Rounds[0].Round != 1 || res.Rounds[1].Round != 2 ||
 		res.Rounds[0].Participants != len(clients) || res.Rounds[1].Participants != len(clients) {
@@ -118,5 +125,35 @@ func TestFedScalBinRefuses(t *testing.T) {
 	}
 	if _, ok := any(&FedScalBin{}).(Stepper); ok {
 		t.Errorf("FedScalBin is a Stepper: the network driver would run it as one protocol; update its doc and TestStepsEqualFit")
+	}
+}
+
+// TestFedScalBinCheck: the binning stage's server refuses updates of the
+// wrong length, with a negative value, or a sum above its count; the
+// client refuses a broadcast that is not one temperature.
+func TestFedScalBinCheck(t *testing.T) {
+	s := &valueServer{t: 2, bins: 2, round: calib.NewValueHistograms(2, 2), cum: calib.NewValueHistograms(2, 2)}
+	ok := []float64{1, 2, 0, 3, 0.5, 1.5, 0, 2.5} // counts, then sums ≤ counts
+	if err := s.Check(ok); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		u    []float64
+		want string
+	}{
+		{ok[:7], "7 values, want 8"},
+		{[]float64{1, 2, 0, 3, 0.5, -1, 0, 2.5}, "value 5 is negative"},
+		{[]float64{1, 2, 0, 3, 1.5, 1.5, 0, 2.5}, "bin 0 sums probabilities to 1.5 over 1 examples"},
+	} {
+		if err := s.Check(tc.u); !errors.Is(err, ErrBadUpdate) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want ErrBadUpdate with %q", tc.u, err, tc.want)
+		}
+	}
+	if b := s.Broadcast(); len(b) != 1 || b[0] != 2 {
+		t.Errorf("broadcast %v: want [2]", b)
+	}
+	c := &valueClient{classes: 2, bins: 2}
+	if _, err := c.Update(nil, 1, synthSet(4, 2, 1), []float64{0}, nil); err == nil || !strings.Contains(err.Error(), "want one finite temperature") {
+		t.Errorf("broadcast T = 0: %v", err)
 	}
 }
