@@ -9,7 +9,9 @@
 // BBQ, Isotonic) work on softmax probabilities and can be built from
 // aggregated one-vs-all histograms, which is how a federated server builds
 // them; scaling calibrators (Temperature, Vector, Matrix, Dirichlet,
-// OPVector, FedCalMLP) work on logits. Calibrators are serialised to the
+// OPVector, FedCalMLP) work on logits. ScalingBinning, of the Hybrid
+// family, scales the logits (Temperature) and then bins the scaled
+// probabilities into equal-mass bins formed from ValueHistograms. Calibrators are serialised to the
 // versioned JSON sidecar format by Encode and read back by Decode.
 //
 // The formulas follow the fedcalib specification (SPEC §4–§5), which in turn
