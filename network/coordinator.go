@@ -159,6 +159,12 @@ func NewCoordinator(cfg Config) (*Coordinator, error) {
 	if _, err := cfg.Spec.Options(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
+	if f, err := cfg.Spec.Fitter(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	} else if _, ok := f.(federation.Stepper); !ok {
+		// scalbin (FedScalBin) runs two protocols in turn.
+		return nil, fmt.Errorf("%w: method %s runs two protocols in turn, which the coordinator cannot drive yet: fit it in process", ErrConfig, cfg.Spec.Method)
+	}
 	switch {
 	case cfg.MinClients < 0 || cfg.MinClients > len(cfg.Clients):
 		return nil, fmt.Errorf("%w: at least %d clients asked for, but the allow-list has %d", ErrConfig, cfg.MinClients, len(cfg.Clients))

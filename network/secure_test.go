@@ -98,6 +98,9 @@ func TestSecureEqualsPlain(t *testing.T) {
 	drops := []int{0, 1, thr - 1} // by round
 	for _, method := range calib.MethodNames() {
 		m, _ := calib.LookupMethod(method)
+		if m.Family == calib.Hybrid {
+			continue // not over the network yet: TestCoordinatorRefusesScalingBinning
+		}
 		spec := federation.Spec{Method: method, Mexp: 4}
 		bits := 32
 		if m.Family == calib.Scaling {
