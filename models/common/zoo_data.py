@@ -113,6 +113,38 @@ def load_cifar10(archive=CIFAR10_TAR):
     return images, labels, classes, specs
 
 
+# LEAF's FEMNIST classes: digits, upper-case, lower-case letters.
+FEMNIST_CLASSES = [str(d) for d in range(10)] + [chr(c) for c in range(ord("A"), ord("Z") + 1)] + \
+    [chr(c) for c in range(ord("a"), ord("z") + 1)]
+
+# Mean and standard deviation of LEAF's pixel values over the train rows of
+# the LEAF train files (1.0 = background, 0.0 = ink, so the mean is high).
+FEMNIST_MEAN, FEMNIST_STD = 0.9612, 0.1656
+
+# The preprocessing metadata of the FEMNIST models: LEAF's float pixels,
+# scale 1, standardised by FEMNIST_MEAN and FEMNIST_STD.
+FEMNIST_META = {
+    "fedcalib.input.scale": "1",
+    "fedcalib.input.mean": repr(FEMNIST_MEAN),
+    "fedcalib.input.std": repr(FEMNIST_STD),
+    "fedcalib.input.layout": "NCHW",
+    "fedcalib.input.dtype": "float32",
+}
+
+
+def femnist_task_data():
+    """The FEMNIST rows as a recipe's load() returns them: x, labels, the
+    62 class names and the fedcalib specs."""
+    x, labels, _, _, _, specs = load_femnist()
+    return {"x": x, "labels": labels, "classes": FEMNIST_CLASSES, "specs": specs}
+
+
+def femnist_transform(torch, xb):
+    """LEAF's float pixels, [B,28,28] -> (x - MEAN)/STD as [B,1,28,28]: the
+    metadata records scale 1 and this mean and std (FEMNIST_META)."""
+    return ((xb - FEMNIST_MEAN) / FEMNIST_STD).unsqueeze(1)
+
+
 def load_femnist(archive=FEMNIST_TAR):
     """FEMNIST in LEAF JSON: the train files then the test files, each in
     archive order, users in the file order of "user_data" (not of "users"),

@@ -24,45 +24,19 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "common"))
 import resnet_recipe  # noqa: E402
 import zoo_data  # noqa: E402
 
-# LEAF's FEMNIST classes: digits, upper-case, lower-case letters.
-CLASSES = [str(d) for d in range(10)] + [chr(c) for c in range(ord("A"), ord("Z") + 1)] + \
-    [chr(c) for c in range(ord("a"), ord("z") + 1)]
-
-# Mean and standard deviation of LEAF's pixel values over the train rows of
-# the LEAF train files (1.0 = background, 0.0 = ink), as femnist-cnn.
-MEAN, STD = 0.9612, 0.1656
-
-
-def load():
-    x, labels, _, _, _, specs = zoo_data.load_femnist()
-    return {"x": x, "labels": labels, "classes": CLASSES, "specs": specs}
-
-
-def transform(torch, xb):
-    """LEAF's float pixels, [B,28,28] -> (x - MEAN)/STD as [B,1,28,28]: the
-    metadata records scale 1 and this mean and std."""
-    return ((xb - MEAN) / STD).unsqueeze(1)
-
-
 TASK = {
     "name": "resnet18-femnist",
     "description": "fedcalib resnet18-femnist: ResNet18 (CIFAR stem: 3x3 conv, no max-pool; "
                    "BasicBlock [2,2,2,2], BatchNorm), FedAvg on the LEAF FEMNIST subset, natural "
                    "per-writer partition, LEAF sample split; input = LEAF's 28x28 float pixels "
                    "standardised (NCHW), output = 62 logits",
-    "load": load,
-    "transform": transform,
+    "load": zoo_data.femnist_task_data,
+    "transform": zoo_data.femnist_transform,
     "build": lambda torch: resnet_recipe.resnet18_cifar(torch, 1, 62),
     "dummy": lambda torch: torch.zeros(1, 1, 28, 28),
-    "mean": MEAN,
-    "std": STD,
-    "base_meta": {
-        "fedcalib.input.scale": "1",
-        "fedcalib.input.mean": repr(MEAN),
-        "fedcalib.input.std": repr(STD),
-        "fedcalib.input.layout": "NCHW",
-        "fedcalib.input.dtype": "float32",
-    },
+    "mean": zoo_data.FEMNIST_MEAN,
+    "std": zoo_data.FEMNIST_STD,
+    "base_meta": zoo_data.FEMNIST_META,
     "partition": os.path.normpath(os.path.join(HERE, "..", "partitions", "femnist-leaf-sample.json.gz")),
     "defaults": {
         "rounds": 1000,
