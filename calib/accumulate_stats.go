@@ -114,9 +114,11 @@ func StatsLen(classes, bins int) int { return 3*(classes+1)*bins + 2 }
 // class j and bin m, row-major by class, the count |B_jm|, the sum of the
 // class-j probabilities in the bin and the number labelled j; then the
 // same three for each bin of the top probability (count, confidence sum,
-// number correct); then the sums of the NLL and Brier terms. N and the
-// number correct are the sums of the top-probability counts and numbers
-// correct.
+// number correct); then the sums of the NLL and Brier terms, each term
+// divided by its largest value (−log 1e-12 and 2), so that every
+// statistic of an example lies in [0, 1] and a client's vector has L2
+// norm at most n·√(classes+5) for n examples. N and the number correct
+// are the sums of the top-probability counts and numbers correct.
 func (a *Accumulator) AppendStats(dst []float64) []float64 {
 	for k := range a.conf {
 		dst = append(dst, float64(a.count[k]), a.conf[k].float()/probScale, float64(a.freq[k]))
@@ -124,8 +126,15 @@ func (a *Accumulator) AppendStats(dst []float64) []float64 {
 	for m := range a.topConf {
 		dst = append(dst, float64(a.topCount[m]), a.topConf[m].float()/probScale, float64(a.topFreq[m]))
 	}
-	return append(dst, a.nll.float()/nllScale, a.brier.float()/brierScale)
+	return append(dst, a.nll.float()/nllScale/maxNLL, a.brier.float()/brierScale/maxBrier)
 }
+
+// The largest NLL and Brier terms of one example, by which AppendStats
+// divides their sums.
+var (
+	maxNLL   = -math.Log(nllFloor)
+	maxBrier = 2.0
+)
 
 // MetricsFromStats returns the metrics of a statistics vector (the layout
 // of AppendStats) of classes classes and bins bins that may carry noise,
@@ -142,7 +151,8 @@ func (a *Accumulator) AppendStats(dst []float64) []float64 {
 // once), floored at 1. Then, as Accumulator.Metrics does,
 // cwECE = Σ_jm |conf_jm − freq_jm| / (classes·N̂), ECE = Σ_m |conf_m −
 // correct_m| / N̂, accuracy = Σ_m correct_m / N̂, NLL and Brier their sums
-// over N̂; each is clamped to its range (the ECEs and accuracy to [0, 1],
+// (times −log 1e-12 and 2, undoing AppendStats' scaling) over N̂; each is
+// clamped to its range (the ECEs and accuracy to [0, 1],
 // NLL to [0, −log 1e-12], Brier to [0, 2]) and N is N̂ rounded. Without
 // noise N̂ = N and the result equals Metrics up to the rounding of the
 // vector's float64 sums.
@@ -191,8 +201,8 @@ func MetricsFromStats(stats []float64, classes, bins int) (Metrics, error) {
 		Accuracy: clamp(correct/n, 0, 1),
 		CWECE:    clamp(cw/n/float64(classes), 0, 1),
 		ECE:      clamp(top/n, 0, 1),
-		NLL:      clamp(tail[0]/n, 0, -math.Log(nllFloor)),
-		Brier:    clamp(tail[1]/n, 0, 2),
+		NLL:      clamp(tail[0]*maxNLL/n, 0, maxNLL),
+		Brier:    clamp(tail[1]*maxBrier/n, 0, maxBrier),
 	}, nil
 }
 

@@ -132,20 +132,21 @@ func TestMetricsFromStatsNoNoise(t *testing.T) {
 //	class 1, bin 1: count 1, conf 0.9, freq 1: gap 0.1
 //	top, bin 0: count 0.5, conf 0.1, correct 0.2: gap 0.1
 //	top, bin 1: count 3.5, conf 3, correct 3: gap 0
-//	N̂ = (3 + 4 + 4)/3 = 11/3; NLL sum 2, Brier sum 15.
+//	N̂ = (3 + 4 + 4)/3 = 11/3; NLL sum 0.1·(−log 1e-12), Brier sum 15·2
+//	(the vector holds them divided by those largest terms).
 func TestMetricsFromStatsClamps(t *testing.T) {
 	s := []float64{
 		-1, 0.3, 0.2, 4, 1, 5,
 		3, 0.5, -1, 1, 0.9, 1,
 		0.5, 0.1, 0.2, 3.5, 3, 3,
-		2, 15,
+		0.1, 15,
 	}
 	got, err := MetricsFromStats(s, 2, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := 11.0 / 3
-	want := Metrics{N: 4, Classes: 2, CWECE: 2.6 / n / 2, ECE: 0.1 / n, Accuracy: 3.2 / n, NLL: 2 / n, Brier: 2}
+	want := Metrics{N: 4, Classes: 2, CWECE: 2.6 / n / 2, ECE: 0.1 / n, Accuracy: 3.2 / n, NLL: 0.1 * -math.Log(1e-12) / n, Brier: 2}
 	for _, v := range [][3]any{
 		{"cwece", got.CWECE, want.CWECE}, {"ece", got.ECE, want.ECE}, {"accuracy", got.Accuracy, want.Accuracy},
 		{"nll", got.NLL, want.NLL}, {"brier", got.Brier, want.Brier},

@@ -262,7 +262,11 @@ func evalUpdate(dst []float64, a Announcement, classes int, test *calib.Set) ([]
 	if err != nil {
 		return nil, fmt.Errorf("the announced calibrator: %w", err)
 	}
-	step, _, err := federation.EvalSteps(classes, cal, federation.EvalOptions{Bins: e.Bins, Privacy: e.Privacy})
+	o, err := e.options()
+	if err != nil {
+		return nil, fmt.Errorf("the announced evaluation: %w", err)
+	}
+	step, _, err := federation.EvalSteps(classes, cal, o)
 	if err != nil {
 		return nil, err
 	}

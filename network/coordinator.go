@@ -830,11 +830,12 @@ func (r *run) evaluate(ctx context.Context, res *federation.Result, msgs <-chan 
 	o := *cfg.Evaluate
 	o.Seed, o.Workers = r.cp.Seed, 0
 	ann := &EvalRound{Bins: o.Bins}
-	if o.Privacy != nil {
-		p := *o.Privacy
-		p.Secure = false
-		ann.Privacy = &p
-		q := p
+	if p := o.Privacy; p != nil {
+		ann.Epsilon, ann.Delta, ann.Clip, ann.Accountant = p.Epsilon, p.Delta, p.Clip, p.Accountant.String()
+		if ann.Clip == 0 {
+			ann.Clip = federation.DefaultEvalClip
+		}
+		q := *p
 		q.Secure = cfg.SecureNoise
 		o.Privacy = &q
 	}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/fedcalib/fedcalib/dp"
 	"github.com/fedcalib/fedcalib/federation"
 )
 
@@ -117,9 +118,27 @@ type EvalRound struct {
 	// Bins is the number of metric bins; 0 means
 	// calib.DefaultMetricBins.
 	Bins int `json:"bins,omitempty"`
-	// Privacy, if not nil, makes the evaluation private: a client clips
-	// its statistics to Privacy.Clip (zero: federation.DefaultEvalClip).
-	Privacy *federation.Privacy `json:"privacy,omitempty"`
+	// Epsilon, if positive, makes the evaluation (Epsilon, Delta)
+	// differentially private under Accountant ("zcdp" or "rdp"): a client
+	// clips its statistics to L2 norm Clip. Zero means exact.
+	Epsilon    float64 `json:"epsilon,omitempty"`
+	Delta      float64 `json:"delta,omitempty"`
+	Clip       float64 `json:"clip,omitempty"`
+	Accountant string  `json:"accountant,omitempty"`
+}
+
+// options returns the evaluation options e announces.
+func (e *EvalRound) options() (federation.EvalOptions, error) {
+	o := federation.EvalOptions{Bins: e.Bins}
+	if e.Epsilon == 0 {
+		return o, nil
+	}
+	acc, err := dp.ParseAccountant(e.Accountant)
+	if err != nil {
+		return o, err
+	}
+	o.Privacy = &federation.Privacy{Epsilon: e.Epsilon, Delta: e.Delta, Clip: e.Clip, Accountant: acc}
+	return o, nil
 }
 
 // SecureRound is the public description of one attempt of a round under
