@@ -117,11 +117,11 @@ func StatsLen(classes, bins int) int { return 3*(classes+1)*bins + 2 }
 // number correct); then the sums of the NLL and Brier terms, each term
 // divided by its largest value (−log 1e-12 and 2), so that every
 // statistic of an example lies in [0, 1] and a client's vector has L2
-// norm at most n·√(classes+7) for n examples (an example adds 1 to a
-// count of every class, at most 1 in squares to the confidence sums, 1
-// number labelled, at most 3 to the top-probability bin, 2 to the last
-// two). N and the number correct
-// are the sums of the top-probability counts and numbers correct.
+// norm at most n·√(classes+7) for n examples (in squares, an example adds
+// 1 to the count of each class, at most 1 to the confidence sums, 1 to a
+// number labelled, at most 3 to its top-probability bin and 2 to the last
+// two). N and the number correct are the sums of the top-probability
+// counts and numbers correct.
 func (a *Accumulator) AppendStats(dst []float64) []float64 {
 	for k := range a.conf {
 		dst = append(dst, float64(a.count[k]), a.conf[k].float()/probScale, float64(a.freq[k]))
