@@ -292,12 +292,12 @@ func checkModel(cmd *cobra.Command, modelPath, calibPath, spec string, opt infer
 		return nil, nil, "", err
 	}
 	f := res.File()
-	kind := input.String()
+	kind, from := input.String(), "--input"
 	if k, ok := m.MetadataValue(export.KeyInput); calibrated && ok {
-		kind = k // what export found the calibrated output to hold
+		kind, from = k, export.KeyInput // what export found the calibrated output to hold
 	}
 	if err := f.ConvertInput(kind); err != nil {
-		return nil, nil, "", fmt.Errorf("%s: input %s: %w", modelPath, kind, err)
+		return nil, nil, "", fmt.Errorf("%s: %s %s: %w", modelPath, from, kind, err)
 	}
 	s := f.Set(nil)
 	if !calibrated {
