@@ -169,7 +169,9 @@ const PrivacyTolerance = 1e-9
 // of sensitivity ClipNeg (σ₋ = z·ClipNeg, so ClipNeg cannot change ε).
 // One round acts on its sample as a single Gaussian mechanism of
 // multiplier z/√m, m = 1 or 2c, so ρ = Rounds·m/(2z²), and ε at Delta is
-// dp.SpentBy of Rounds such releases at SampleRate under Accountant.
+// dp.SpentBy of Rounds such releases at SampleRate under Accountant. A
+// scaling-binning fit runs Rounds rounds of each of its stages
+// (checkHybrid).
 //
 // A record of secure aggregation with central noise is checked as above
 // (the coordinator added the same Gaussian noise to the unmasked sum),
@@ -183,12 +185,12 @@ func (p *Privacy) Check(method string, classes int) error {
 	if err != nil {
 		return err
 	}
-	if m.Family == Hybrid {
-		return fmt.Errorf("%w: a %s calibrator records privacy, but %s has no private fit: the record was edited or comes from another fit", dp.ErrInvalid, method, method)
-	}
 	acc, err := p.checkFields(m.Family)
 	if err != nil {
 		return err
+	}
+	if m.Family == Hybrid {
+		return p.checkHybrid(acc, method, classes)
 	}
 	clip, mechs := p.Clip, 1.0
 	if m.Family == Binning {
@@ -222,6 +224,55 @@ func (p *Privacy) Check(method string, classes int) error {
 	return nil
 }
 
+// checkHybrid recomputes the privacy of a scaling-binning fit
+// (federation.FedScalBin): Rounds rounds of one Gaussian mechanism of
+// multiplier z = Sigma/Clip (the scaling stage), then Rounds rounds of
+// 2c mechanisms of the same multiplier (the value histograms, σ₊ =
+// z·ClipPos), all Poisson-sampled at SampleRate: ρ = Rounds·(1 + 2c)/(2z²),
+// and ε composes both stages under Accountant.
+func (p *Privacy) checkHybrid(acc dp.Accountant, method string, classes int) error {
+	switch {
+	case classes < 2:
+		return fmt.Errorf("privacy of a %s fit over %d classes: it has at least 2", method, classes)
+	case p.SecureAggregation != nil:
+		return fmt.Errorf("%w: privacy.secure_aggregation is set, but %s has no fit under secure aggregation", dp.ErrInvalid, method)
+	}
+	z, m := p.Sigma/p.Clip, 2*float64(classes)
+	noise := fmt.Sprintf("σ %v for clip norm %v, %d round(s) of 1 then of %d Gaussian mechanisms", p.Sigma, p.Clip, p.Rounds, int(m))
+	rho := float64(p.Rounds) * (dp.GaussianRho(z) + dp.GaussianRho(z/math.Sqrt(m)))
+	if !near(p.Rho, rho) {
+		return fmt.Errorf("privacy.rho is %v but the recorded noise (%s) gives ρ = %v: the record was edited or comes from another fit; refit the calibrator", p.Rho, noise, rho)
+	}
+	var eps float64
+	switch acc {
+	case dp.ZCDP:
+		e, err := dp.ZCDPEpsilon(rho, p.Delta)
+		if err != nil {
+			return fmt.Errorf("privacy: %w", err)
+		}
+		eps = e
+	default:
+		a, err := dp.NewRDPAccountant(nil)
+		if err != nil {
+			return err
+		}
+		if err := a.ComposePoissonGaussian(p.SampleRate, z, p.Rounds); err != nil {
+			return fmt.Errorf("privacy: %w", err)
+		}
+		if err := a.ComposePoissonGaussian(p.SampleRate, z/math.Sqrt(m), p.Rounds); err != nil {
+			return fmt.Errorf("privacy: %w", err)
+		}
+		if eps, _, err = a.Epsilon(p.Delta); err != nil {
+			return fmt.Errorf("privacy: %w", err)
+		}
+	}
+	if !near(p.Epsilon, eps) {
+		return fmt.Errorf("privacy.epsilon is %v but the recorded noise (%s, sample rate %v) spends ε = %v at δ %v under %s: the record was edited or comes from another fit; refit the calibrator",
+			p.Epsilon, noise, p.SampleRate, eps, p.Delta, acc)
+	}
+	return nil
+}
+
 // checkFields checks that every field of p is present and in its domain
 // for a fit of family fam, and returns the accountant.
 func (p *Privacy) checkFields(fam Family) (dp.Accountant, error) {
@@ -233,7 +284,9 @@ func (p *Privacy) checkFields(fam Family) (dp.Accountant, error) {
 		return 0, fmt.Errorf("privacy.accountant: %w", err)
 	}
 	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
-	scaling, binning := fam == Scaling, fam == Binning
+	// A hybrid (scalbin) fit records the clip C of its scaling stage and
+	// C₊ of its value histograms.
+	scaling, binning, hybrid := fam == Scaling, fam == Binning, fam == Hybrid
 	for _, f := range []struct {
 		name string
 		v    float64
@@ -246,11 +299,14 @@ func (p *Privacy) checkFields(fam Family) (dp.Accountant, error) {
 		{"sigma", p.Sigma, finite(p.Sigma) && p.Sigma > 0, "finite and > 0"},
 		{"sample_rate", p.SampleRate, p.SampleRate > 0 && p.SampleRate <= 1, "in (0, 1]"},
 		{"clip", p.Clip, !scaling || finite(p.Clip) && p.Clip > 0, "finite and > 0 for a scaling method"},
-		{"clip", p.Clip, scaling || p.Clip == 0, "absent for a binning method, which records clip_pos and clip_neg"},
+		{"clip", p.Clip, !hybrid || finite(p.Clip) && p.Clip > 0, "finite and > 0 for scaling-binning (its scaling stage)"},
+		{"clip", p.Clip, !binning || p.Clip == 0, "absent for a binning method, which records clip_pos and clip_neg"},
 		{"clip_pos", p.ClipPos, !binning || finite(p.ClipPos) && p.ClipPos > 0, "finite and > 0 for a binning method"},
+		{"clip_pos", p.ClipPos, !hybrid || finite(p.ClipPos) && p.ClipPos > 0, "finite and > 0 for scaling-binning (its value histograms)"},
 		{"clip_neg", p.ClipNeg, !binning || finite(p.ClipNeg) && p.ClipNeg > 0, "finite and > 0 for a binning method"},
-		{"clip_pos", p.ClipPos, binning || p.ClipPos == 0, "absent for a scaling method, which records clip"},
-		{"clip_neg", p.ClipNeg, binning || p.ClipNeg == 0, "absent for a scaling method, which records clip"},
+		{"clip_pos", p.ClipPos, !scaling || p.ClipPos == 0, "absent for a scaling method, which records clip"},
+		{"clip_neg", p.ClipNeg, !scaling || p.ClipNeg == 0, "absent for a scaling method, which records clip"},
+		{"clip_neg", p.ClipNeg, !hybrid || p.ClipNeg == 0, "absent for scaling-binning, which records clip and clip_pos"},
 	} {
 		switch {
 		case !f.ok && f.v == 0:

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -42,7 +41,7 @@ func privateFit(t *testing.T, method string, acc dp.Accountant) []byte {
 	switch method {
 	case calib.MethodBin:
 		o.Bins = 8
-	case calib.MethodBBQ:
+	case calib.MethodBBQ, calib.MethodScalingBinning:
 		o.Mexp = 3
 	}
 	fit, err := federation.New(method, o)
@@ -100,21 +99,6 @@ func TestPrivateFitsRoundTrip(t *testing.T) {
 		{"unknown privacy key", func(_, p map[string]any) { p["audited"] = true }, `privacy: json: unknown field "audited"`},
 	}
 	for _, m := range calib.Methods() {
-		if m.Family == calib.Hybrid {
-			// No private fit yet: the fit is refused, and a record in a
-			// file of the method is too.
-			t.Run(m.Name, func(t *testing.T) {
-				_, err := federation.New(m.Name, federation.Options{Privacy: &federation.Privacy{Epsilon: 1, Delta: 1e-5}})
-				if !errors.Is(err, federation.ErrNoPrivateFit) {
-					t.Errorf("private fit: error %v, want federation.ErrNoPrivateFit", err)
-				}
-				p := &calib.Privacy{Epsilon: 1, Delta: 1e-5, Rho: 1, Sigma: 1, Clip: 1, Accountant: "zcdp", Rounds: 1, SampleRate: 1}
-				if err := p.Check(m.Name, 3); !errors.Is(err, dp.ErrInvalid) || !strings.Contains(err.Error(), "has no private fit") {
-					t.Errorf("a privacy record of %s: error %v, want one saying it has no private fit", m.Name, err)
-				}
-			})
-			continue
-		}
 		for _, acc := range []dp.Accountant{dp.ZCDP, dp.RDP} {
 			t.Run(m.Name+"/"+acc.String(), func(t *testing.T) {
 				file := privateFit(t, m.Name, acc)
@@ -153,13 +137,9 @@ func TestPrivateFitsRoundTrip(t *testing.T) {
 
 // privacyRecord returns the consistent privacy record of a one-round fit
 // of method over classes classes at (ε, δ) = (1, 1e-5) under zcdp with the
-// default clip norms, as a federated fit would write it; nil for a
-// method without a private fit (the Hybrid scalbin).
+// default clip norms, as a federated fit would write it.
 func privacyRecord(t *testing.T, method string, classes int) *calib.Privacy {
 	t.Helper()
-	if m, err := calib.LookupMethod(method); err == nil && m.Family == calib.Hybrid {
-		return nil
-	}
 	plan, err := federation.PlanNoise(method, classes, &federation.Privacy{Epsilon: 1, Delta: 1e-5}, 1, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -169,9 +149,12 @@ func privacyRecord(t *testing.T, method string, classes int) *calib.Privacy {
 		t.Fatal(err)
 	}
 	p := &calib.Privacy{Epsilon: spent.Epsilon, Delta: 1e-5, Rho: spent.Rho, Sigma: plan.Sigma(), Accountant: "zcdp", Rounds: 1, SampleRate: 1}
-	if plan.Family == calib.Binning {
+	switch plan.Family {
+	case calib.Binning:
 		p.ClipPos, p.ClipNeg = plan.Mechanisms[0].Sensitivity, plan.Mechanisms[1].Sensitivity
-	} else {
+	case calib.Hybrid:
+		p.Clip, p.ClipPos = plan.Mechanisms[0].Sensitivity, plan.Mechanisms[1].Sensitivity
+	default:
 		p.Clip = plan.Mechanisms[0].Sensitivity
 	}
 	if err := p.Check(method, classes); err != nil {

@@ -102,7 +102,7 @@ func (ff *fedFlags) register(cmd *cobra.Command) {
 	f.Float64Var(&ff.epsilon, "epsilon", 0, "make the fit (ε, δ)-differentially private with this total ε > 0")
 	f.Float64Var(&ff.delta, "delta", dp.DefaultDelta, "δ ∈ (0, 1) of a private fit")
 	f.Float64Var(&ff.clip, "clip", dp.DefaultClip, "scaling methods: L2 clip norm C of each client update (with --epsilon, or alone: clipping without noise)")
-	f.Float64Var(&ff.clipPos, "clip-pos", dp.DefaultClipPos, "binning methods with --epsilon: L2 clip norm C₊ of each class-positive histogram")
+	f.Float64Var(&ff.clipPos, "clip-pos", dp.DefaultClipPos, "binning methods with --epsilon: L2 clip norm C₊ of each class-positive histogram (scalbin: of each class's value histograms)")
 	f.Float64Var(&ff.clipNeg, "clip-neg", dp.DefaultClipNeg, "binning methods with --epsilon: L2 clip norm C₋ of each class-negative histogram")
 	f.Float64Var(&ff.alphaZ, "dp-alpha-z", 0, "binning methods with --epsilon and --weighting: weight each class by a lower confidence bound (z standard deviations) of its noisy count, e.g. 2; 0 = the paper's α̃")
 	f.StringVar(&ff.accountant, "accountant", "zcdp", "privacy accounting: zcdp (the paper's) or rdp (credits client sampling)")
@@ -168,8 +168,10 @@ func (ff *fedFlags) check(cmd *cobra.Command, fl *calibrateFlags) error {
 	hybrid := false
 	if m, _ := calib.LookupMethod(fl.method); m.Family == calib.Hybrid {
 		hybrid = true
-		if changed("epsilon") {
-			return fmt.Errorf("--epsilon: %s has no private federated fit yet (its privacy would charge both its scaling and its binning stage): drop --epsilon", fl.method)
+		if changed("ledger") && ff.accountant == dp.RDP.String() {
+			// A ledger entry is one release; scalbin's two stages are
+			// one under zCDP only (ρ adds up).
+			return fmt.Errorf("--ledger with --accountant rdp: the ledger records a run as one release, and %s's two stages make one only under zcdp: use --accountant zcdp or drop --ledger", fl.method)
 		}
 		if fl.binsExp < 1 || fl.binsExp > calib.MaxMexp {
 			return fmt.Errorf("--bins-exp %d: want M in [1, %d] (2^M fine bins)", fl.binsExp, calib.MaxMexp)
@@ -186,7 +188,7 @@ func (ff *fedFlags) check(cmd *cobra.Command, fl *calibrateFlags) error {
 		}
 	} else {
 		for _, name := range []string{"bins-exp", "weighting", "clip-pos", "clip-neg", "dp-alpha-z"} {
-			if changed(name) && !(hybrid && name == "bins-exp") {
+			if changed(name) && !(hybrid && (name == "bins-exp" || name == "clip-pos")) {
 				return fmt.Errorf("--%s applies to binning methods, not %s: drop it", name, fl.method)
 			}
 		}

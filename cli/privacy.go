@@ -67,7 +67,10 @@ the flags it is given:
       of the noise per unit of clip norm, and σ at the clip norms given.
       Scaling methods (` + strings.Join(calib.MethodsOf(calib.Scaling), ", ") + `) noise one clipped update
       per round: σ = C·√(T/(2ρ)). Binning methods (` + strings.Join(calib.MethodsOf(calib.Binning), ", ") + `) noise 2c
-      histograms per round: σ = C₊ or C₋ times √(2cT/(2ρ)). --method
+      histograms per round: σ = C₊ or C₋ times √(2cT/(2ρ)). scalbin noises
+      T rounds of one update (--clip C) then T rounds of 2c value
+      histograms (--clip-pos C₊), one multiplier z for all: under zcdp
+      σ = C·√((1+2c)T/(2ρ)) and σ₊ = C₊·√((1+2c)T/(2ρ)). --method
       evaluation is a private federated evaluation (eval --federated
       --epsilon): one release of every client's statistics clipped to
       --clip C (default 100), σ = C/√(2ρ).
@@ -164,13 +167,16 @@ func checkPrivacyFlags(cmd *cobra.Command, fl *privacyFlags) error {
 		return nil
 	}
 	binning := binningMethod(fl.method)
+	mm, _ := calib.LookupMethod(fl.method)
+	hybrid := mm.Family == calib.Hybrid // scalbin: clip C, clip-pos C₊, classes
 	evaluation := method && fl.method == federation.EvaluationProtocol
 	for _, err := range []error{
 		onlyWith("to fits, not to --method evaluation (one release of every client)", !evaluation, "rounds", "classes", "sample-rate"),
 		onlyWith("with --noise-multiplier", nm, "steps"),
 		onlyWith("with --method", method, "rounds", "classes"),
 		onlyWith("with a scaling --method ("+strings.Join(calib.MethodsOf(calib.Scaling), ", ")+")", method && !binning, "clip"),
-		onlyWith("with a binning --method", method && binning, "clip-pos", "clip-neg"),
+		onlyWith("with a binning --method", method && binning, "clip-neg"),
+		onlyWith("with a binning --method or scalbin", method && (binning || hybrid), "clip-pos"),
 		onlyWith("with --method or --noise-multiplier (ρ needs no sampling rate)", method || nm, "sample-rate"),
 	} {
 		if err != nil {
@@ -214,9 +220,9 @@ func checkPrivacyFlags(cmd *cobra.Command, fl *privacyFlags) error {
 	switch {
 	case fl.rounds < 1 || fl.rounds > federation.MaxRounds:
 		return fmt.Errorf("--rounds %d: want T from 1 to %d, the rounds a fit takes", fl.rounds, federation.MaxRounds)
-	case binning && !changed("classes"):
+	case (binning || hybrid) && !changed("classes"):
 		return fmt.Errorf("--method %s needs --classes c, the number of classes (2c histograms per round)", fl.method)
-	case binning && (fl.classes < 2 || fl.classes > calib.MaxSize/2):
+	case (binning || hybrid) && (fl.classes < 2 || fl.classes > calib.MaxSize/2):
 		// calib.MaxSize/2 classes fill a calibrator with one bin per class.
 		return fmt.Errorf("--classes %d: want c from 2 to %d, the classes a binning fit can hold", fl.classes, calib.MaxSize/2)
 	}
@@ -224,7 +230,7 @@ func checkPrivacyFlags(cmd *cobra.Command, fl *privacyFlags) error {
 		flag string
 		v    float64
 		use  bool
-	}{{"clip", fl.clip, !binning}, {"clip-pos", fl.clipPos, binning}, {"clip-neg", fl.clipNeg, binning}} {
+	}{{"clip", fl.clip, !binning}, {"clip-pos", fl.clipPos, binning || hybrid}, {"clip-neg", fl.clipNeg, binning}} {
 		if c.use && dp.CheckClip(c.flag, c.v) != nil {
 			return fmt.Errorf("--%s %v: want a finite clip norm > 0", c.flag, c.v)
 		}
@@ -265,11 +271,16 @@ func privacyNoise(fl *privacyFlags, acc dp.Accountant, clipChanged bool) (*priva
 		Method: fl.method, Accountant: acc.String(), Epsilon: fl.epsilon, Delta: fl.delta,
 		NoiseMultiplier: &z, Rounds: fl.rounds, PerRound: plan.PerRound(), SampleRate: fl.sampleRate,
 	}
-	if plan.Family == calib.Binning {
+	switch plan.Family {
+	case calib.Binning:
 		rep.Classes = fl.classes
 		sp, sn := plan.Mechanisms[0].Sigma, plan.Mechanisms[1].Sigma
 		rep.SigmaPos, rep.SigmaNeg = &sp, &sn
-	} else {
+	case calib.Hybrid: // σ of the update of T, σ₊ of the value histograms
+		rep.Classes = fl.classes
+		s, sp := plan.Mechanisms[0].Sigma, plan.Mechanisms[1].Sigma
+		rep.Sigma, rep.SigmaPos = &s, &sp
+	default:
 		s := plan.Sigma()
 		rep.Sigma = &s
 	}

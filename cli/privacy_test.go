@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -189,33 +188,17 @@ func TestPrivacyAgreesWithFit(t *testing.T) {
 	in, _ := fedLogitsFile(t, 600, classes, clients)
 	dir := t.TempDir()
 	for _, m := range calib.Methods() {
-		if m.Family == calib.Hybrid {
-			// No private fit yet: calibrate and privacy both refuse it,
-			// so they cannot disagree.
-			t.Run(m.Name, func(t *testing.T) {
-				out := filepath.Join(dir, m.Name+".json")
-				code, _, stderr := fedcalib("calibrate", "--logits", in, "--quiet", "--out", out, "--method", m.Name, "--rounds", "3", "--epsilon", "2")
-				if code != 2 || !strings.Contains(stderr, "no private federated fit") {
-					t.Errorf("calibrate --epsilon: exit %d, %q: want 2 and no private federated fit", code, stderr)
-				}
-				code, _, stderr = fedcalib("privacy", "--method", m.Name, "--rounds", "3", "--epsilon", "2", "--classes", fmt.Sprint(classes))
-				if code != 2 || !strings.Contains(stderr, "no private federated fit") {
-					t.Errorf("privacy --method: exit %d, %q: want 2 and no private federated fit", code, stderr)
-				}
-				if _, err := os.Stat(out); !os.IsNotExist(err) {
-					t.Errorf("refused calibrate left %s: %v", out, err)
-				}
-			})
-			continue
-		}
 		for _, acc := range []string{"zcdp", "rdp"} {
 			t.Run(m.Name+"/"+acc, func(t *testing.T) {
 				out := filepath.Join(dir, m.Name+"-"+acc+".json")
 				common := []string{"--method", m.Name, "--rounds", "3", "--sample-rate", "0.4", "--epsilon", "2",
 					"--delta", "1e-6", "--accountant", acc}
 				clip := []string{"--clip", "0.7"}
-				if m.Family == calib.Binning {
+				switch m.Family {
+				case calib.Binning:
 					clip = []string{"--clip-pos", "3", "--clip-neg", "20"}
+				case calib.Hybrid:
+					clip = []string{"--clip", "0.7", "--clip-pos", "3"}
 				}
 				args := append(append([]string{"calibrate", "--logits", in, "--quiet", "--out", out}, common...), clip...)
 				if code, _, stderr := fedcalib(args...); code != 0 {
@@ -226,7 +209,7 @@ func TestPrivacyAgreesWithFit(t *testing.T) {
 					t.Fatal(err)
 				}
 				pargs := append(append([]string{}, common...), clip...)
-				if m.Family == calib.Binning {
+				if m.Family != calib.Scaling {
 					pargs = append(pargs, "--classes", fmt.Sprint(classes))
 				}
 				rep := privacyJSON(t, pargs...)
@@ -242,6 +225,11 @@ func TestPrivacyAgreesWithFit(t *testing.T) {
 					// σ₋/σ₊ = C₋/C₊ and 2c mechanisms a round.
 					if neg, _ := rep["sigma_neg"].(float64); math.Abs(neg/sigma-20.0/3) > 1e-12 || rep["mechanisms_per_round"] != float64(2*classes) {
 						t.Errorf("binning plan %v", rep)
+					}
+				} else if m.Family == calib.Hybrid {
+					// σ₊/σ = C₊/C and 1 + 2c mechanisms a pair of rounds.
+					if pos, _ := rep["sigma_pos"].(float64); math.Abs(pos/sigma-3/0.7) > 1e-12 || rep["mechanisms_per_round"] != float64(1+2*classes) {
+						t.Errorf("hybrid plan %v", rep)
 					}
 				} else if rep["mechanisms_per_round"] != 1.0 {
 					t.Errorf("scaling plan %v", rep)

@@ -107,12 +107,16 @@ type NoisePlan struct {
 	// Mechanisms lists the Gaussian mechanisms of one round as the
 	// ledger records them: for a scaling method one clipped update of
 	// sensitivity C; for a binning method, the c class-positive
-	// histograms (sensitivity C₊) then the c class-negative ones (C₋).
+	// histograms (sensitivity C₊) then the c class-negative ones (C₋);
+	// for the hybrid scalbin, the clipped update of T of a scaling-stage
+	// round (C) then the 2c value histograms (counts and sums, C₊) of a
+	// binning-stage round — the fit runs T rounds of each.
 	Mechanisms []dp.Gaussian
 }
 
 // PerRound returns the number of Gaussian mechanisms of one round: 1 for
-// scaling, 2c for binning.
+// scaling, 2c for binning, 1 + 2c for a pair of rounds (one of each
+// stage) of the hybrid scalbin.
 func (p *NoisePlan) PerRound() int {
 	n := 0
 	for _, g := range p.Mechanisms {
@@ -122,15 +126,14 @@ func (p *NoisePlan) PerRound() int {
 }
 
 // Sigma returns the σ that a calibrator file records: that of the update
-// for scaling, of the class-positive histograms for binning.
+// for scaling and hybrid, of the class-positive histograms for binning.
 func (p *NoisePlan) Sigma() float64 { return p.Mechanisms[0].Sigma }
 
 // PlanNoise returns the noise plan of a private fit of the registry's
 // method (calib.Methods) over classes classes, rounds rounds and Poisson
 // sample rate sampleRate, with p's budget, clip norms and accountant
 // (zero fields take their defaults, as in a fit). It returns an error
-// for an unknown method, a method without a private fit
-// (ErrNoPrivateFit), invalid privacy settings, rounds outside
+// for an unknown method, invalid privacy settings, rounds outside
 // [1, MaxRounds], or more classes than any binning fit can hold
 // (calib.MaxSize).
 func PlanNoise(method string, classes int, p *Privacy, rounds int, sampleRate float64) (*NoisePlan, error) {
@@ -138,10 +141,7 @@ func PlanNoise(method string, classes int, p *Privacy, rounds int, sampleRate fl
 	if err != nil {
 		return nil, err
 	}
-	if m.Family == calib.Hybrid {
-		return nil, fmt.Errorf("method %q: %w yet (it would charge its scaling and its binning stage)", method, ErrNoPrivateFit)
-	}
-	binning := m.Family == calib.Binning
+	binning := m.HasBins() // binning and the hybrid scalbin: one histogram per class
 	if binning && classes < 2 {
 		return nil, fmt.Errorf("%d classes: a binning method needs at least 2", classes)
 	}
@@ -154,22 +154,56 @@ func PlanNoise(method string, classes int, p *Privacy, rounds int, sampleRate fl
 			return nil, err
 		}
 	}
-	r, err := p.resolve(binning)
+	var r *resolved
+	if m.Family == calib.Hybrid {
+		r, err = p.resolveHybrid()
+	} else {
+		r, err = p.resolve(binning)
+	}
 	if err != nil {
 		return nil, err
 	}
 	return r.plan(m.Family, classes, rounds, sampleRate)
 }
 
+// resolveHybrid resolves the privacy of FedScalBin, which clips its
+// scaling updates to C and its value histograms to C₊.
+func (p *Privacy) resolveHybrid() (*resolved, error) {
+	r, err := p.resolve(false)
+	if err != nil {
+		return nil, err
+	}
+	if !(r.infinite && math.IsInf(r.ClipPos, 1)) {
+		if err := dp.CheckClip("clip norm C₊", r.ClipPos); err != nil {
+			return nil, fmt.Errorf("privacy: %w", err)
+		}
+	}
+	return r, nil
+}
+
 // plan returns the noise plan of a fit of family fam.
 func (r *resolved) plan(fam calib.Family, classes, rounds int, q float64) (*NoisePlan, error) {
 	p := &NoisePlan{Family: fam}
-	if fam == calib.Binning {
+	switch fam {
+	case calib.Binning:
 		p.Mechanisms = []dp.Gaussian{{Sensitivity: r.ClipPos, Count: classes}, {Sensitivity: r.ClipNeg, Count: classes}}
-	} else {
+	case calib.Hybrid:
+		p.Mechanisms = []dp.Gaussian{{Sensitivity: r.Clip}, {Sensitivity: r.ClipPos, Count: 2 * classes}}
+	default:
 		p.Mechanisms = []dp.Gaussian{{Sensitivity: r.Clip}}
 	}
 	if r.infinite {
+		return p, nil
+	}
+	if fam == calib.Hybrid {
+		z, err := hybridMultiplier(r, 2*classes, rounds, q)
+		if err != nil {
+			return nil, fmt.Errorf("privacy: %w", err)
+		}
+		p.Multiplier = z
+		for i := range p.Mechanisms {
+			p.Mechanisms[i].Sigma = z * p.Mechanisms[i].Sensitivity
+		}
 		return p, nil
 	}
 	z, err := dp.Plan{
@@ -188,6 +222,57 @@ func (r *resolved) plan(fam calib.Family, classes, rounds int, q float64) (*Nois
 		p.Mechanisms[i].Sigma = z * p.Mechanisms[i].Sensitivity
 	}
 	return p, nil
+}
+
+// hybridMultiplier returns the noise multiplier z of a private
+// FedScalBin: rounds rounds of one Gaussian mechanism (the clipped update
+// of T) then rounds rounds of m mechanisms (the clipped value histograms),
+// each of noise z times its sensitivity, Poisson-sampled at q, that
+// together spend r's (ε, δ). Under zCDP ρ adds up to rounds·(1+m)/(2z²),
+// so z is that of dp.Plan with 1+m mechanisms a round; under RDP z is
+// found by bisection on the composed accountant (the smallest z found
+// within 1e-12 relative whose ε is within budget).
+func hybridMultiplier(r *resolved, m, rounds int, q float64) (float64, error) {
+	if r.Accountant != dp.RDP {
+		return dp.Plan{Epsilon: r.Epsilon, Delta: r.Delta, Rounds: rounds, PerRound: 1 + m, SampleRate: q}.NoiseMultiplier()
+	}
+	if q == 0 {
+		q = 1
+	}
+	// Check the inputs as dp.Plan does, through the single-stage plan.
+	if _, err := (dp.Plan{Epsilon: r.Epsilon, Delta: r.Delta, Rounds: rounds, SampleRate: q, Accountant: dp.RDP}).NoiseMultiplier(); err != nil {
+		return 0, err
+	}
+	ok := func(z float64) bool {
+		acc, err := dp.NewRDPAccountant(nil)
+		if err != nil {
+			return false
+		}
+		if acc.ComposePoissonGaussian(q, z, rounds) != nil || acc.ComposePoissonGaussian(q, z/math.Sqrt(float64(m)), rounds) != nil {
+			return false
+		}
+		e, _, err := acc.Epsilon(r.Delta)
+		return err == nil && e <= r.Epsilon
+	}
+	hi := 1.0
+	for !ok(hi) {
+		if hi *= 2; hi > 1e12 {
+			return 0, fmt.Errorf("no noise multiplier reaches epsilon %v at delta %v: %w", r.Epsilon, r.Delta, dp.ErrInvalid)
+		}
+	}
+	lo := hi / 2
+	for ok(lo) && lo > 1e-12 {
+		hi, lo = lo, lo/2
+	}
+	for hi-lo > 1e-12*hi {
+		mid := lo + (hi-lo)/2
+		if ok(mid) {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return hi, nil
 }
 
 // ledger returns the ledger that records the fit's releases, nil for an

@@ -49,6 +49,18 @@ type FedAvg struct {
 	// Snapshot, if not nil, is called after every round with the
 	// calibrator the server holds then.
 	Snapshot func(round int, c calib.Calibrator)
+
+	// shared, if not nil, replaces the noise plan and ledger that
+	// Privacy would make: FedScalBin's scaling stage noises and charges
+	// its rounds within the whole fit's budget.
+	shared *sharedNoise
+}
+
+// sharedNoise is a noise plan and ledger that a protocol run as one
+// stage of another shares with it.
+type sharedNoise struct {
+	plan   *NoisePlan
+	ledger *dp.Ledger
 }
 
 // FedTemp returns FedAvg over temperature scaling: the parameter is T
@@ -187,13 +199,17 @@ func (f *FedAvg) Steps(fed Federation, r Rounds) (ClientStep, ServerStep, error)
 		if s.priv, err = f.Privacy.resolve(false); err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", name, err)
 		}
-		if s.plan, err = s.priv.plan(calib.Scaling, c, r.T, r.SampleRate); err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", name, err)
+		if f.shared != nil {
+			s.plan, s.ledger = f.shared.plan, f.shared.ledger
+		} else {
+			if s.plan, err = s.priv.plan(calib.Scaling, c, r.T, r.SampleRate); err != nil {
+				return nil, nil, fmt.Errorf("%s: %w", name, err)
+			}
+			if s.ledger, err = s.priv.ledger(); err != nil {
+				return nil, nil, fmt.Errorf("%s: %w", name, err)
+			}
 		}
 		s.sigma = s.plan.Sigma()
-		if s.ledger, err = s.priv.ledger(); err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", name, err)
-		}
 		s.clip = 0 // the privacy clip norm replaces Clip
 		if !math.IsInf(s.priv.Clip, 1) {
 			s.clip = s.priv.Clip

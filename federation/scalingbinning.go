@@ -2,18 +2,13 @@ package federation
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 
 	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/dp"
 )
-
-// ErrNoPrivateFit is returned (wrapped, with the method) for a private
-// fit, or a noise plan, of a method that has no private protocol yet:
-// the Hybrid scalbin.
-var ErrNoPrivateFit = errors.New("no private federated fit")
 
 // FedScalBin is federated scaling-binning (calib.ScalingBinning), the
 // sequential composition of two protocols of this package. Every client
@@ -37,10 +32,23 @@ var ErrNoPrivateFit = errors.New("no private federated fit")
 // clients). With one client, p = 1 and T = 1 it is the central fit up to
 // the rounding of FedAvg's one update of T.
 //
+// With Privacy, both stages are noised within one budget and one ledger:
+// the scaling stage is DP-FedAvg (each update of T clipped to Privacy.Clip
+// C, σ = z·C on the sum, divided by p·K), and in the binning stage each
+// participant scales each class's count and sum histograms by one factor
+// so that the counts have L2 norm at most Privacy.ClipPos C₊ (the sums,
+// each at most its count, then have norm at most C₊ too), and the server
+// adds N(0, (z·C₊)²) to every count and sum of the round's totals. The
+// multiplier z makes the T rounds of one mechanism and the T rounds of
+// 2C mechanisms spend (ε, δ) together (PlanNoise, hybridMultiplier).
+// Noisy counts and sums are clamped at 0 and every bin's value is kept
+// within its range (calib.NewScalingBinning). The privacy record holds
+// σ = z·C of the scaling stage, C, C₊ and T (the rounds of each stage).
+//
 // FedScalBin is not a Stepper: its two stages are two protocols, each
 // with its own client and server steps (FedAvg's, and valueClient and
-// valueServer here), which Fit drives one after the other. A driver over the network (package network) does not run it
-// yet. It has no private variant yet (ErrNoPrivateFit).
+// valueServer here), which Fit drives one after the other. A driver over
+// the network (package network) does not run it yet.
 //
 // The zero value fits with calib.ScalingBinningMexp fine bins and
 // calib.DefaultScalingBinningBins equal-mass bins, η_S = 1 and no
@@ -55,22 +63,23 @@ type FedScalBin struct {
 	// ServerLR is the first stage's server learning rate η_S; zero
 	// means 1.
 	ServerLR float64
-	// Clip, if positive, clips the first stage's updates of T (see
-	// FedAvg.Clip).
+	// Clip, if positive, clips the first stage's updates of T without
+	// noise (see FedAvg.Clip); it is ignored with Privacy.
 	Clip float64
+	// Privacy, if not nil, makes the fit differentially private; its
+	// ClipNeg and AlphaZ do not apply.
+	Privacy *Privacy
 }
 
 // newFedScalBin returns the protocol New makes of the Hybrid method m.
 func newFedScalBin(m calib.Method, o Options) (*FedScalBin, error) {
 	switch {
-	case o.Privacy != nil:
-		return nil, fmt.Errorf("method %q: %w yet (it would charge its scaling and its binning stage): fit it without privacy", m.Name, ErrNoPrivateFit)
 	case o.Bins != 0:
 		return nil, fmt.Errorf("method %q takes the bin exponent Mexp of its fine histograms (2^Mexp bins), not a number of bins", m.Name)
 	case o.Weighting != "" && o.Weighting != calib.WeightNone:
 		return nil, fmt.Errorf("method %q takes no weighting (have %q): use none", m.Name, o.Weighting)
 	}
-	return &FedScalBin{Mexp: o.Mexp, ServerLR: o.ServerLR, Clip: o.Clip}, nil
+	return &FedScalBin{Mexp: o.Mexp, ServerLR: o.ServerLR, Clip: o.Clip, Privacy: o.Privacy}, nil
 }
 
 // protocolScalBin is FedScalBin's name in results and errors.
@@ -98,24 +107,47 @@ func (f *FedScalBin) Fit(ctx context.Context, pop Population, r Rounds) (*Result
 	if bins < 1 || bins > 1<<mexp {
 		return nil, fmt.Errorf("%s: %d equal-mass bins: want 1 to %d, the fine bins 2^%d", protocolScalBin, bins, 1<<mexp, mexp)
 	}
-	temp := FedTemp()
-	temp.Name = protocolScalBin + " (scaling stage, FedTemp)"
-	temp.ServerLR, temp.Clip = f.ServerLR, f.Clip
-	scaled, err := fitSteps(ctx, temp, halves{pop: pop}, r)
-	if err != nil {
-		return nil, err
-	}
-	t := scaled.Calibrator.(*calib.Temperature).T
-	binPop := halves{pop: pop, bin: true}
 	if err := r.Validate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", protocolScalBin, err)
 	}
 	c := pop.Classes()
+	if c < 2 {
+		return nil, fmt.Errorf("%s: the population has %d classes: need at least 2", protocolScalBin, c)
+	}
 	if err := checkSize(protocolScalBin, c, 1<<mexp); err != nil {
 		return nil, fmt.Errorf("%s: %w", protocolScalBin, err)
 	}
-	s := &valueServer{t: t, bins: bins, round: calib.NewValueHistograms(c, 1<<mexp), cum: calib.NewValueHistograms(c, 1<<mexp)}
-	binned, err := drive(ctx, binPop, r, &valueClient{classes: c, bins: 1 << mexp}, s)
+	temp := FedTemp()
+	temp.Name = protocolScalBin + " (scaling stage, FedTemp)"
+	temp.ServerLR, temp.Clip = f.ServerLR, f.Clip
+	s := &valueServer{bins: bins, rounds: r, round: calib.NewValueHistograms(c, 1<<mexp), cum: calib.NewValueHistograms(c, 1<<mexp)}
+	cl := &valueClient{classes: c, bins: 1 << mexp}
+	if f.Privacy != nil {
+		var err error
+		if s.priv, err = f.Privacy.resolveHybrid(); err != nil {
+			return nil, fmt.Errorf("%s: %w", protocolScalBin, err)
+		}
+		if s.plan, err = s.priv.plan(calib.Hybrid, c, r.T, r.SampleRate); err != nil {
+			return nil, fmt.Errorf("%s: %w", protocolScalBin, err)
+		}
+		if s.ledger, err = s.priv.ledger(); err != nil {
+			return nil, fmt.Errorf("%s: %w", protocolScalBin, err)
+		}
+		temp.Privacy = f.Privacy
+		temp.shared = &sharedNoise{
+			plan:   &NoisePlan{Family: calib.Scaling, Multiplier: s.plan.Multiplier, Mechanisms: s.plan.Mechanisms[:1]},
+			ledger: s.ledger,
+		}
+		if !math.IsInf(s.priv.ClipPos, 1) {
+			cl.clip = s.priv.ClipPos
+		}
+	}
+	scaled, err := fitSteps(ctx, temp, halves{pop: pop}, r)
+	if err != nil {
+		return nil, err
+	}
+	s.t = scaled.Calibrator.(*calib.Temperature).T
+	binned, err := drive(ctx, halves{pop: pop, bin: true}, r, cl, s)
 	if err != nil {
 		return nil, err
 	}
@@ -123,17 +155,26 @@ func (f *FedScalBin) Fit(ctx context.Context, pop Population, r Rounds) (*Result
 	for i := len(scaled.Rounds); i < len(rounds); i++ {
 		rounds[i].Round += r.T
 	}
-	return &Result{
-		Protocol:   protocolScalBin,
-		Calibrator: binned.Calibrator,
-		Rounds:     rounds,
-	}, nil
+	res := &Result{Protocol: protocolScalBin, Calibrator: binned.Calibrator, Rounds: rounds}
+	if s.ledger != nil {
+		spent := s.ledger.Spent()
+		res.Ledger = s.ledger
+		res.Privacy = &calib.Privacy{
+			Epsilon: spent.Epsilon, Delta: spent.Delta, Rho: spent.Rho,
+			Sigma: s.plan.Sigma(), Clip: s.priv.Clip, ClipPos: s.priv.ClipPos,
+			Accountant: s.ledger.Accountant().String(), Rounds: r.T, SampleRate: r.SampleRate,
+		}
+	}
+	return res, nil
 }
 
 // valueClient is the client step of FedScalBin's binning stage: the
-// value histograms of the client's rows scaled by the broadcast T.
+// value histograms of the client's rows scaled by the broadcast T, each
+// class's counts and sums scaled by one factor so that the counts have
+// L2 norm at most clip under privacy.
 type valueClient struct {
 	classes, bins int
+	clip          float64 // 0: no clipping (no privacy)
 }
 
 // Update appends the client's counts then sums to dst.
@@ -150,15 +191,33 @@ func (c *valueClient) Update(dst []float64, _ int, local *calib.Set, broadcast [
 	if err := h.Accumulate(calib.TemperedSet(local, broadcast[0])); err != nil {
 		return nil, err
 	}
+	if c.clip > 0 {
+		b := c.bins
+		for j := range c.classes {
+			count, sum := h.Count[j*b:(j+1)*b], h.Sum[j*b:(j+1)*b]
+			if nrm := dp.Norm(count); nrm > c.clip {
+				f := c.clip / nrm
+				for m := range count {
+					count[m] *= f
+					sum[m] *= f
+				}
+			}
+		}
+	}
 	return dst, nil
 }
 
-// valueServer is the server step of FedScalBin's binning stage.
+// valueServer is the server step of FedScalBin's binning stage. Under
+// privacy it also holds the whole fit's plan and ledger.
 type valueServer struct {
 	t          float64 // the scaling stage's temperature, broadcast
 	bins       int     // equal-mass bins per class
+	rounds     Rounds
 	round, cum *calib.ValueHistograms
-	closed     int // last round closed by EndRound
+	closed     int        // last round closed by EndRound
+	priv       *resolved  // nil without privacy
+	plan       *NoisePlan // the hybrid plan: Mechanisms[1] is this stage's
+	ledger     *dp.Ledger // nil without privacy or with an infinite ε
 }
 
 // Protocol returns the stage's name.
@@ -171,7 +230,8 @@ func (s *valueServer) Broadcast() []float64 { return []float64{s.t} }
 func (s *valueServer) UpdateLen() int { return len(s.cum.Count) + len(s.cum.Sum) }
 
 // Check refuses updates of the wrong length, with a non-finite or
-// negative value, or a sum of probabilities above its count.
+// negative value, a sum of probabilities above its count, or, under
+// privacy, a class's counts above the clip norm C₊.
 func (s *valueServer) Check(u []float64) error {
 	if err := checkFinite(u, s.UpdateLen()); err != nil {
 		return err
@@ -185,6 +245,15 @@ func (s *valueServer) Check(u []float64) error {
 	for i, c := range u[:n] {
 		if sum := u[n+i]; sum > c*(1+normSlack) {
 			return fmt.Errorf("%w: bin %d sums probabilities to %v over %v examples", ErrBadUpdate, i, sum, c)
+		}
+	}
+	if s.priv == nil || math.IsInf(s.priv.ClipPos, 1) {
+		return nil
+	}
+	b := s.cum.Bins
+	for j := range s.cum.Classes {
+		if nrm := dp.Norm(u[j*b : (j+1)*b]); nrm > s.priv.ClipPos*(1+normSlack) {
+			return fmt.Errorf("%w: the counts of class %d have norm %v, above the clip norm %v", ErrBadUpdate, j, nrm, s.priv.ClipPos)
 		}
 	}
 	return nil
@@ -205,10 +274,29 @@ func (s *valueServer) Add(u []float64) error {
 	return nil
 }
 
-// EndRound adds the round's sums to the running sums.
-func (s *valueServer) EndRound(t, _ int) error {
+// EndRound charges the round to the ledger and adds its (noisy) sums to
+// the running sums; the round is round T+t of the whole fit, and its
+// noise comes from that round's stream.
+func (s *valueServer) EndRound(t, participants int) error {
 	if t != s.closed+1 {
 		return fmt.Errorf("%s: round %d closed after round %d", s.Protocol(), t, s.closed)
+	}
+	whole := s.rounds.T + t
+	if s.ledger != nil {
+		if err := s.ledger.Spend(dp.Release{
+			Mechanism:  fmt.Sprintf("%s round %d", s.Protocol(), whole),
+			Noise:      s.plan.Mechanisms[1:],
+			SampleRate: s.rounds.SampleRate,
+			Rounds:     1,
+		}); err != nil {
+			return err
+		}
+	}
+	if participants > 0 && s.priv != nil {
+		sigma := s.plan.Mechanisms[1].Sigma
+		noise := s.priv.noise(s.rounds.Seed, whole)
+		dp.AddGaussian(s.round.Count, sigma, noise)
+		dp.AddGaussian(s.round.Sum, sigma, noise)
 	}
 	if err := s.cum.Add(s.round); err != nil {
 		return err
@@ -217,6 +305,15 @@ func (s *valueServer) EndRound(t, _ int) error {
 	clear(s.round.Sum)
 	s.closed = t
 	return nil
+}
+
+// epsilonSpent returns the ε the whole fit has spent so far, 0 without
+// privacy.
+func (s *valueServer) epsilonSpent() float64 {
+	if s.ledger == nil {
+		return 0
+	}
+	return s.ledger.Spent().Epsilon
 }
 
 // Result returns the calibrator formed from the running sums.

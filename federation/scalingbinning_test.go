@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/dp"
 )
 
 // TestFedScalBin checks FedScalBin over several clients, p = 1, T = 1,
@@ -98,16 +99,16 @@ func TestFedScalBin(t *testing.T) {
 	}
 }
 
-// TestFedScalBinRefuses: privacy, weighting and a number of bins are
-// refused with errors that say so, and so is a noise plan.
+// TestFedScalBinRefuses: weighting, a bin exponent out of range and a
+// number of bins are refused with errors that say so.
 func TestFedScalBinRefuses(t *testing.T) {
 	for _, tc := range []struct {
 		spec Spec
 		want string
 	}{
-		{Spec{Method: calib.MethodScalingBinning, Epsilon: 1}, "no private federated fit"},
 		{Spec{Method: calib.MethodScalingBinning, Weighting: calib.WeightAll}, "takes no weighting"},
 		{Spec{Method: calib.MethodScalingBinning, Mexp: 17}, "bin exponent"},
+		{Spec{Method: calib.MethodScalingBinning, Epsilon: 1, ClipPos: -1}, "clip norm C₊"},
 	} {
 		f, err := tc.spec.Fitter()
 		if err == nil {
@@ -117,14 +118,79 @@ func TestFedScalBinRefuses(t *testing.T) {
 			t.Errorf("%+v: error %v, want %q", tc.spec, err, tc.want)
 		}
 	}
-	if _, err := New(calib.MethodScalingBinning, Options{Privacy: &Privacy{Epsilon: 1, Delta: 1e-5}}); !errors.Is(err, ErrNoPrivateFit) {
-		t.Errorf("private New: %v, want ErrNoPrivateFit", err)
-	}
-	if _, err := PlanNoise(calib.MethodScalingBinning, 3, &Privacy{Epsilon: 1, Delta: 1e-5}, 2, 1); !errors.Is(err, ErrNoPrivateFit) {
-		t.Errorf("PlanNoise: %v, want ErrNoPrivateFit", err)
+	if _, err := New(calib.MethodScalingBinning, Options{Bins: 8}); err == nil || !strings.Contains(err.Error(), "not a number of bins") {
+		t.Errorf("Bins: %v", err)
 	}
 	if _, ok := any(&FedScalBin{}).(Stepper); ok {
 		t.Errorf("FedScalBin is a Stepper: the network driver would run it as one protocol; update its doc and TestStepsEqualFit")
+	}
+}
+
+// TestFedScalBinPrivate checks the private fit: with ε = +Inf and
+// infinite clip norms it is the non-private fit bit for bit (at p = 1,
+// where DP-FedAvg's fixed denominator p·K is the number of
+// participants); with a real
+// budget, under both accountants, it spends the budget over 2T releases,
+// its record passes calib.Privacy.Check, PlanNoise prints its σ, and
+// under zCDP z is √((1 + 2c)·T/(2ρ)) computed by hand.
+func TestFedScalBinPrivate(t *testing.T) {
+	const classes = 3
+	pop, _, _ := federationOf(t, synthSet(1500, classes, 3), 12, 0.5, 3)
+	r := Rounds{T: 3, SampleRate: 0.5, Seed: 9, Workers: 2}
+	fit := func(p *Privacy, r Rounds) *Result {
+		t.Helper()
+		f, err := New(calib.MethodScalingBinning, Options{Mexp: 6, Privacy: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := f.Fit(context.Background(), pop, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	all := Rounds{T: 3, SampleRate: 1, Seed: 9, Workers: 2}
+	plain := fit(nil, all)
+	inf := math.Inf(1)
+	noNoise := fit(&Privacy{Epsilon: inf, Delta: 1e-5, Clip: inf, ClipPos: inf}, all)
+	if !reflect.DeepEqual(plain.Calibrator, noNoise.Calibrator) || noNoise.Privacy != nil {
+		t.Errorf("ε = +Inf without clipping differs from the plain fit (privacy %+v)", noNoise.Privacy)
+	}
+	for _, acc := range []dp.Accountant{dp.ZCDP, dp.RDP} {
+		p := &Privacy{Epsilon: 1, Delta: 1e-5, Clip: 0.7, ClipPos: 3, Accountant: acc}
+		res := fit(p, r)
+		rec := res.Privacy
+		if rec == nil || rec.Clip != 0.7 || rec.ClipPos != 3 || rec.ClipNeg != 0 || rec.Rounds != r.T || rec.Accountant != acc.String() {
+			t.Fatalf("%v: record %+v", acc, rec)
+		}
+		if err := rec.Check(calib.MethodScalingBinning, classes); err != nil {
+			t.Errorf("%v: the fit's own record is refused: %v", acc, err)
+		}
+		if rec.Epsilon > 1+1e-9 || rec.Epsilon < 0.99 {
+			t.Errorf("%v: ε spent %v, want the budget 1", acc, rec.Epsilon)
+		}
+		if n := len(res.Ledger.Releases()); n != 2*r.T {
+			t.Errorf("%v: %d releases, want 2T = %d", acc, n, 2*r.T)
+		}
+		plan, err := PlanNoise(calib.MethodScalingBinning, classes, p, r.T, r.SampleRate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if plan.Sigma() != rec.Sigma || plan.Mechanisms[1].Sigma != plan.Multiplier*3 || plan.PerRound() != 1+2*classes {
+			t.Errorf("%v: plan %+v, record σ %v", acc, plan, rec.Sigma)
+		}
+		if acc == dp.ZCDP {
+			rho, err := dp.ZCDPRho(1, 1e-5)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if z := math.Sqrt(float64((1+2*classes)*r.T) / (2 * rho)); math.Abs(plan.Multiplier-z) > 1e-12*z {
+				t.Errorf("zCDP multiplier %v, want %v", plan.Multiplier, z)
+			}
+		}
+		if d := res.Calibrator.(*calib.ScalingBinning).T; !(d >= calib.MinTemperature && d <= calib.MaxTemperature) {
+			t.Errorf("%v: T = %v", acc, d)
+		}
 	}
 }
 

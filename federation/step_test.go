@@ -176,7 +176,7 @@ func TestServerStateResumes(t *testing.T) {
 	r := Rounds{T: 4, SampleRate: 0.6, Seed: 4, Workers: 2}
 	for _, m := range calib.Methods() {
 		if m.Family == calib.Hybrid {
-			continue // not a Stepper, and not private (TestFedScalBin)
+			continue // not a Stepper: TestFedScalBin, TestFedScalBinPrivate
 		}
 		spec := Spec{Method: m.Name, Epsilon: 3}
 		f, err := spec.Fitter()
