@@ -27,10 +27,12 @@ import (
 //     and forms the Bins equal-mass bins from them
 //     (calib.NewScalingBinning).
 //
-// So a fit over T rounds runs 2T rounds, the second stage's with the
-// same seed as the first's (round t of each stage samples the same
-// clients). With one client, p = 1 and T = 1 it is the central fit up to
-// the rounding of FedAvg's one update of T.
+// So a fit over T rounds runs 2T rounds. The second stage samples its
+// clients from its own stream (binningSeed of the run's seed), so every
+// one of the 2T rounds is an independent Poisson sample, as the RDP
+// accounting of amplification by sampling assumes. With one client,
+// p = 1 and T = 1 it is the central fit up to the rounding of FedAvg's
+// one update of T.
 //
 // With Privacy, both stages are noised within one budget and one ledger:
 // the scaling stage is DP-FedAvg (each update of T clipped to Privacy.Clip
@@ -147,7 +149,9 @@ func (f *FedScalBin) Fit(ctx context.Context, pop Population, r Rounds) (*Result
 		return nil, err
 	}
 	s.t = scaled.Calibrator.(*calib.Temperature).T
-	binned, err := drive(ctx, halves{pop: pop, bin: true}, r, cl, s)
+	r2 := r
+	r2.Seed = binningSeed(r.Seed)
+	binned, err := drive(ctx, halves{pop: pop, bin: true}, r2, cl, s)
 	if err != nil {
 		return nil, err
 	}
@@ -167,6 +171,12 @@ func (f *FedScalBin) Fit(ctx context.Context, pop Population, r Rounds) (*Result
 	}
 	return res, nil
 }
+
+// binningSeed returns the seed of FedScalBin's binning stage, which
+// samples its clients independently of the scaling stage: a bijection of
+// the run's seed (SplitMix64's finaliser), so distinct runs keep distinct
+// streams.
+func binningSeed(seed uint64) uint64 { return mix64(seed ^ 0x7363616c62696e) } // "scalbin"
 
 // valueClient is the client step of FedScalBin's binning stage: the
 // value histograms of the client's rows scaled by the broadcast T, each

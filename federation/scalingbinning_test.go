@@ -92,6 +92,15 @@ func TestFedScalBin(t *testing.T) {
 		if len(res.Rounds) != 6 || res.Rounds[5].Round != 6 {
 			t.Fatalf("rounds %+v: want 6, numbered 1 to 6", res.Rounds)
 		}
+		// The binning stage samples from its own stream: its rounds are
+		// not the scaling stage's samples again.
+		same := true
+		for i := range 3 {
+			same = same && res.Rounds[i].Participants == res.Rounds[3+i].Participants
+		}
+		if same {
+			t.Errorf("the stages sampled the same numbers of clients %+v: the binning stage reuses the scaling stage's samples", res.Rounds)
+		}
 		fits = append(fits, res.Calibrator.(*calib.ScalingBinning))
 	}
 	if !reflect.DeepEqual(fits[0], fits[1]) {
