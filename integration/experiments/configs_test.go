@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/experiment"
 )
 
@@ -50,7 +51,9 @@ func TestConfigs(t *testing.T) {
 
 // TestTableSettings checks Tables 1 and 2 against the paper: T = 12,
 // 5 seeds, p = 0.1, M = 7, β = 0.1 partitions; Table 2 at (ε, δ) = (1,
-// 1e-5) with C = 0.5 and [C₊, C₋] = [10, 50].
+// 1e-5) with C = 0.5 and [C₊, C₋] = [10, 50]; and the columns: the
+// paper's five and the calibrators added beyond it (issue #17), FedScalBin
+// in Table 1 only (it has no private fit).
 func TestTableSettings(t *testing.T) {
 	for _, tc := range []struct {
 		path    string
@@ -75,20 +78,25 @@ func TestTableSettings(t *testing.T) {
 				t.Errorf("%s: private cell %+v", tc.path, c)
 			case tc.private && (c.Epsilon != 1 || c.Delta != 1e-5 || c.Accountant != "zcdp"):
 				t.Errorf("%s: privacy %+v", tc.path, c)
-			case tc.private && c.Method == "bbq" && (c.ClipPos != 10 || c.ClipNeg != 50 || c.Mexp != 7):
-				t.Errorf("%s: FedBBQ %+v", tc.path, c)
-			case tc.private && c.Method != "bbq" && c.Clip != 0.5:
+			case tc.private && binning(c.Method) && (c.ClipPos != 10 || c.ClipNeg != 50 || c.Mexp != 7):
+				t.Errorf("%s: binning %+v", tc.path, c)
+			case tc.private && !binning(c.Method) && c.Clip != 0.5:
 				t.Errorf("%s: scaling clip %+v", tc.path, c)
 			}
 		}
 		want := len(cfg.Datasets) * 5
-		for _, l := range []string{"FedBBQ", "FedBBQ all weight", "FedCal", "FedOPVector", "FedTemp"} {
+		columns := []string{"FedBBQ", "FedBBQ all weight", "FedCal", "FedOPVector", "FedTemp",
+			"FedIsotonic", "FedIsotonic all weight", "FedDirichlet"}
+		if !tc.private {
+			columns = append(columns, "FedScalBin")
+		}
+		for _, l := range columns {
 			if labels[l] != want {
 				t.Errorf("%s: %d %s cells, want %d (5 seeds per dataset)", tc.path, labels[l], l, want)
 			}
 		}
-		if len(labels) != 5 {
-			t.Errorf("%s: methods %v", tc.path, labels)
+		if len(labels) != len(columns) {
+			t.Errorf("%s: methods %v, want %v", tc.path, labels, columns)
 		}
 	}
 }
@@ -103,4 +111,11 @@ func madeByRecipe(t *testing.T, partition string) bool {
 	}
 	rel := strings.TrimPrefix(filepath.ToSlash(partition), "../../")
 	return strings.Contains(string(mk), rel+":")
+}
+
+// binning reports whether method is formed from histograms (its private
+// fit clips counts by [C₊, C₋]).
+func binning(method string) bool {
+	m, err := calib.LookupMethod(method)
+	return err == nil && m.Family == calib.Binning
 }
