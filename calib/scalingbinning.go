@@ -305,6 +305,8 @@ func (b *ScalingBinning) validate() error {
 			switch {
 			case !(t >= 0 && t < 1):
 				return fmt.Errorf("threshold %d of class %d is %v: want a value in [0, 1)", k+1, j, t)
+			case t*float64(int(1)<<b.Mexp) != math.Trunc(t*float64(int(1)<<b.Mexp)):
+				return fmt.Errorf("threshold %d of class %d is %v: want a multiple of 2^-mexp = 2^-%d, a fine-bin edge", k+1, j, t, b.Mexp)
 			case k > 0 && t < th[k-1]:
 				return fmt.Errorf("thresholds of class %d decrease from %v to %v at bin %d: want them non-decreasing", j, th[k-1], t, k+1)
 			}

@@ -293,6 +293,9 @@ func TestScalingBinningErrors(t *testing.T) {
 		{"threshold of 1", func() error {
 			return (&ScalingBinning{T: 1, Bins: 2, Mexp: 1, Thresholds: []float64{0.5, 1}, Values: []float64{0.2, 0.5, 0.1, 0.7}}).validate()
 		}, "threshold 1 of class 1 is 1"},
+		{"threshold off the fine grid", func() error {
+			return (&ScalingBinning{T: 1, Bins: 2, Mexp: 1, Thresholds: []float64{0.5, 0.25}, Values: []float64{0.2, 0.5, 0.1, 0.7}}).validate()
+		}, "threshold 1 of class 1 is 0.25: want a multiple of 2^-mexp"},
 		{"thresholds", func() error {
 			return (&ScalingBinning{T: 1, Bins: 2, Mexp: 1, Thresholds: []float64{0.5}, Values: []float64{0.2, 0.5, 0.1, 0.7}}).validate()
 		}, "have 1 thresholds"},
