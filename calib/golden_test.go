@@ -73,9 +73,10 @@ func goldenFixture(t *testing.T, m calib.Method, w calib.Weighting) (calib.Calib
 		Tool:        "golden",
 	}
 	var priv *calib.Privacy
-	if w == calib.WeightAll || m.Family == calib.Scaling {
+	if w == calib.WeightAll || m.Family != calib.Binning {
 		// Some files record privacy, to pin that block too: the record
-		// of a real plan, which Decode checks.
+		// of a real plan, which Decode checks (scalbin's holds clip and
+		// clip_pos).
 		priv = privacyRecord(t, m.Name, s.Classes)
 	}
 	return c, priv, prov
