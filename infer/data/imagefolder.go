@@ -50,7 +50,8 @@ type imageFolder struct {
 	prefix string // root inside the archive, "" or ending in "/"
 	label  map[string]int
 
-	br *bufio.Reader
+	br      *bufio.Reader
+	scratch []uint8 // upsampled chroma planes of the last JPEG
 }
 
 // openImageFolderSpec opens "PATH[:SUBDIR]".
@@ -242,7 +243,9 @@ func (r *imageFolder) nextTar(rec *Record) error {
 }
 
 // decode decodes a PNG or JPEG image, recognised by its content, into rec
-// as 8-bit RGB, the way torchvision's loader converts images to RGB.
+// as 8-bit RGB, the way torchvision's loader converts images to RGB. A
+// YCbCr JPEG's chroma is upsampled and converted as libjpeg does (see
+// yccToRGB).
 func (r *imageFolder) decode(rec *Record, name string, src io.Reader) error {
 	r.br.Reset(src)
 	magic, _ := r.br.Peek(8)
@@ -260,6 +263,15 @@ func (r *imageFolder) decode(rec *Record, name string, src io.Reader) error {
 	}
 	if err != nil {
 		return formatError(name, err, "decoding image")
+	}
+	if ycc, ok := m.(*image.YCbCr); ok {
+		b := ycc.Bounds()
+		var done bool
+		r.scratch, done = yccToRGB(rec.setImage(b.Dy(), b.Dx(), 3), ycc, r.scratch)
+		if done {
+			rec.Client = ""
+			return nil
+		}
 	}
 	toRGB(rec, m)
 	rec.Client = ""
