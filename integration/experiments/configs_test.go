@@ -52,8 +52,7 @@ func TestConfigs(t *testing.T) {
 // TestTableSettings checks Tables 1 and 2 against the paper: T = 12,
 // 5 seeds, p = 0.1, M = 7, β = 0.1 partitions; Table 2 at (ε, δ) = (1,
 // 1e-5) with C = 0.5 and [C₊, C₋] = [10, 50]; and the columns: the
-// paper's five and the calibrators added beyond it (issue #17), FedScalBin
-// in Table 1 only (it has no private fit).
+// paper's five and the calibrators added beyond it (issue #17).
 func TestTableSettings(t *testing.T) {
 	for _, tc := range []struct {
 		path    string
@@ -86,10 +85,7 @@ func TestTableSettings(t *testing.T) {
 		}
 		want := len(cfg.Datasets) * 5
 		columns := []string{"FedBBQ", "FedBBQ all weight", "FedCal", "FedOPVector", "FedTemp",
-			"FedIsotonic", "FedIsotonic all weight", "FedDirichlet"}
-		if !tc.private {
-			columns = append(columns, "FedScalBin")
-		}
+			"FedIsotonic", "FedIsotonic all weight", "FedDirichlet", "FedScalBin"}
 		for _, l := range columns {
 			if labels[l] != want {
 				t.Errorf("%s: %d %s cells, want %d (5 seeds per dataset)", tc.path, labels[l], l, want)
