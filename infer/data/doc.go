@@ -65,10 +65,9 @@
 // hold an image. Files whose extensions torchvision ignores are ignored;
 // BMP, TIFF, WebP, PPM and PGM images are refused with an error, since the
 // Go standard library does not decode them. PNG and JPEG (recognised by
-// content) are decoded with the standard library and converted to 8-bit
-// RGB as PIL's convert("RGB") does: gray is replicated, alpha dropped.
-// Go's JPEG decoder differs from libjpeg in chroma upsampling and IDCT
-// rounding, so JPEG pixels may differ from PIL's by a few levels. From a
+// content) are converted to 8-bit RGB as PIL's convert("RGB") does: gray
+// is replicated, alpha dropped. PNG is decoded with the standard library;
+// JPEG as described under "JPEG decoding" below, to PIL's pixels. From a
 // directory, records come class by class, each class walked in lexical
 // order; from an archive, which is read twice (once to list the classes),
 // they come in archive order. Images may differ in size; Shape says each
@@ -106,6 +105,26 @@
 // Float with the row shape as Shape ([1] for a one-dimensional X).
 // Fortran-order arrays with more than one non-trivial dimension are
 // refused, since they cannot be streamed by rows.
+//
+// # JPEG decoding
+//
+// JPEG images decode to the pixels of libjpeg's default decompression as
+// PIL's Image.open(f).convert("RGB") (and so torchvision's loader) gets
+// them from libjpeg-turbo, so that a model sees the pixels it was trained
+// on. The decoder is Go's image/jpeg (a copy in internal/ljpeg) with
+// libjpeg's accurate integer inverse DCT (jidctint.c, JDCT_ISLOW) and its
+// range limit in place of Go's IDCT; chroma subsampled 2:1 is then
+// upsampled with libjpeg's "fancy" triangle filters (jdsample.c: 4:2:0,
+// 4:2:2 and 4:4:0, each with its rounding biases, the image's edge rows
+// and columns replicated, chroma 2 samples wide or less replicated, 4:1:1
+// replicated), and YCbCr is converted to RGB with libjpeg's 16-bit fixed
+// point arithmetic (jdcolor.c). On the 60,000 JPEGs of the CIFAR-10
+// ImageFolder archive the pixels equal PIL's (libjpeg-turbo 2.1) exactly;
+// with image/jpeg's own decoding 57 % of the values differed (mean
+// |difference| 1.31 levels, at most 94), and with the upsampling and
+// color conversion but Go's IDCT 3.0 % (mean 0.034, at most 3). Not
+// matched: CMYK and YCCK JPEGs (image/jpeg's conversion, not PIL's) and
+// what image/jpeg does not decode (arithmetic coding, 12-bit samples).
 //
 // # Errors
 //

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"image"
 	"image/color"
-	"image/jpeg"
 	"image/png"
 	"io"
 	"io/fs"
@@ -14,6 +13,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/fedcalib/fedcalib/infer/data/internal/ljpeg"
 )
 
 // imageKind classifies a file name by extension, following torchvision's
@@ -257,7 +258,7 @@ func (r *imageFolder) decode(rec *Record, name string, src io.Reader) error {
 	case strings.HasPrefix(string(magic), "\x89PNG\r\n\x1a\n"):
 		m, err = png.Decode(r.br)
 	case strings.HasPrefix(string(magic), "\xff\xd8"):
-		m, err = jpeg.Decode(r.br)
+		m, err = ljpeg.Decode(r.br)
 	default:
 		return formatError(name, nil, "not a PNG or JPEG image")
 	}

@@ -12,9 +12,9 @@ import (
 // (and libjpeg-turbo, which PIL, torchvision and OpenCV use) instead
 // interpolates subsampled chroma with a triangle filter ("fancy
 // upsampling", jdsample.c) and converts with the tables of jdcolor.c. The
-// functions below reproduce both from the decoded planes, so that a JPEG
-// decoded here differs from PIL's Image.open(f).convert("RGB") only by
-// the inverse DCTs, which differ by a level or so.
+// functions below reproduce both from the decoded planes; with the planes
+// of internal/ljpeg, which uses libjpeg's inverse DCT, a JPEG decodes
+// here to the pixels of PIL's Image.open(f).convert("RGB").
 
 // yccToRGB stores the H×W×3 RGB pixels of m in dst (len(dst) ≥ 3·W·H),
 // upsampling the chroma planes as libjpeg's default decompression does
