@@ -165,34 +165,35 @@ const tempTol = 1e-12
 // fitTemperature returns the T in [MinTemperature, MaxTemperature] that
 // minimises the mean NLL of softmax(z/T) on s, starting from start. It
 // works on v = log β = −log T, where φ(v) = dNLL/dβ (e^v) is
-// non-decreasing, and finds the root of φ by safeguarded Newton.
+// non-decreasing, and finds the root of φ by safeguarded Newton inside a
+// bracket that starts as the whole interval. Each evaluation of φ is a
+// pass over the rows, so the interval's ends are evaluated only when the
+// iterates reach one of them (the NLL is then monotone on the interval
+// and the end is the answer): a fit costs a pass per Newton step.
 func fitTemperature[F float32 | float64, L int | int64](s tempRows[F, L], start float64) float64 {
-	vlo, vhi := -math.Log(MaxTemperature), -math.Log(MinTemperature)
+	vmin, vmax := -math.Log(MaxTemperature), -math.Log(MinTemperature)
 	buf := make([]float64, s.c)
-	_, dlo, _ := tempNLL(s, math.Exp(vlo), buf)
-	_, dhi, _ := tempNLL(s, math.Exp(vhi), buf)
-	switch {
-	case dlo >= 0 && dhi <= 0: // φ ≡ 0: the NLL does not depend on T
-		return start
-	case dlo >= 0: // NLL increasing in β on the whole interval
-		return MaxTemperature
-	case dhi <= 0: // NLL decreasing in β on the whole interval
-		return MinTemperature
-	}
-	// φ(vlo) < 0 < φ(vhi).
 	v := -math.Log(start)
-	dxOld := vhi - vlo
-	dx := dxOld
 	phi, dphi := tempPhi(s, v, buf)
+	if phi == 0 { // a stationary point of the convex NLL: the minimum
+		return start
+	}
+	// The bracket [lo, hi] holds the root when there is one inside the
+	// interval: φ(lo) < 0 < φ(hi), the ends taken as evaluated.
+	lo, hi := vmin, vmax
+	if phi < 0 {
+		lo = v
+	} else {
+		hi = v
+	}
+	dxOld := vmax - vmin
+	dx := dxOld
 	for range 200 {
-		if phi == 0 {
-			break
-		}
-		if ((v-vhi)*dphi-phi)*((v-vlo)*dphi-phi) > 0 || math.Abs(2*phi) > math.Abs(dxOld*dphi) {
+		if ((v-hi)*dphi-phi)*((v-lo)*dphi-phi) > 0 || math.Abs(2*phi) > math.Abs(dxOld*dphi) {
 			// Newton would leave the bracket or is converging too slowly.
 			dxOld = dx
-			dx = (vhi - vlo) / 2
-			v = vlo + dx
+			dx = (hi - lo) / 2
+			v = lo + dx
 		} else {
 			dxOld = dx
 			dx = phi / dphi
@@ -202,10 +203,25 @@ func fitTemperature[F float32 | float64, L int | int64](s tempRows[F, L], start 
 			break
 		}
 		phi, dphi = tempPhi(s, v, buf)
+		if phi == 0 {
+			break
+		}
 		if phi < 0 {
-			vlo = v
+			lo = v
 		} else {
-			vhi = v
+			hi = v
+		}
+	}
+	// At an end of the interval, the root may lie beyond it: then the NLL
+	// is monotone on the interval, and the end is the minimiser.
+	switch {
+	case hi == vmax && v > vmax-4*tempTol:
+		if _, d, _ := tempNLL(s, math.Exp(vmax), buf); d <= 0 {
+			return MinTemperature
+		}
+	case lo == vmin && v < vmin+4*tempTol:
+		if _, d, _ := tempNLL(s, math.Exp(vmin), buf); d >= 0 {
+			return MaxTemperature
 		}
 	}
 	return math.Exp(-v)
