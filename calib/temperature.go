@@ -189,6 +189,20 @@ func fitTemperature[F float32 | float64, L int | int64](s tempRows[F, L], start 
 	dxOld := vmax - vmin
 	dx := dxOld
 	for range 200 {
+		// A Newton step beyond an end not yet evaluated: evaluate it. If
+		// φ has no root inside, the end is the answer; else the end
+		// bounds the bracket as assumed.
+		if next := v - phi/dphi; next <= vmin && lo == vmin {
+			if _, d, _ := tempNLL(s, math.Exp(vmin), buf); d >= 0 {
+				return MaxTemperature
+			}
+			lo = math.Nextafter(vmin, vmax) // evaluated: not evaluated again
+		} else if next >= vmax && hi == vmax {
+			if _, d, _ := tempNLL(s, math.Exp(vmax), buf); d <= 0 {
+				return MinTemperature
+			}
+			hi = math.Nextafter(vmax, vmin)
+		}
 		if ((v-hi)*dphi-phi)*((v-lo)*dphi-phi) > 0 || math.Abs(2*phi) > math.Abs(dxOld*dphi) {
 			// Newton would leave the bracket or is converging too slowly.
 			dxOld = dx
