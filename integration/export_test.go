@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/infer"
 )
 
@@ -78,19 +79,20 @@ func TestExportEveryMethodEndToEnd(t *testing.T) {
 	}
 	type cal struct{ name, method string }
 	var cals []cal
-	for _, m := range []string{"temp", "vector", "matrix", "opvector", "fedcal"} {
-		cals = append(cals, cal{m, m})
-	}
-	for _, m := range []string{"bin", "bbq"} {
+	for _, m := range calib.Methods() { // every method of the registry
+		if m.Family != calib.Binning {
+			cals = append(cals, cal{m.Name, m.Name})
+			continue
+		}
 		for _, w := range []string{"none", "all", "changed"} {
-			cals = append(cals, cal{m + "-" + w, m})
+			cals = append(cals, cal{m.Name + "-" + w, m.Name})
 		}
 	}
 	checker := onnxChecker(t)
 	for _, c := range cals {
 		cf := filepath.Join(dir, c.name+".json")
 		args := []string{"calibrate", "--method", c.method, "--logits", lf, "--out", cf, "--quiet"}
-		if c.method == "bin" || c.method == "bbq" {
+		if m, _ := calib.LookupMethod(c.method); m.HasBins() {
 			args = append(args, "--bins-exp", "4")
 		}
 		if strings.Contains(c.name, "-") {
