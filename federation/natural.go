@@ -1,8 +1,8 @@
 package federation
 
 import (
-	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 )
 
@@ -35,9 +35,15 @@ type user struct {
 	rows []int
 }
 
-// groupByClient returns the rows of each client id, users sorted by id.
+// groupByClient returns the rows of each client id, users sorted by id,
+// each user's rows in increasing order. It is a counting sort: one pass
+// counts the rows of each id, one fills a single backing array with every
+// user's rows at its offset, so it holds one int per row and no more
+// (growing a slice per user would hold up to twice that, and copy it).
+// Ids are counted in a slice indexed by id when they are dense enough
+// (the largest below 4 rows per row of data), else in a map.
 func groupByClient(client []int32, split []uint8) ([]user, error) {
-	byID := make(map[int32][]int)
+	maxID := int32(-1)
 	for i, c := range client {
 		if c < 0 {
 			return nil, fmt.Errorf("client column: row %d has id %d; ids must be non-negative", i, c)
@@ -45,15 +51,70 @@ func groupByClient(client []int32, split []uint8) ([]user, error) {
 		if split != nil && split[i] > uint8(Test) {
 			return nil, fmt.Errorf("split column: row %d is %d; want 0 (train), 1 (calibration) or 2 (test)", i, split[i])
 		}
-		byID[c] = append(byID[c], i)
+		maxID = max(maxID, c)
 	}
-	users := make([]user, 0, len(byID))
-	for id, rows := range byID {
-		users = append(users, user{id: int64(id), rows: rows})
+	// next[id] counts id's rows, then holds the next free position of
+	// its rows in backing.
+	var next interface {
+		at(id int32) *int
+		ids() []int32
 	}
-	slices.SortFunc(users, func(a, b user) int { return cmp.Compare(a.id, b.id) })
+	if int64(maxID) < 4*int64(len(client))+1024 {
+		next = make(denseIDs, int(maxID)+1)
+	} else {
+		next = sparseIDs{}
+	}
+	for _, c := range client {
+		*next.at(c)++
+	}
+	ids := next.ids()
+	users := make([]user, len(ids))
+	backing := make([]int, len(client))
+	off := 0
+	for k, id := range ids {
+		p := next.at(id)
+		n := *p
+		users[k] = user{id: int64(id), rows: backing[off : off+n : off+n]}
+		*p = off
+		off += n
+	}
+	for i, c := range client {
+		p := next.at(c)
+		backing[*p] = i
+		*p++
+	}
 	return users, nil
 }
+
+// denseIDs counts client ids in a slice indexed by id; its ids are those
+// with a count, in increasing order.
+type denseIDs []int
+
+func (d denseIDs) at(id int32) *int { return &d[id] }
+
+func (d denseIDs) ids() []int32 {
+	var out []int32
+	for id, n := range d {
+		if n > 0 {
+			out = append(out, int32(id))
+		}
+	}
+	return out
+}
+
+// sparseIDs counts client ids in a map; its ids are sorted.
+type sparseIDs map[int32]*int
+
+func (m sparseIDs) at(id int32) *int {
+	p, ok := m[id]
+	if !ok {
+		p = new(int)
+		m[id] = p
+	}
+	return p
+}
+
+func (m sparseIDs) ids() []int32 { return slices.Sorted(maps.Keys(m)) }
 
 // Natural returns the partition carried in the data: client k is the k-th
 // smallest id of the client column (its ID is that id). split is the split
