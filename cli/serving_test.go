@@ -2,41 +2,15 @@ package cli
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/fedcalib/fedcalib/calib"
-	"github.com/fedcalib/fedcalib/onnx"
+	"github.com/fedcalib/fedcalib/internal/onnxtest"
 )
-
-// flipFirstFloat flips bit 6 of the high byte of the first float32 value
-// of the TensorProto file at path, found by its little-endian bytes.
-func flipFirstFloat(t *testing.T, path string) {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tt, err := onnx.ParseTensor(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var le [4]byte
-	binary.LittleEndian.PutUint32(le[:], math.Float32bits(tt.Float[0]))
-	at := bytes.Index(b, le[:])
-	if at < 0 {
-		t.Fatalf("%s: the bytes of %v are not in the file", path, tt.Float[0])
-	}
-	b[at+3] ^= 0x40
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // TestExportServing exports the tiny model (classes zero, one, two) into
 // a Triton repository and as test vectors in one run without --out, then
@@ -91,7 +65,7 @@ func TestExportServing(t *testing.T) {
 	}
 
 	out0 := filepath.Join(vec, "test_data_set_0", "output_0.pb")
-	flipFirstFloat(t, out0)
+	onnxtest.FlipFloat(t, out0)
 	if code, _, stderr := fedcalib("check", "--test-vectors", vec); code != ExitFailed || !strings.Contains(stderr, "output_0.pb (logits) value 0") {
 		t.Errorf("flipped byte: exit %d, %q", code, stderr)
 	}

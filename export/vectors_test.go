@@ -1,9 +1,7 @@
 package export
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"math"
 	"os"
@@ -12,34 +10,9 @@ import (
 	"testing"
 
 	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/internal/onnxtest"
 	"github.com/fedcalib/fedcalib/onnx"
 )
-
-// flipFloat flips bit 6 of the high byte of the first float32 value of
-// the TensorProto file at path, where the value's little-endian bytes
-// are found in the file, and returns the value before and after.
-func flipFloat(t *testing.T, path string) (before, after float32) {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tt, err := onnx.ParseTensor(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var le [4]byte
-	binary.LittleEndian.PutUint32(le[:], math.Float32bits(tt.Float[0]))
-	at := bytes.Index(b, le[:])
-	if at < 0 {
-		t.Fatalf("%s: the bytes of %v are not in the file", path, tt.Float[0])
-	}
-	b[at+3] ^= 0x40
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return tt.Float[0], math.Float32frombits(binary.LittleEndian.Uint32(b[at:]))
-}
 
 // TestTestVectors writes the test vectors of the tiny model calibrated by
 // temperature 2 and checks them by hand: input_0.pb is x [4, 1, 4, 4] in
@@ -100,7 +73,7 @@ func TestTestVectors(t *testing.T) {
 	}
 	t.Logf("replay: max error %g (tolerance %g·(1+|want|))", rep.MaxError, VectorTolerance)
 
-	before, after := flipFloat(t, filepath.Join(dir, "test_data_set_0", "output_0.pb"))
+	before, after := onnxtest.FlipFloat(t, filepath.Join(dir, "test_data_set_0", "output_0.pb"))
 	rep, err = CheckTestVectors(context.Background(), dir, "", Options{})
 	if !errors.Is(err, ErrVectorsDiffer) || rep.Failures != 1 {
 		t.Errorf("flipped %v to %v: report %+v, error %v", before, after, rep, err)
