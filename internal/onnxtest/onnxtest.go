@@ -1,5 +1,3 @@
-// Package onnxtest holds helpers for the tests of packages that write
-// ONNX files: corrupting a TensorProto file in a controlled way.
 package onnxtest
 
 import (
