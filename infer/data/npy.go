@@ -2,8 +2,8 @@ package data
 
 import (
 	"archive/zip"
-	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -11,16 +11,11 @@ import (
 	"strconv"
 	"strings"
 
-	"codeberg.org/sbinet/npyio/npy"
 	"codeberg.org/sbinet/npyio/npy/float16"
-
-	inpy "github.com/fedcalib/fedcalib/internal/npy"
 	"github.com/klauspost/compress/flate"
-)
 
-// maxNPYHeader bounds the header length of a .npy file; NumPy writes
-// headers of a few hundred bytes.
-const maxNPYHeader = 1 << 20
+	"github.com/fedcalib/fedcalib/internal/npy"
+)
 
 // npyDtype is a NumPy scalar type: kind 'f', 'i', 'u' or 'b', size in
 // bytes, byte order.
@@ -135,11 +130,11 @@ func readNPY(r io.Reader, name string) (*npyArray, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, err := parseDtype(hdr.Descr.Type)
+	d, err := parseDtype(hdr.Descr)
 	if err != nil {
 		return nil, formatError(name, nil, "%v", err)
 	}
-	shape := hdr.Descr.Shape
+	shape := hdr.Shape
 	if len(shape) == 0 {
 		return nil, formatError(name, nil, "array is a scalar, want rows")
 	}
@@ -161,7 +156,7 @@ func readNPY(r io.Reader, name string) (*npyArray, error) {
 			big++
 		}
 	}
-	a.fortran = hdr.Descr.Fortran && big > 1
+	a.fortran = hdr.Fortran && big > 1
 	if a.fortran && shape[0] > math.MaxInt/rowBytes {
 		return nil, formatError(name, nil, "shape %v is too large", shape)
 	}
@@ -169,79 +164,18 @@ func readNPY(r io.Reader, name string) (*npyArray, error) {
 }
 
 // readNPYHeader reads the preamble and header dictionary of a .npy
-// stream and parses it with npyio. It first checks the layout that npyio's
-// parser relies on, so that a malformed header is an error, not a panic.
+// stream (internal/npy, the parser the logits reader uses too).
 func readNPYHeader(r io.Reader, name string) (npy.Header, error) {
-	var pre [8]byte
-	if _, err := io.ReadFull(r, pre[:]); err != nil {
-		return npy.Header{}, formatError(name, eofError(err), "reading .npy header")
-	}
-	if [6]byte(pre[:6]) != npy.Magic {
+	h, _, err := npy.ReadHeader(r)
+	switch {
+	case err == nil:
+		return h, nil
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return npy.Header{}, formatError(name, err, "reading .npy header")
+	case errors.Is(err, npy.ErrNotNPY):
 		return npy.Header{}, formatError(name, nil, "not a .npy file (no \\x93NUMPY magic)")
 	}
-	var hlen int
-	switch pre[6] {
-	case 1:
-		var b [2]byte
-		if _, err := io.ReadFull(r, b[:]); err != nil {
-			return npy.Header{}, formatError(name, eofError(err), "reading .npy header")
-		}
-		hlen = int(binary.LittleEndian.Uint16(b[:]))
-	case 2, 3:
-		var b [4]byte
-		if _, err := io.ReadFull(r, b[:]); err != nil {
-			return npy.Header{}, formatError(name, eofError(err), "reading .npy header")
-		}
-		hlen = int(binary.LittleEndian.Uint32(b[:]))
-	default:
-		return npy.Header{}, formatError(name, nil, ".npy format version %d.%d is not supported", pre[6], pre[7])
-	}
-	if hlen > maxNPYHeader {
-		return npy.Header{}, formatError(name, nil, ".npy header of %d bytes is too long", hlen)
-	}
-	dict := make([]byte, hlen)
-	if _, err := io.ReadFull(r, dict); err != nil {
-		return npy.Header{}, formatError(name, eofError(err), "reading .npy header")
-	}
-	if !npyHeaderLayoutOK(dict) {
-		return npy.Header{}, formatError(name, nil, "malformed .npy header %.80q", dict)
-	}
-	// Version 3 differs from 2 only by allowing UTF-8 in the header.
-	var full bytes.Buffer
-	full.Write(npy.Magic[:])
-	full.Write([]byte{2, 0})
-	binary.Write(&full, binary.LittleEndian, uint32(hlen))
-	full.Write(dict)
-	rd, err := npy.NewReader(&full)
-	if err != nil {
-		return npy.Header{}, formatError(name, err, "parsing .npy header")
-	}
-	return rd.Header, nil
-}
-
-// npyHeaderLayoutOK reports whether a header dictionary has the layout
-// NumPy writes ({'descr': ..., 'fortran_order': ..., 'shape': (...), }
-// followed by padding and a newline) and that npyio's parser slices
-// without bounds checks.
-func npyHeaderLayoutOK(dict []byte) bool {
-	nl := bytes.LastIndexByte(dict, '\n')
-	if nl < 0 {
-		return false
-	}
-	buf := dict[:nl]
-	const descrKey, orderKey, shapeKey = "'descr': ", "'fortran_order': ", "'shape': "
-	d := bytes.Index(buf, []byte(descrKey))
-	o := bytes.Index(buf, []byte(orderKey))
-	s := bytes.Index(buf, []byte(shapeKey))
-	e := bytes.IndexByte(buf, '}')
-	if d < 0 || o < 0 || s < 0 || e < 0 {
-		return false
-	}
-	if d+len(descrKey) > o-2 || o+len(orderKey) > s-2 || s+len(shapeKey) > e-2 {
-		return false
-	}
-	shape := buf[s+len(shapeKey) : e-2]
-	return len(shape) >= 2 && shape[0] == '(' && shape[len(shape)-1] == ')'
+	return npy.Header{}, formatError(name, nil, ".npy %v", err)
 }
 
 // rows returns the number of rows.
@@ -298,7 +232,7 @@ func (a *npyArray) fill(i int) error {
 	}
 	a.block = a.block[:got*rb]
 	if a.dtype.order == binary.BigEndian {
-		inpy.SwapBytes(a.block, a.dtype.size)
+		npy.SwapBytes(a.block, a.dtype.size)
 	}
 	if a.fortran {
 		a.block = fortranToC(a.block, a.shape, a.dtype.size)

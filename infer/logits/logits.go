@@ -174,15 +174,15 @@ func decode(r io.ReaderAt, size int64) (*File, error) {
 		return nil, err
 	}
 	defer a.rc.Close()
-	if len(a.shape) != 2 {
-		return nil, fmt.Errorf("logits: shape %v, want [N, C]", a.shape)
+	if len(a.Shape) != 2 {
+		return nil, fmt.Errorf("logits: shape %v, want [N, C]", a.Shape)
 	}
-	n, c := a.shape[0], a.shape[1]
+	n, c := a.Shape[0], a.Shape[1]
 	f.Classes = c
 	if f.Logits, err = a.readFloat32(); err != nil {
 		return nil, err
 	}
-	if a.fortran && n > 1 && c > 1 {
+	if a.Fortran && n > 1 && c > 1 {
 		f.Logits = transpose(f.Logits, n, c)
 	}
 	if f.Labels, err = readColumn[int64](member["labels"], "labels", n, size); err != nil {
@@ -216,8 +216,8 @@ func readNames(zf *zip.File, c int, fileSize int64) ([]string, error) {
 		return nil, err
 	}
 	defer a.rc.Close()
-	if len(a.shape) != 1 || a.shape[0] != c {
-		return nil, fmt.Errorf("classes: shape %v, want [%d] (one name per logits column)", a.shape, c)
+	if len(a.Shape) != 1 || a.Shape[0] != c {
+		return nil, fmt.Errorf("classes: shape %v, want [%d] (one name per logits column)", a.Shape, c)
 	}
 	return a.readStrings()
 }
@@ -230,8 +230,8 @@ func readColumn[T integer](zf *zip.File, name string, n int, fileSize int64) ([]
 		return nil, err
 	}
 	defer a.rc.Close()
-	if len(a.shape) != 1 || a.shape[0] != n {
-		return nil, fmt.Errorf("%s: shape %v, want [%d] (one per logits row)", name, a.shape, n)
+	if len(a.Shape) != 1 || a.Shape[0] != n {
+		return nil, fmt.Errorf("%s: shape %v, want [%d] (one per logits row)", name, a.Shape, n)
 	}
 	return readIntegers[T](a)
 }

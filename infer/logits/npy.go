@@ -18,14 +18,6 @@ import (
 	"github.com/fedcalib/fedcalib/internal/npy"
 )
 
-// maxHeader bounds the length of a .npy header dictionary; NumPy writes a
-// few hundred bytes at most.
-const maxHeader = 1 << 16
-
-// maxDims bounds the number of dimensions of an array (NumPy's limit is
-// 64).
-const maxDims = 64
-
 // blockSize is the size of the blocks in which arrays are read: large
 // enough that a stored (uncompressed) entry takes one system call per
 // MiB, small enough that reading adds no more than that to the memory the
@@ -36,13 +28,6 @@ const blockSize = 1 << 20
 // a deflated entry; DEFLATE cannot exceed about 1032:1, so a larger claim
 // in the archive's directory is corrupt and must not drive an allocation.
 const maxDeflateRatio = 1040
-
-// header is the parsed header of a .npy array.
-type header struct {
-	descr   string // the dtype, such as "<f4"
-	fortran bool   // column-major data
-	shape   []int
-}
 
 // dtype is a NumPy scalar type that a logits file may hold.
 type dtype struct {
@@ -119,174 +104,10 @@ func parseStringDtype(descr string, d dtype) (dtype, bool) {
 	return d, true
 }
 
-// parseHeader parses a .npy header dictionary such as
-//
-//	{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }
-//
-// followed by padding: the three keys in any order, single or double
-// quotes, Python 2 long integers (3L) and spaces anywhere between tokens.
-func parseHeader(dict string) (header, error) {
-	var h header
-	p := &dictParser{s: dict}
-	if !p.accept('{') {
-		return h, errors.New("header does not start with '{'")
-	}
-	seen := map[string]bool{}
-	for {
-		if p.accept('}') {
-			break
-		}
-		key, err := p.str()
-		if err != nil {
-			return h, fmt.Errorf("key: %w", err)
-		}
-		if seen[key] {
-			return h, fmt.Errorf("key %q repeated", key)
-		}
-		seen[key] = true
-		if !p.accept(':') {
-			return h, fmt.Errorf("no ':' after key %q", key)
-		}
-		switch key {
-		case "descr":
-			if p.peek() == '[' {
-				return h, errors.New("descr: structured dtypes are not supported")
-			}
-			if h.descr, err = p.str(); err != nil {
-				return h, fmt.Errorf("descr: %w", err)
-			}
-		case "fortran_order":
-			switch {
-			case p.word("True"):
-				h.fortran = true
-			case p.word("False"):
-			default:
-				return h, errors.New("fortran_order: want True or False")
-			}
-		case "shape":
-			if h.shape, err = p.tuple(); err != nil {
-				return h, fmt.Errorf("shape: %w", err)
-			}
-		default:
-			return h, fmt.Errorf("unknown key %q", key)
-		}
-		if !p.accept(',') {
-			if !p.accept('}') {
-				return h, fmt.Errorf("no ',' or '}' after %q", key)
-			}
-			break
-		}
-	}
-	if strings.TrimRight(p.s[p.i:], " \t\r\n\x00") != "" {
-		return h, errors.New("text after '}'")
-	}
-	for _, k := range []string{"descr", "fortran_order", "shape"} {
-		if !seen[k] {
-			return h, fmt.Errorf("no %q key", k)
-		}
-	}
-	return h, nil
-}
-
-// dictParser scans the Python literal of a .npy header.
-type dictParser struct {
-	s string
-	i int
-}
-
-func (p *dictParser) skip() {
-	for p.i < len(p.s) && (p.s[p.i] == ' ' || p.s[p.i] == '\t' || p.s[p.i] == '\n' || p.s[p.i] == '\r') {
-		p.i++
-	}
-}
-
-// peek returns the next non-space byte, or 0 at the end.
-func (p *dictParser) peek() byte {
-	p.skip()
-	if p.i == len(p.s) {
-		return 0
-	}
-	return p.s[p.i]
-}
-
-// accept consumes c if it is the next non-space byte.
-func (p *dictParser) accept(c byte) bool {
-	if p.peek() == c {
-		p.i++
-		return true
-	}
-	return false
-}
-
-// word consumes w if it comes next.
-func (p *dictParser) word(w string) bool {
-	p.skip()
-	if strings.HasPrefix(p.s[p.i:], w) {
-		p.i += len(w)
-		return true
-	}
-	return false
-}
-
-// str consumes a quoted string without escapes.
-func (p *dictParser) str() (string, error) {
-	q := p.peek()
-	if q != '\'' && q != '"' {
-		return "", errors.New("want a quoted string")
-	}
-	end := strings.IndexByte(p.s[p.i+1:], q)
-	if end < 0 {
-		return "", errors.New("unterminated string")
-	}
-	v := p.s[p.i+1 : p.i+1+end]
-	if strings.IndexByte(v, '\\') >= 0 {
-		return "", errors.New("escapes in strings are not supported")
-	}
-	p.i += end + 2
-	return v, nil
-}
-
-// tuple consumes a tuple of non-negative integers: (), (3,), (3, 2).
-func (p *dictParser) tuple() ([]int, error) {
-	if !p.accept('(') {
-		return nil, errors.New("want a tuple")
-	}
-	shape := []int{}
-	for !p.accept(')') {
-		p.skip()
-		j := p.i
-		for j < len(p.s) && p.s[j] >= '0' && p.s[j] <= '9' {
-			j++
-		}
-		if j == p.i {
-			return nil, errors.New("want a non-negative integer")
-		}
-		n, err := strconv.Atoi(p.s[p.i:j])
-		if err != nil {
-			return nil, err
-		}
-		if len(shape) == maxDims {
-			return nil, fmt.Errorf("more than %d dimensions", maxDims)
-		}
-		shape = append(shape, n)
-		p.i = j
-		if p.i < len(p.s) && p.s[p.i] == 'L' {
-			p.i++
-		}
-		if !p.accept(',') {
-			if !p.accept(')') {
-				return nil, errors.New("want ',' or ')'")
-			}
-			break
-		}
-	}
-	return shape, nil
-}
-
 // array is one array of an .npz archive, positioned at its data.
 type array struct {
 	name string
-	header
+	npy.Header
 	dtype
 	rc   io.ReadCloser
 	size int // number of elements
@@ -325,7 +146,7 @@ func openArray(zf *zip.File, name string, fileSize int64) (*array, error) {
 	// nothing after them.
 	data := usize - uint64(min(hlen, int(usize)))
 	n := uint64(1)
-	for _, d := range a.shape {
+	for _, d := range a.Shape {
 		if d != 0 && n > data/uint64(d) {
 			n = math.MaxUint64
 			break
@@ -334,7 +155,7 @@ func openArray(zf *zip.File, name string, fileSize int64) (*array, error) {
 	}
 	if n == math.MaxUint64 || n*uint64(a.dtype.size) != data {
 		rc.Close()
-		return nil, fmt.Errorf("%s: shape %v of %s needs %d·%d bytes of data, the archive entry holds %d", name, a.shape, a.descr, n, a.dtype.size, data)
+		return nil, fmt.Errorf("%s: shape %v of %s needs %d·%d bytes of data, the archive entry holds %d", name, a.Shape, a.Descr, n, a.dtype.size, data)
 	}
 	a.size = int(n)
 	return a, nil
@@ -343,41 +164,15 @@ func openArray(zf *zip.File, name string, fileSize int64) (*array, error) {
 // readHeader reads the magic, version and header of a .npy stream and
 // returns the length of the preamble and header together.
 func (a *array) readHeader() (int, error) {
-	var pre [12]byte
-	if _, err := io.ReadFull(a.rc, pre[:10]); err != nil {
-		return 0, fmt.Errorf("%s: unreadable NumPy header: %w", a.name, err)
-	}
-	if string(pre[:6]) != "\x93NUMPY" {
-		return 0, fmt.Errorf("%s: unreadable NumPy header: no \\x93NUMPY magic", a.name)
-	}
-	var hlen, n int
-	switch pre[6] {
-	case 1:
-		hlen, n = int(binary.LittleEndian.Uint16(pre[8:])), 10
-	case 2, 3:
-		if _, err := io.ReadFull(a.rc, pre[10:]); err != nil {
-			return 0, fmt.Errorf("%s: unreadable NumPy header: %w", a.name, err)
-		}
-		hlen, n = int(binary.LittleEndian.Uint32(pre[8:])), 12
-	default:
-		return 0, fmt.Errorf("%s: unreadable NumPy header: format version %d.%d is not supported", a.name, pre[6], pre[7])
-	}
-	if hlen > maxHeader {
-		return 0, fmt.Errorf("%s: unreadable NumPy header: %d bytes long", a.name, hlen)
-	}
-	dict := make([]byte, hlen)
-	if _, err := io.ReadFull(a.rc, dict); err != nil {
-		return 0, fmt.Errorf("%s: unreadable NumPy header: %w", a.name, err)
-	}
-	h, err := parseHeader(string(dict))
+	h, n, err := npy.ReadHeader(a.rc)
 	if err != nil {
 		return 0, fmt.Errorf("%s: unreadable NumPy header: %w", a.name, err)
 	}
-	a.header = h
-	if d, ok := parseDtype(h.descr); ok {
+	a.Header = h
+	if d, ok := parseDtype(h.Descr); ok {
 		a.dtype = d
 	}
-	return n + hlen, nil
+	return n, nil
 }
 
 // each reads the array's data in blocks of whole elements, converts
@@ -422,7 +217,7 @@ func noEOF(err error) error {
 // slice, in the order of its data.
 func (a *array) readFloat32() ([]float32, error) {
 	if a.kind != 'f' {
-		return nil, fmt.Errorf("%s: dtype %s, want float32 (<f4) or float64 (<f8)", a.name, a.descr)
+		return nil, fmt.Errorf("%s: dtype %s, want float32 (<f4) or float64 (<f8)", a.name, a.Descr)
 	}
 	out := make([]float32, a.size)
 	err := a.each(func(b []byte, first int) error {
@@ -447,7 +242,7 @@ func (a *array) readFloat32() ([]float32, error) {
 // or bytes and drops them when it reads an element; so does readStrings.
 func (a *array) readStrings() ([]string, error) {
 	if a.kind != 'U' && a.kind != 'S' {
-		return nil, fmt.Errorf("%s: dtype %s, want strings (<U… as numpy.array([\"cat\", \"dog\"]) makes, or |S…)", a.name, a.descr)
+		return nil, fmt.Errorf("%s: dtype %s, want strings (<U… as numpy.array([\"cat\", \"dog\"]) makes, or |S…)", a.name, a.Descr)
 	}
 	out := make([]string, 0, a.size)
 	var runes []rune
@@ -484,7 +279,7 @@ type integer interface{ ~int64 | ~int32 | ~uint8 }
 // value fits T.
 func readIntegers[T integer](a *array) ([]T, error) {
 	if a.kind != 'i' && a.kind != 'u' {
-		return nil, fmt.Errorf("%s: dtype %s, want an integer type", a.name, a.descr)
+		return nil, fmt.Errorf("%s: dtype %s, want an integer type", a.name, a.Descr)
 	}
 	out := make([]T, a.size)
 	err := a.each(func(b []byte, first int) error {

@@ -15,47 +15,6 @@ import (
 	"github.com/fedcalib/fedcalib/internal/npy"
 )
 
-func TestParseHeader(t *testing.T) {
-	for _, tc := range []struct {
-		dict string
-		want header
-		err  string
-	}{
-		{"{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }   \n", header{"<f4", false, []int{3, 2}}, ""},
-		{`{"shape": (5,), "fortran_order": True, "descr": ">i8"}`, header{">i8", true, []int{5}}, ""},
-		{"{'descr':'|u1','fortran_order':False,'shape':()}\n", header{"|u1", false, []int{}}, ""},
-		{"{'descr': '<f8', 'fortran_order': False, 'shape': (2L, 3L), }\n", header{"<f8", false, []int{2, 3}}, ""},
-		{"{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }\x00\x00", header{"<f4", false, []int{3, 2}}, ""},
-		{"", header{}, "does not start with '{'"},
-		{"{'descr': '<f4', 'shape': (3,)}", header{}, `no "fortran_order" key`},
-		{"{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (3,)}", header{}, `key "descr" repeated`},
-		{"{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (3,)}", header{}, "structured dtypes"},
-		{"{'descr': '<f4', 'fortran_order': Maybe, 'shape': (3,)}", header{}, "want True or False"},
-		{"{'descr': '<f4', 'fortran_order': False, 'shape': (-3,)}", header{}, "non-negative integer"},
-		{"{'descr': '<f4', 'fortran_order': False, 'shape': (3 2)}", header{}, "want ',' or ')'"},
-		{"{'descr': '<f4', 'fortran_order': False, 'shape': 3}", header{}, "want a tuple"},
-		{"{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,)}", header{}, "out of range"},
-		{"{'descr': '<f4', 'fortran_order': False, 'shape': (3,), 'x': 1}", header{}, `unknown key "x"`},
-		{"{'descr' '<f4'}", header{}, "no ':' after key"},
-		{"{'descr': '<f4', 'fortran_order': False, 'shape': (3,)} x", header{}, "text after '}'"},
-		{"{'descr': 'a\\'b', 'fortran_order': False, 'shape': (3,)}", header{}, "escapes"},
-		{"{'descr", header{}, "unterminated string"},
-		{"{'descr': '<f4' 'fortran_order': False}", header{}, `no ',' or '}' after "descr"`},
-		{"{'descr': '<f4', 'fortran_order': False, 'shape': (" + strings.Repeat("1,", maxDims+1) + ")}", header{}, "more than 64 dimensions"},
-	} {
-		got, err := parseHeader(tc.dict)
-		if tc.err != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("parseHeader(%q) error %v, want one containing %q", tc.dict, err, tc.err)
-			}
-			continue
-		}
-		if err != nil || !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("parseHeader(%q) = %+v, %v; want %+v", tc.dict, got, err, tc.want)
-		}
-	}
-}
-
 func TestParseDtype(t *testing.T) {
 	for _, tc := range []struct {
 		descr string
@@ -292,26 +251,4 @@ func TestEncodeStored(t *testing.T) {
 	if want := []string{"logits.npy", "labels.npy", "client.npy"}; !reflect.DeepEqual(names, want) {
 		t.Errorf("members %v, want %v", names, want)
 	}
-}
-
-// FuzzParseHeader checks that the header parser never panics and that
-// what it accepts has a non-negative shape.
-func FuzzParseHeader(f *testing.F) {
-	f.Add("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }   \n")
-	f.Add(`{"shape": (5,), "fortran_order": True, "descr": ">i8"}`)
-	f.Add("{'descr': '<f8', 'fortran_order': False, 'shape': (2L, 3L), }\n")
-	f.Fuzz(func(t *testing.T, dict string) {
-		h, err := parseHeader(dict)
-		if err != nil {
-			return
-		}
-		if len(h.shape) > maxDims {
-			t.Fatalf("shape %v has more than %d dimensions", h.shape, maxDims)
-		}
-		for _, d := range h.shape {
-			if d < 0 {
-				t.Fatalf("negative dimension in %v", h.shape)
-			}
-		}
-	})
 }

@@ -1,8 +1,7 @@
 // Package npy holds what the two readers of NumPy's .npy format share —
-// infer/logits (the logits file) and infer/data (npy: and npz: datasets).
-// Today that is the byte-order conversion of an array's body; the header
-// and dtype parsers of the two readers are still separate and are to move
-// here.
+// infer/logits (the logits file) and infer/data (npy: and npz: datasets):
+// the header (ReadHeader, ParseHeader) and the byte-order conversion of an
+// array's body (SwapBytes). Each reader keeps the dtypes it decodes.
 package npy
 
 import "encoding/binary"
