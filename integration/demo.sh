@@ -71,7 +71,8 @@ say "4. Results on the global test split (the union of the clients' test rows; *
   --calibrator "$OUT/fedtemp-rdp-dp.json" \
   | tee "$OUT/table.txt"
 # The best private calibrator: lowest cwECE among the rows with an ε and no accuracy drop.
-best=$(awk 'NR > 3 && $NF != "-" && $4 !~ /\*/ { v = $2; sub("%", "", v); if (best == "" || v + 0 < min) { min = v + 0; best = $1 } } END { print best }' "$OUT/table.txt")
+# (The rows follow the header line that starts with "calibrator".)
+best=$(awk '$1 == "calibrator" { rows = 1; next } rows && NF > 1 && $NF != "-" && $4 !~ /\*/ { v = $2; sub("%", "", v); if (best == "" || v + 0 < min) { min = v + 0; best = $1 } } END { print best }' "$OUT/table.txt")
 [ -n "$best" ] || { echo "demo: no private calibrator kept accuracy" >&2; exit 1; }
 
 say "5. Export the best private calibrator ($best) into the model, verified in ONNX Runtime"
@@ -101,7 +102,7 @@ protocol=(--method temp --epsilon 1 --delta 1e-5 --rounds "$ROUNDS" --sample-rat
 "$FEDCALIB" serve "${protocol[@]}" --clients "$NET/allow.txt" --listen 127.0.0.1:0 --store "$NET/store" \
   --out "$NET/fedtemp-dp.json" 2> "$NET/serve.log" > "$NET/serve.out" &
 serve=$!
-for ((w = 0; w < 100; w++)); do grep -q '^serving' "$NET/serve.log" && break; sleep 0.1; done
+for ((w = 0; w < 100; w++)); do grep -qs '^serving' "$NET/serve.log" && break; sleep 0.1; done
 read -r url fingerprint < <(sed -n 's/^serving federation .* at \(tls:[^ ]*\) (TLS certificate SHA-256 \([0-9a-f]*\))$/\1 \2/p' "$NET/serve.log") || true
 [ -n "$url" ] || { echo "demo: serve did not start:" >&2; cat "$NET/serve.log" >&2; exit 1; }
 echo "coordinator at $url, certificate $fingerprint"
