@@ -279,3 +279,15 @@ func TestTemperatureFitFloat32(t *testing.T) {
 		}
 	}
 }
+
+// TestTemperatureWarmStart checks that starting a large fit from the
+// minimiser on every 64th row reaches the same T as the plain fit: the
+// root of the same function, to the fit's tolerance.
+func TestTemperatureWarmStart(t *testing.T) {
+	s := scOverconfident(rand.New(rand.NewPCG(31, 32)), 5*tempBlock, 4, 3, 2)
+	r := setRows(s)
+	cold, warm := fitTemperature(r, 1), fitTemperatureWarm(r, 1)
+	if math.Abs(cold-warm) > 1e-11*cold || math.Abs(cold-2) > 0.1 {
+		t.Errorf("warm-started T = %v, plain %v (true temperature 2)", warm, cold)
+	}
+}
