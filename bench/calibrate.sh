@@ -17,6 +17,8 @@
 #   DIR      where the generated .npz files go (default
 #            /tmp/fedcalib-calibrate-bench; 10^7 × 10 takes 480 MB; kept)
 #   PYTHON   Python with NumPy and SciPy (default /usr/bin/python3)
+#   FEDCALIB the fedcalib binary to time (default: build bin/fedcalib here),
+#            e.g. an older build to compare at the same load
 #
 # Each repetition runs the two tools back to back on the same file, so
 # that they see the same page cache and machine load; a first, untimed
@@ -30,12 +32,15 @@ REPS=${REPS:-5}
 DIR=${DIR:-/tmp/fedcalib-calibrate-bench}
 PYTHON=${PYTHON:-/usr/bin/python3}
 PEER=bench/calibrate_peer.py
-FEDCALIB=bin/fedcalib
+FEDCALIB=${FEDCALIB:-}
 
 [ -x /usr/bin/time ] || { echo "bench/calibrate.sh: needs GNU time at /usr/bin/time (apt-get install time)" >&2; exit 2; }
 "$PYTHON" -c 'import numpy, scipy' || { echo "bench/calibrate.sh: $PYTHON needs NumPy and SciPy (apt-get install python3-numpy python3-scipy)" >&2; exit 2; }
 
-go build -o "$FEDCALIB" ./cmd/fedcalib
+if [ -z "$FEDCALIB" ]; then
+	FEDCALIB=bin/fedcalib
+	go build -o "$FEDCALIB" ./cmd/fedcalib
+fi
 mkdir -p "$DIR"
 TSV=$(mktemp "$DIR/times.XXXXXX.tsv")
 LOG=$(mktemp "$DIR/time.XXXXXX.log")
