@@ -203,7 +203,7 @@ func TestScalingBinningMeans(t *testing.T) {
 // non-decreasing in the class-1 logit, and that it takes only a few
 // discrete values.
 func TestScalingBinningFit(t *testing.T) {
-	s := synthSet(3000, 2, 7)
+	s := scOverconfident(rand.New(rand.NewPCG(7, 11)), 3000, 2, 2, 3)
 	b := &ScalingBinning{Bins: 10, Mexp: 8}
 	if err := b.Fit(s); err != nil {
 		t.Fatal(err)
@@ -246,33 +246,6 @@ func TestScalingBinningFit(t *testing.T) {
 	}
 }
 
-// synthSet returns n rows of c classes from an over-confident model.
-func synthSet(n, c int, seed uint64) *Set {
-	rng := rand.New(rand.NewPCG(seed, 11))
-	s := &Set{Logits: make([]float64, n*c), Labels: make([]int, n), Classes: c}
-	p := make([]float64, c)
-	for i := range n {
-		z := s.Row(i)
-		for j := range z {
-			z[j] = 2 * rng.NormFloat64()
-		}
-		z[rng.IntN(c)] += 4
-		for j := range p {
-			p[j] = z[j] / 3
-		}
-		Softmax(p, p)
-		u, acc := rng.Float64(), 0.0
-		s.Labels[i] = c - 1
-		for j, v := range p {
-			if acc += v; u < acc {
-				s.Labels[i] = j
-				break
-			}
-		}
-	}
-	return s
-}
-
 func TestScalingBinningErrors(t *testing.T) {
 	one := &Set{Logits: []float64{1, 2}, Labels: []int{0}, Classes: 2}
 	h := NewValueHistograms(2, 8)
@@ -282,8 +255,8 @@ func TestScalingBinningErrors(t *testing.T) {
 		want string
 	}{
 		{"one row", func() error { return new(ScalingBinning).Fit(one) }, "need at least 2"},
-		{"bins above fine", func() error { return (&ScalingBinning{Bins: 9, Mexp: 3}).Fit(synthSet(20, 2, 1)) }, "9 bins: want 1 to 8"},
-		{"mexp", func() error { return (&ScalingBinning{Mexp: 17}).Fit(synthSet(20, 2, 1)) }, "bin exponent 17"},
+		{"bins above fine", func() error { return (&ScalingBinning{Bins: 9, Mexp: 3}).Fit(scOverconfident(rand.New(rand.NewPCG(1, 11)), 20, 2, 2, 3)) }, "9 bins: want 1 to 8"},
+		{"mexp", func() error { return (&ScalingBinning{Mexp: 17}).Fit(scOverconfident(rand.New(rand.NewPCG(1, 11)), 20, 2, 2, 3)) }, "bin exponent 17"},
 		{"temperature", func() error { _, err := NewScalingBinning(0, h, 2); return err }, "temperature 0"},
 		{"not a power of two", func() error { _, err := NewScalingBinning(1, NewValueHistograms(2, 6), 2); return err }, "power of two"},
 		{"weighting", func() error { return new(ScalingBinning).SetWeighting(WeightAll, []float64{1, 1}) }, "takes no weighting"},
