@@ -248,6 +248,7 @@ func TestScalingBinningFit(t *testing.T) {
 
 func TestScalingBinningErrors(t *testing.T) {
 	one := &Set{Logits: []float64{1, 2}, Labels: []int{0}, Classes: 2}
+	small := scOverconfident(rand.New(rand.NewPCG(1, 11)), 20, 2, 2, 3)
 	h := NewValueHistograms(2, 8)
 	for _, tc := range []struct {
 		name string
@@ -255,8 +256,8 @@ func TestScalingBinningErrors(t *testing.T) {
 		want string
 	}{
 		{"one row", func() error { return new(ScalingBinning).Fit(one) }, "need at least 2"},
-		{"bins above fine", func() error { return (&ScalingBinning{Bins: 9, Mexp: 3}).Fit(scOverconfident(rand.New(rand.NewPCG(1, 11)), 20, 2, 2, 3)) }, "9 bins: want 1 to 8"},
-		{"mexp", func() error { return (&ScalingBinning{Mexp: 17}).Fit(scOverconfident(rand.New(rand.NewPCG(1, 11)), 20, 2, 2, 3)) }, "bin exponent 17"},
+		{"bins above fine", func() error { return (&ScalingBinning{Bins: 9, Mexp: 3}).Fit(small) }, "9 bins: want 1 to 8"},
+		{"mexp", func() error { return (&ScalingBinning{Mexp: 17}).Fit(small) }, "bin exponent 17"},
 		{"temperature", func() error { _, err := NewScalingBinning(0, h, 2); return err }, "temperature 0"},
 		{"not a power of two", func() error { _, err := NewScalingBinning(1, NewValueHistograms(2, 6), 2); return err }, "power of two"},
 		{"weighting", func() error { return new(ScalingBinning).SetWeighting(WeightAll, []float64{1, 1}) }, "takes no weighting"},
