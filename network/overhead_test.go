@@ -33,15 +33,7 @@ func TestSecureOverhead(t *testing.T) {
 	pop := synthPopulation(t, 200*K, C, K)
 	spec := federation.Spec{Method: "bbq", Mexp: 7}
 	for _, sc := range []*network.SecureConfig{nil, {}} {
-		ks := make([]network.Key, K)
-		pubs := make([]string, K)
-		for i := range ks {
-			seed, pub, err := network.NewKey()
-			if err != nil {
-				t.Fatal(err)
-			}
-			ks[i], pubs[i] = network.Key{Seed: seed, Public: pub}, pub
-		}
+		ks, pubs := newKeys(t, K)
 		srv, err := network.NewServer(network.ServerConfig{Listen: "127.0.0.1:0", Store: t.TempDir(), Clients: pubs, Plaintext: true})
 		if err != nil {
 			t.Fatal(err)

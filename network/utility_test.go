@@ -100,12 +100,12 @@ func softmaxAll(s *calib.Set) []float64 {
 	return p
 }
 
-// runSecure runs a coordinator and K in-process clients over an embedded
-// server.
-func runSecure(t *testing.T, spec federation.Spec, r federation.Rounds, pop federation.Population, K, minClients int, sc *network.SecureConfig) *network.Outcome {
+// newKeys returns k new client identities and their public keys (the
+// allow-list of a server).
+func newKeys(t *testing.T, k int) ([]network.Key, []string) {
 	t.Helper()
-	ks := make([]network.Key, K)
-	pubs := make([]string, K)
+	ks := make([]network.Key, k)
+	pubs := make([]string, k)
 	for i := range ks {
 		seed, pub, err := network.NewKey()
 		if err != nil {
@@ -113,6 +113,14 @@ func runSecure(t *testing.T, spec federation.Spec, r federation.Rounds, pop fede
 		}
 		ks[i], pubs[i] = network.Key{Seed: seed, Public: pub}, pub
 	}
+	return ks, pubs
+}
+
+// runSecure runs a coordinator and K in-process clients over an embedded
+// server.
+func runSecure(t *testing.T, spec federation.Spec, r federation.Rounds, pop federation.Population, K, minClients int, sc *network.SecureConfig) *network.Outcome {
+	t.Helper()
+	ks, pubs := newKeys(t, K)
 	srv, err := network.NewServer(network.ServerConfig{Listen: "127.0.0.1:0", Store: t.TempDir(), Clients: pubs, Plaintext: true})
 	if err != nil {
 		t.Fatal(err)
