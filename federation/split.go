@@ -71,17 +71,22 @@ func (f Fractions) counts(n int) (cal, test int) {
 	return cal, test
 }
 
+// The split functions below divide the examples idx of one client in
+// place: they reorder idx and return a Client whose splits are disjoint
+// subslices of it (each with its capacity cut to its length, so that
+// appending to one cannot overwrite another), so a partition holds one
+// int per example and no copy. The caller gives up idx.
+
 // splitFractions divides the examples idx of one client by f, shuffling
-// with rng. idx is not modified.
+// with rng, in place.
 func splitFractions(id int64, idx []int, f Fractions, rng *rand.Rand) Client {
-	perm := slices.Clone(idx)
-	rng.Shuffle(len(perm), func(a, b int) { perm[a], perm[b] = perm[b], perm[a] })
-	cal, test := f.counts(len(perm))
+	rng.Shuffle(len(idx), func(a, b int) { idx[a], idx[b] = idx[b], idx[a] })
+	cal, test := f.counts(len(idx))
 	c := Client{
 		ID:          id,
-		Calibration: perm[:cal:cal],
-		Test:        perm[cal : cal+test : cal+test],
-		Train:       perm[cal+test:],
+		Calibration: idx[:cal:cal],
+		Test:        idx[cal : cal+test : cal+test],
+		Train:       idx[cal+test:],
 	}
 	slices.Sort(c.Calibration)
 	slices.Sort(c.Test)
@@ -89,35 +94,60 @@ func splitFractions(id int64, idx []int, f Fractions, rng *rand.Rand) Client {
 	return c
 }
 
-// splitGiven divides the examples idx of one client by the split column.
+// splitGiven divides the examples idx of one client, in increasing
+// order, by the split column, in place: idx becomes its train, then its
+// calibration, then its test examples, each in increasing order.
 func splitGiven(id int64, idx []int, split []uint8) Client {
-	c := Client{ID: id, Train: []int{}, Calibration: []int{}, Test: []int{}}
+	var n [3]int
 	for _, i := range idx {
-		switch Split(split[i]) {
-		case Train:
-			c.Train = append(c.Train, i)
-		case Calibration:
-			c.Calibration = append(c.Calibration, i)
-		case Test:
-			c.Test = append(c.Test, i)
+		n[split[i]]++
+	}
+	// Train rows move forward in place; the others wait in rest.
+	rest := make([]int, 0, n[Calibration]+n[Test])
+	train := idx[:0]
+	for _, i := range idx {
+		if Split(split[i]) == Train {
+			train = append(train, i)
+		} else {
+			rest = append(rest, i)
 		}
 	}
-	return c
+	cal := idx[n[Train]:n[Train]]
+	test := idx[n[Train]+n[Calibration] : n[Train]+n[Calibration]]
+	for _, i := range rest {
+		if Split(split[i]) == Calibration {
+			cal = append(cal, i)
+		} else {
+			test = append(test, i)
+		}
+	}
+	return Client{ID: id, Train: capped(train), Calibration: capped(cal), Test: capped(test)}
 }
 
-// splitLEAFSample divides the examples idx of one client by the split
-// column, then moves half of its test examples (rounded up, chosen with
-// rng) to calibration.
+// splitLEAFSample divides the examples idx of one client, in increasing
+// order, by the split column, then moves half of its test examples
+// (rounded up, chosen with rng) to calibration; in place.
 func splitLEAFSample(id int64, idx []int, split []uint8, rng *rand.Rand) Client {
 	c := splitGiven(id, idx, split)
+	// Calibration and test are adjacent in idx: the calibration split
+	// grows over the first half of the shuffled test split.
 	perm := c.Test // sorted, since idx is
 	rng.Shuffle(len(perm), func(a, b int) { perm[a], perm[b] = perm[b], perm[a] })
 	half := (len(perm) + 1) / 2
-	c.Calibration = append(c.Calibration, perm[:half]...)
-	c.Test = perm[half:]
+	ncal := len(c.Calibration) + half
+	c.Calibration = capped(idx[len(c.Train) : len(c.Train)+ncal])
+	c.Test = capped(perm[half:])
 	slices.Sort(c.Calibration)
 	slices.Sort(c.Test)
 	return c
+}
+
+// capped returns s with its capacity cut to its length, never nil.
+func capped(s []int) []int {
+	if s == nil {
+		return []int{}
+	}
+	return s[:len(s):len(s)]
 }
 
 // leafSample applies LEAF's "sample" rule to a whole data set: it returns a
