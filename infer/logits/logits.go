@@ -8,7 +8,6 @@ import (
 	"hash/crc32"
 	"io"
 	"math"
-	"os"
 	"strings"
 	"unicode/utf8"
 
@@ -53,12 +52,19 @@ func (f *File) Len() int { return len(f.Labels) }
 // refuses, non-finite logits, labels outside [0, Classes), negative
 // client ids or unknown split values.
 func (f *File) Validate() error {
+	if f.Classes >= 2 && len(f.Logits) != len(f.Labels)*f.Classes {
+		return fmt.Errorf("logits: have %d values for %d labels of %d classes: lengths do not match", len(f.Logits), len(f.Labels), f.Classes)
+	}
+	return f.validateColumns()
+}
+
+// validateColumns is Validate without the check of the logits' length
+// (which lets ReadColumns check a File without logits).
+func (f *File) validateColumns() error {
 	n := len(f.Labels)
 	switch {
 	case f.Classes < 2:
 		return fmt.Errorf("logits: need at least 2 classes, have %d", f.Classes)
-	case len(f.Logits) != n*f.Classes:
-		return fmt.Errorf("logits: have %d values for %d labels of %d classes: lengths do not match", len(f.Logits), n, f.Classes)
 	case f.Client != nil && len(f.Client) != n:
 		return fmt.Errorf("client: has %d rows, labels has %d", len(f.Client), n)
 	case f.Split != nil && len(f.Split) != n:
@@ -67,25 +73,32 @@ func (f *File) Validate() error {
 	if err := calib.CheckClassNames(f.ClassNames, f.Classes); err != nil {
 		return fmt.Errorf("classes: %w", err)
 	}
+	return f.checkValues(0)
+}
+
+// checkValues reports the first non-finite logit, label outside
+// [0, Classes), negative client id or unknown split value of f, whose
+// rows it numbers from first (f may be a block of a larger file).
+func (f *File) checkValues(first int) error {
 	for i, v := range f.Logits {
 		// All exponent bits set: ±Inf or NaN.
 		if math.Float32bits(v)&0x7f800000 == 0x7f800000 {
-			return fmt.Errorf("logits: row %d, class %d is %v: logits must be finite", i/f.Classes, i%f.Classes, v)
+			return fmt.Errorf("logits: row %d, class %d is %v: logits must be finite", first+i/f.Classes, i%f.Classes, v)
 		}
 	}
 	for i, y := range f.Labels {
 		if y < 0 || y >= int64(f.Classes) {
-			return fmt.Errorf("labels: row %d is %d, outside [0, %d)", i, y, f.Classes)
+			return fmt.Errorf("labels: row %d is %d, outside [0, %d)", first+i, y, f.Classes)
 		}
 	}
 	for i, c := range f.Client {
 		if c < 0 {
-			return fmt.Errorf("client: row %d is %d: client ids must be non-negative", i, c)
+			return fmt.Errorf("client: row %d is %d: client ids must be non-negative", first+i, c)
 		}
 	}
 	for i, s := range f.Split {
 		if s > SplitTest {
-			return fmt.Errorf("split: row %d is %d: want 0 (train), 1 (calibration) or 2 (test)", i, s)
+			return fmt.Errorf("split: row %d is %d: want 0 (train), 1 (calibration) or 2 (test)", first+i, s)
 		}
 	}
 	return nil
@@ -127,86 +140,33 @@ func (f *File) Set(rows []int) *calib.Set {
 
 // Read reads and validates the logits file at path.
 func Read(path string) (*File, error) {
-	f, err := read(path)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return f, nil
-}
-
-func read(path string) (*File, error) {
-	fh, err := os.Open(path)
+	a, err := Open(path)
 	if err != nil {
 		return nil, err
 	}
-	defer fh.Close()
-	st, err := fh.Stat()
-	if err != nil {
-		return nil, err
-	}
-	return decode(fh, st.Size())
+	defer a.Close()
+	return a.readAll()
 }
 
 // decode reads and validates the logits file held by r, of size bytes.
 func decode(r io.ReaderAt, size int64) (*File, error) {
-	zr, err := zip.NewReader(r, size)
+	a, err := openArchive(r, size)
 	if err != nil {
-		return nil, fmt.Errorf("not a NumPy .npz archive: %w", err)
+		return nil, err
 	}
-	zr.RegisterDecompressor(zip.Deflate, newFlateReader)
-	// NumPy names the members KEY.npy; other writers may use KEY alone.
-	member := map[string]*zip.File{}
-	for _, zf := range zr.File {
-		k := strings.TrimSuffix(zf.Name, ".npy")
-		if member[k] == nil || strings.HasSuffix(zf.Name, ".npy") {
-			member[k] = zf
-		}
-	}
-	for _, k := range []string{"logits", "labels"} {
-		if member[k] == nil {
-			return nil, fmt.Errorf("no %q array: a logits file needs \"logits\" [N, C] and \"labels\" [N]", k)
-		}
-	}
+	return a.readAll()
+}
 
-	var f File
-	a, err := openArray(member["logits"], "logits", size)
+// readAll reads the whole archive: ReadColumns, then ReadLogits.
+func (a *Archive) readAll() (*File, error) {
+	f, err := a.ReadColumns()
 	if err != nil {
 		return nil, err
 	}
-	defer a.rc.Close()
-	if len(a.Shape) != 2 {
-		return nil, fmt.Errorf("logits: shape %v, want [N, C]", a.Shape)
-	}
-	n, c := a.Shape[0], a.Shape[1]
-	f.Classes = c
-	if f.Logits, err = a.readFloat32(); err != nil {
+	if err := a.ReadLogits(f); err != nil {
 		return nil, err
 	}
-	if a.Fortran && n > 1 && c > 1 {
-		f.Logits = transpose(f.Logits, n, c)
-	}
-	if f.Labels, err = readColumn[int64](member["labels"], "labels", n, size); err != nil {
-		return nil, err
-	}
-	if zf := member["client"]; zf != nil {
-		if f.Client, err = readColumn[int32](zf, "client", n, size); err != nil {
-			return nil, err
-		}
-	}
-	if zf := member["split"]; zf != nil {
-		if f.Split, err = readColumn[uint8](zf, "split", n, size); err != nil {
-			return nil, err
-		}
-	}
-	if zf := member["classes"]; zf != nil {
-		if f.ClassNames, err = readNames(zf, c, size); err != nil {
-			return nil, err
-		}
-	}
-	if err := f.Validate(); err != nil {
-		return nil, err
-	}
-	return &f, nil
+	return f, nil
 }
 
 // readNames reads the "classes" array: c class names.
@@ -230,8 +190,8 @@ func readColumn[T integer](zf *zip.File, name string, n int, fileSize int64) ([]
 		return nil, err
 	}
 	defer a.rc.Close()
-	if len(a.Shape) != 1 || a.Shape[0] != n {
-		return nil, fmt.Errorf("%s: shape %v, want [%d] (one per logits row)", name, a.Shape, n)
+	if err := a.checkColumn(n); err != nil {
+		return nil, err
 	}
 	return readIntegers[T](a)
 }

@@ -305,6 +305,16 @@ func FuzzRead(f *testing.F) {
 		if err := got.Validate(); err != nil {
 			t.Fatalf("Read returned an invalid file: %v", err)
 		}
+		// Blocks reads the same rows from what Read accepts.
+		rows, err := readBlocks(t, b, 3)
+		if err != nil {
+			t.Fatalf("Read accepts the file, Blocks does not: %v", err)
+		}
+		want := *got
+		want.Client, want.ClassNames = nil, nil
+		if !reflect.DeepEqual(rows, &want) {
+			t.Fatalf("Blocks read %+v, Read %+v", rows, want)
+		}
 		// What Read accepts, Encode writes back to the same file,
 		// class names included.
 		var buf bytes.Buffer

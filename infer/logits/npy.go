@@ -111,6 +111,7 @@ type array struct {
 	dtype
 	rc   io.ReadCloser
 	size int // number of elements
+	pos  int // elements read so far
 }
 
 // openArray opens the archive entry zf, which must hold a .npy array,
@@ -175,32 +176,58 @@ func (a *array) readHeader() (int, error) {
 	return n, nil
 }
 
-// each reads the array's data in blocks of whole elements, converts
-// big-endian elements to little-endian in place, and calls fn with each
-// block and the index of its first element. It then checks that the
-// entry ends there, which also verifies its CRC-32.
-func (a *array) each(fn func(b []byte, first int) error) error {
-	buf := make([]byte, min(blockSize/a.dtype.size*a.dtype.size, a.size*a.dtype.size))
-	for first := 0; first < a.size; {
-		m := min(len(buf)/a.dtype.size, a.size-first)
-		b := buf[:m*a.dtype.size]
-		if _, err := io.ReadFull(a.rc, b); err != nil {
-			return fmt.Errorf("%s: element %d of %d: %w", a.name, first, a.size, noEOF(err))
-		}
-		if a.bigEndian {
-			npy.SwapBytes(b, a.dtype.unit())
-		}
-		if err := fn(b, first); err != nil {
-			return err
-		}
-		first += m
+// take reads the next len(p)/size elements into p, a whole number of
+// them, converting big-endian elements to little-endian in place.
+func (a *array) take(p []byte) error {
+	if _, err := io.ReadFull(a.rc, p); err != nil {
+		return fmt.Errorf("%s: element %d of %d: %w", a.name, a.pos, a.size, noEOF(err))
 	}
+	if a.bigEndian {
+		npy.SwapBytes(p, a.dtype.unit())
+	}
+	a.pos += len(p) / a.dtype.size
+	return nil
+}
+
+// end checks, once every element is read, that the entry ends there,
+// which also verifies its CRC-32.
+func (a *array) end() error {
 	var one [1]byte
 	if _, err := io.ReadFull(a.rc, one[:]); err != io.EOF {
 		if err == nil {
 			err = errors.New("data continues after the last element")
 		}
 		return fmt.Errorf("%s: %w", a.name, err)
+	}
+	return nil
+}
+
+// each reads the array's data in blocks of whole elements, converts
+// big-endian elements to little-endian in place, and calls fn with each
+// block and the index of its first element. It then checks that the
+// entry ends there (end).
+func (a *array) each(fn func(b []byte, first int) error) error {
+	buf := make([]byte, min(blockSize/a.dtype.size*a.dtype.size, a.size*a.dtype.size))
+	for a.pos < a.size {
+		first := a.pos
+		b := buf[:min(len(buf)/a.dtype.size, a.size-first)*a.dtype.size]
+		if err := a.take(b); err != nil {
+			return err
+		}
+		if err := fn(b, first); err != nil {
+			return err
+		}
+	}
+	return a.end()
+}
+
+// checkColumn checks that the array is a column of n integers.
+func (a *array) checkColumn(n int) error {
+	if len(a.Shape) != 1 || a.Shape[0] != n {
+		return fmt.Errorf("%s: shape %v, want [%d] (one per logits row)", a.name, a.Shape, n)
+	}
+	if a.kind != 'i' && a.kind != 'u' {
+		return fmt.Errorf("%s: dtype %s, want an integer type", a.name, a.Descr)
 	}
 	return nil
 }
@@ -221,19 +248,26 @@ func (a *array) readFloat32() ([]float32, error) {
 	}
 	out := make([]float32, a.size)
 	err := a.each(func(b []byte, first int) error {
-		dst := out[first : first+len(b)/a.dtype.size]
-		if a.dtype.size == 4 {
-			for i := range dst {
-				dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-			}
-		} else {
-			for i := range dst {
-				dst[i] = float32(math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:])))
-			}
-		}
+		decodeFloat32(out[first:], b, a.dtype.size)
 		return nil
 	})
 	return out, err
+}
+
+// decodeFloat32 decodes the little-endian floats of size bytes (4 or 8)
+// in b into dst, converting float64 to the nearest float32.
+func decodeFloat32(dst []float32, b []byte, size int) {
+	if size == 4 {
+		dst = dst[:len(b)/4]
+		for i := range dst {
+			dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+		}
+		return
+	}
+	dst = dst[:len(b)/8]
+	for i := range dst {
+		dst[i] = float32(math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:])))
+	}
 }
 
 // readStrings reads an array of fixed-length strings: NumPy's UCS-4

@@ -1,0 +1,381 @@
+package logits
+
+import (
+	"archive/zip"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// Archive is an open logits file whose directory and logits header have
+// been read and checked, but none of whose data has. It reads the arrays
+// whole (ReadColumns, ReadLogits) or the rows in order, a block at a time
+// (Blocks), so that a caller holds no more than it needs: a federated run
+// builds its partition from the columns before it reads the logits, and
+// eval measures a file of any size in a few blocks of memory. Read is
+// Open, ReadColumns and ReadLogits. An Archive is not safe for concurrent
+// use; Close releases its file.
+type Archive struct {
+	r       io.ReaderAt
+	closer  io.Closer // nil when the caller owns r
+	size    int64
+	member  map[string]*zip.File
+	rows    int
+	classes int
+	fortran bool   // the logits are in column-major order
+	path    string // for errors; empty when not opened from a file
+}
+
+// Open opens the logits file at path and checks its directory and the
+// shape and type of its logits.
+func Open(path string) (*Archive, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	st, err := fh.Stat()
+	if err != nil {
+		fh.Close()
+		return nil, err
+	}
+	a, err := openArchive(fh, st.Size())
+	if err != nil {
+		fh.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	a.closer, a.path = fh, path
+	return a, nil
+}
+
+// openArchive is Open of the archive held by r, of size bytes.
+func openArchive(r io.ReaderAt, size int64) (*Archive, error) {
+	zr, err := zip.NewReader(r, size)
+	if err != nil {
+		return nil, fmt.Errorf("not a NumPy .npz archive: %w", err)
+	}
+	zr.RegisterDecompressor(zip.Deflate, newFlateReader)
+	// NumPy names the members KEY.npy; other writers may use KEY alone.
+	a := &Archive{r: r, size: size, member: map[string]*zip.File{}}
+	for _, zf := range zr.File {
+		k := strings.TrimSuffix(zf.Name, ".npy")
+		if a.member[k] == nil || strings.HasSuffix(zf.Name, ".npy") {
+			a.member[k] = zf
+		}
+	}
+	for _, k := range []string{"logits", "labels"} {
+		if a.member[k] == nil {
+			return nil, fmt.Errorf("no %q array: a logits file needs \"logits\" [N, C] and \"labels\" [N]", k)
+		}
+	}
+	l, err := a.openLogits()
+	if err != nil {
+		return nil, err
+	}
+	l.rc.Close()
+	return a, nil
+}
+
+// openLogits opens the logits array, checks its shape and type, and
+// records them.
+func (a *Archive) openLogits() (*array, error) {
+	l, err := openArray(a.member["logits"], "logits", a.size)
+	if err != nil {
+		return nil, err
+	}
+	if len(l.Shape) != 2 {
+		l.rc.Close()
+		return nil, fmt.Errorf("logits: shape %v, want [N, C]", l.Shape)
+	}
+	if l.kind != 'f' {
+		l.rc.Close()
+		return nil, fmt.Errorf("logits: dtype %s, want float32 (<f4) or float64 (<f8)", l.Descr)
+	}
+	a.rows, a.classes = l.Shape[0], l.Shape[1]
+	a.fortran = l.Fortran && a.rows > 1 && a.classes > 1
+	return l, nil
+}
+
+// wrap prefixes err with the archive's path, when it has one.
+func (a *Archive) wrap(err error) error {
+	if err == nil || a.path == "" {
+		return err
+	}
+	return fmt.Errorf("%s: %w", a.path, err)
+}
+
+// Close closes the file of an archive opened by Open.
+func (a *Archive) Close() error {
+	if a.closer == nil {
+		return nil
+	}
+	return a.closer.Close()
+}
+
+// Len returns the number of rows N.
+func (a *Archive) Len() int { return a.rows }
+
+// NumClasses returns the number of classes C.
+func (a *Archive) NumClasses() int { return a.classes }
+
+// Has reports whether the archive holds the array key ("client",
+// "split", "classes", …).
+func (a *Archive) Has(key string) bool { return a.member[key] != nil }
+
+// ReadColumns reads every array but the logits: the labels, the client
+// and split columns and the class names, checked as Validate checks
+// them. The File it returns has Classes set and Logits nil;
+// ReadLogits completes it.
+func (a *Archive) ReadColumns() (*File, error) {
+	f, err := a.readColumns()
+	return f, a.wrap(err)
+}
+
+func (a *Archive) readColumns() (*File, error) {
+	f := &File{Classes: a.classes}
+	n := a.rows
+	var err error
+	if f.Labels, err = readColumn[int64](a.member["labels"], "labels", n, a.size); err != nil {
+		return nil, err
+	}
+	if zf := a.member["client"]; zf != nil {
+		if f.Client, err = readColumn[int32](zf, "client", n, a.size); err != nil {
+			return nil, err
+		}
+	}
+	if zf := a.member["split"]; zf != nil {
+		if f.Split, err = readColumn[uint8](zf, "split", n, a.size); err != nil {
+			return nil, err
+		}
+	}
+	if zf := a.member["classes"]; zf != nil {
+		if f.ClassNames, err = readNames(zf, a.classes, a.size); err != nil {
+			return nil, err
+		}
+	}
+	if err := f.validateColumns(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// ReadLogits reads the logits into f, which ReadColumns returned, and
+// validates f.
+func (a *Archive) ReadLogits(f *File) error { return a.wrap(a.readLogits(f)) }
+
+func (a *Archive) readLogits(f *File) error {
+	if f.Classes != a.classes || len(f.Labels) != a.rows {
+		return fmt.Errorf("logits: the archive has %d rows of %d classes, the file %d of %d: not its columns", a.rows, a.classes, len(f.Labels), f.Classes)
+	}
+	l, err := a.openLogits()
+	if err != nil {
+		return err
+	}
+	defer l.rc.Close()
+	if f.Logits, err = l.readFloat32(); err != nil {
+		return err
+	}
+	if a.fortran {
+		f.Logits = transpose(f.Logits, a.rows, a.classes)
+	}
+	return f.Validate()
+}
+
+// Block is a run of consecutive rows of a logits file, as Blocks reads
+// them. The zero value is an empty block.
+type Block struct {
+	// First is the index of the first row in the file.
+	First int
+	// Logits holds Len() rows of the file's C values, row-major.
+	Logits []float32
+	// Labels holds the class of each row.
+	Labels []int64
+	// Split holds each row's split; nil when the file has no split
+	// column.
+	Split []uint8
+}
+
+// Len returns the number of rows of the block.
+func (b *Block) Len() int { return len(b.Labels) }
+
+// Blocks reads the rows of an archive in order, a block at a time: the
+// logits, labels and split column (not the client column), checked as
+// Validate checks them. Create one with Archive.Blocks; it is not safe
+// for concurrent use. Its memory is one read buffer per array (at most
+// 1 MiB each) besides the caller's blocks, except for logits stored in
+// column-major (Fortran) order, which it reads whole and transposes
+// first.
+type Blocks struct {
+	a                     *Archive
+	logits, labels, split *array
+	held                  []float32 // the whole logits, when Fortran-ordered
+	next                  int
+	buf                   []byte
+}
+
+// Blocks returns a reader of the archive's rows. Close it when done.
+func (a *Archive) Blocks() (*Blocks, error) {
+	b, err := a.blocks()
+	return b, a.wrap(err)
+}
+
+func (a *Archive) blocks() (*Blocks, error) {
+	b := &Blocks{a: a}
+	l, err := a.openLogits()
+	if err != nil {
+		return nil, err
+	}
+	if a.fortran {
+		b.held, err = l.readFloat32()
+		l.rc.Close()
+		if err != nil {
+			return nil, err
+		}
+		b.held = transpose(b.held, a.rows, a.classes)
+	} else {
+		b.logits = l
+	}
+	if b.labels, err = a.openColumn("labels"); err != nil {
+		b.Close()
+		return nil, err
+	}
+	if a.member["split"] != nil {
+		if b.split, err = a.openColumn("split"); err != nil {
+			b.Close()
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// openColumn opens the 1-D integer array key and checks its shape.
+func (a *Archive) openColumn(key string) (*array, error) {
+	c, err := openArray(a.member[key], key, a.size)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.checkColumn(a.rows); err != nil {
+		c.rc.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Next reads the next rows, at most rows of them (rows > 0), into dst,
+// reusing its slices' memory, and checks them as Validate does. It
+// returns io.EOF, with dst empty, when no row is left, once it has
+// checked that every array ends where it should (which also verifies
+// each entry's CRC-32).
+func (b *Blocks) Next(dst *Block, rows int) error {
+	if rows <= 0 {
+		panic("logits: Blocks.Next of no rows")
+	}
+	if err := b.next1(dst, rows); err != io.EOF {
+		return b.a.wrap(err)
+	}
+	return io.EOF
+}
+
+func (b *Blocks) next1(dst *Block, rows int) error {
+	c := b.a.classes
+	n := min(rows, b.a.rows-b.next)
+	dst.First = b.next
+	dst.Logits = resize(dst.Logits, n*c)
+	dst.Labels = resize(dst.Labels, n)
+	if b.split != nil {
+		dst.Split = resize(dst.Split, n)
+	} else {
+		dst.Split = nil
+	}
+	if n == 0 {
+		for _, arr := range []*array{b.logits, b.labels, b.split} {
+			if arr != nil {
+				if err := arr.end(); err != nil {
+					return err
+				}
+			}
+		}
+		return io.EOF
+	}
+	if b.held != nil {
+		copy(dst.Logits, b.held[b.next*c:])
+	} else if err := b.read(b.logits, len(dst.Logits), func(p []byte, at int) {
+		decodeFloat32(dst.Logits[at:], p, b.logits.dtype.size)
+	}); err != nil {
+		return err
+	}
+	if err := readInts(b, b.labels, dst.Labels); err != nil {
+		return err
+	}
+	if b.split != nil {
+		if err := readInts(b, b.split, dst.Split); err != nil {
+			return err
+		}
+	}
+	blk := File{Logits: dst.Logits, Labels: dst.Labels, Split: dst.Split, Classes: c}
+	if err := blk.checkValues(b.next); err != nil {
+		return err
+	}
+	b.next += n
+	return nil
+}
+
+// read reads the next count elements of arr through b's buffer and calls
+// fn with each piece and the index, among the count, of its first
+// element.
+func (b *Blocks) read(arr *array, count int, fn func(p []byte, at int)) error {
+	size := arr.dtype.size
+	for at := 0; at < count; {
+		m := min(count-at, blockSize/size)
+		if cap(b.buf) < m*size {
+			b.buf = make([]byte, m*size)
+		}
+		p := b.buf[:m*size]
+		if err := arr.take(p); err != nil {
+			return err
+		}
+		fn(p, at)
+		at += m
+	}
+	return nil
+}
+
+// readInts reads the next len(dst) elements of the integer column arr
+// into dst, checking that each fits T.
+func readInts[T integer](b *Blocks, arr *array, dst []T) error {
+	var bad error
+	err := b.read(arr, len(dst), func(p []byte, at int) {
+		if bad != nil {
+			return
+		}
+		if i, v, ok := decodeIntegers(dst[at:at+len(p)/arr.dtype.size], p, arr.dtype); !ok {
+			bad = fmt.Errorf("%s: row %d is %s, out of range", arr.name, b.next+at+i, v)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return bad
+}
+
+// Close releases the arrays' decompressors. It does not close the
+// archive.
+func (b *Blocks) Close() error {
+	var errs []error
+	for _, arr := range []*array{b.logits, b.labels, b.split} {
+		if arr != nil {
+			errs = append(errs, arr.rc.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// resize returns s with length n, reusing its memory when it is large
+// enough.
+func resize[T any](s []T, n int) []T {
+	if cap(s) >= n {
+		return s[:n]
+	}
+	return make([]T, n)
+}
