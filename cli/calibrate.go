@@ -188,18 +188,19 @@ func runCalibrate(cmd *cobra.Command, fl *calibrateFlags) error {
 
 // fitCentral fits method m, with the settings of fl, to the rows sel of f.
 // A binning method is fitted as its Fit would, but from one-vs-all
-// histograms accumulated chunk by chunk (forChunks), so no float64 copy
+// histograms accumulated chunk by chunk (eachChunk), so no float64 copy
 // of the rows is made; the counts are exact, so the calibrator is the
 // same. A calibrator that fits float32 rows in place (calib.Float32Fitter:
 // temp) reads the file's block; other methods fit a float64 copy of the
 // selected rows.
 func fitCentral(ctx context.Context, f *logits.File, sel rowSel, m calib.Method, fl *calibrateFlags) (calib.Calibrator, error) {
 	if m.Family == calib.Binning {
-		hs := make([]*calib.Histograms, chunkWorkers(f, sel))
+		src := newFileChunks(f, sel)
+		hs := make([]*calib.Histograms, src.workers())
 		for w := range hs {
 			hs[w] = calib.NewHistograms(f.Classes, 1<<fl.binsExp)
 		}
-		err := forChunks(ctx, f, sel, func(w int, s *calib.Set) error { return hs[w].Accumulate(s) })
+		err := eachChunk(ctx, src, func(w int, s *calib.Set) error { return hs[w].Accumulate(s) })
 		if err != nil {
 			return nil, err
 		}

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -15,7 +16,7 @@ import (
 
 // The data path of eval and calibrate: the float32 logits of a file stay
 // one block, read in place; rows are converted to float64 a chunk at a
-// time (forChunks), their metric statistics accumulated exactly and
+// time (eachChunk), their metric statistics accumulated exactly and
 // merged (measure), so memory beyond the file is a few chunks per
 // goroutine, whatever the number of rows.
 
@@ -116,49 +117,140 @@ func (sel rowSel) count(f *logits.File) int {
 	return n
 }
 
-// chunkWorkers returns the number of goroutines forChunks uses for sel:
-// GOMAXPROCS, or fewer when sel has fewer chunks.
-func chunkWorkers(f *logits.File, sel rowSel) int {
-	return max(1, min(runtime.GOMAXPROCS(0), sel.chunks(f)))
+// chunkSource hands out the chunks of rows that eachChunk converts: the
+// selected rows of a file held in memory (fileChunks), or of a file read
+// a block at a time (streamChunks).
+type chunkSource interface {
+	// numClasses returns the number of classes C.
+	numClasses() int
+	// workers returns the number of goroutines worth running.
+	workers() int
+	// fill writes the rows of the next chunk, converted to float64, into
+	// s, whose slices have room for evalChunk rows, using sc's memory, and
+	// returns the file index of its first and last row; done is true
+	// when no chunk is left. It is safe for concurrent use.
+	fill(s *calib.Set, sc *chunkScratch) (first, last int, done bool, err error)
 }
 
-// forChunks reads the rows sel of f in place, evalChunk rows at a time:
-// it converts each chunk to a float64 calib.Set and calls fn(w, s) with
-// it, on chunkWorkers(f, sel) goroutines; w names the goroutine, whose
-// calls are sequential, and s is reused once fn returns. The chunks are
-// taken in no fixed order, so fn's results must not depend on it. It
-// returns the first error of fn, or ctx's error when it is cancelled.
-func forChunks(ctx context.Context, f *logits.File, sel rowSel, fn func(w int, s *calib.Set) error) error {
-	c := f.Classes
-	chunks := sel.chunks(f)
-	workers := chunkWorkers(f, sel)
+// chunkScratch is the memory of one goroutine of eachChunk.
+type chunkScratch struct {
+	rows  []int
+	block logits.Block
+}
+
+// fileChunks is the chunkSource of the rows sel of f, taken in no fixed
+// order.
+type fileChunks struct {
+	f      *logits.File
+	sel    rowSel
+	chunks int
+	next   atomic.Int64
+}
+
+func newFileChunks(f *logits.File, sel rowSel) *fileChunks {
+	return &fileChunks{f: f, sel: sel, chunks: sel.chunks(f)}
+}
+
+func (fc *fileChunks) numClasses() int { return fc.f.Classes }
+
+// workers returns GOMAXPROCS, or fewer when there are fewer chunks.
+func (fc *fileChunks) workers() int { return max(1, min(runtime.GOMAXPROCS(0), fc.chunks)) }
+
+func (fc *fileChunks) fill(s *calib.Set, sc *chunkScratch) (int, int, bool, error) {
+	k := int(fc.next.Add(1) - 1)
+	if k >= fc.chunks {
+		return 0, 0, true, nil
+	}
+	f, c := fc.f, fc.f.Classes
+	sc.rows = fc.sel.chunk(f, k, sc.rows[:0])
+	s.Logits, s.Labels = s.Logits[:len(sc.rows)*c], s.Labels[:len(sc.rows)]
+	for r, i := range sc.rows {
+		f.Row(s.Logits[r*c:], i)
+		s.Labels[r] = f.Label(i)
+	}
+	if len(sc.rows) == 0 {
+		return 0, 0, false, nil
+	}
+	return sc.rows[0], sc.rows[len(sc.rows)-1], false, nil
+}
+
+// streamChunks is the chunkSource of the rows of one split of a file
+// read a block at a time, in order: memory does not grow with the file.
+type streamChunks struct {
+	mu      sync.Mutex
+	blocks  *logits.Blocks
+	classes int
+	split   int // the split whose rows are taken, or logits.AllRows
+	input   inputKind
+}
+
+func (st *streamChunks) numClasses() int { return st.classes }
+
+// workers returns GOMAXPROCS: reading is sequential, conversion and
+// what the caller does with a chunk are not.
+func (st *streamChunks) workers() int { return runtime.GOMAXPROCS(0) }
+
+func (st *streamChunks) fill(s *calib.Set, sc *chunkScratch) (int, int, bool, error) {
+	st.mu.Lock()
+	err := st.blocks.Next(&sc.block, evalChunk)
+	st.mu.Unlock()
+	if err == io.EOF {
+		return 0, 0, true, nil
+	}
+	if err != nil {
+		return 0, 0, false, err
+	}
+	b := &sc.block
+	if err := b.ConvertInput(st.input.String()); err != nil {
+		return 0, 0, false, fmt.Errorf("--input %s: %w", st.input.String(), err)
+	}
+	c := st.classes
+	s.Logits, s.Labels = s.Logits[:0], s.Labels[:0]
+	for r := range b.Len() {
+		if st.split == logits.AllRows || b.Split == nil || int(b.Split[r]) == st.split {
+			for _, v := range b.Logits[r*c : (r+1)*c] {
+				s.Logits = append(s.Logits, float64(v))
+			}
+			s.Labels = append(s.Labels, int(b.Labels[r]))
+		}
+	}
+	return b.First, b.First + b.Len() - 1, false, nil
+}
+
+// eachChunk takes the chunks of src, evalChunk rows at a time converted
+// to a float64 calib.Set, and calls fn(w, s) with each that has rows, on
+// src.workers() goroutines; w names the goroutine, whose calls are
+// sequential, and s is reused once fn returns. The chunks are taken in no
+// fixed order, so fn's results must not depend on it. It returns the
+// first error of src or fn, or ctx's error when it is cancelled.
+func eachChunk(ctx context.Context, src chunkSource, fn func(w int, s *calib.Set) error) error {
+	c := src.numClasses()
+	workers := src.workers()
 	errs := make([]error, workers)
-	var next atomic.Int64
+	var stop atomic.Bool
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
-			rows := make([]int, 0, evalChunk)
+			sc := &chunkScratch{rows: make([]int, 0, evalChunk)}
 			s := &calib.Set{Logits: make([]float64, 0, evalChunk*c), Labels: make([]int, 0, evalChunk), Classes: c}
-			for {
-				k := int(next.Add(1) - 1)
-				if k >= chunks {
-					return
-				}
+			for !stop.Load() {
 				err := ctx.Err()
 				if err == nil {
-					rows = sel.chunk(f, k, rows[:0])
-					s.Logits, s.Labels = s.Logits[:len(rows)*c], s.Labels[:len(rows)]
-					for r, i := range rows {
-						f.Row(s.Logits[r*c:], i)
-						s.Labels[r] = f.Label(i)
+					var first, last int
+					var done bool
+					first, last, done, err = src.fill(s, sc)
+					if done {
+						return
 					}
-					if err = fn(w, s); err != nil && len(rows) > 0 {
-						err = fmt.Errorf("rows %d to %d: %w", rows[0], rows[len(rows)-1], err)
+					if err == nil && len(s.Labels) > 0 {
+						if err = fn(w, s); err != nil {
+							err = fmt.Errorf("rows %d to %d: %w", first, last, err)
+						}
 					}
 				}
 				if err != nil {
 					errs[w] = err
-					next.Store(int64(chunks)) // the others stop after their chunk
+					stop.Store(true) // the others stop after their chunk
 					return
 				}
 			}
@@ -176,20 +268,25 @@ func forChunks(ctx context.Context, f *logits.File, sel rowSel, fn func(w int, s
 // measure accumulates, for each of cals, the metric statistics of the
 // rows sel of f: of the softmax probabilities for a nil calibrator, of
 // the calibrated ones otherwise. It reads the logits in chunks
-// (forChunks), each goroutine into accumulators of its own, merged at the
+// (eachChunk), each goroutine into accumulators of its own, merged at the
 // end; as calib.Accumulator sums exactly, the result does not depend on
 // the chunks or their order: it equals calib.Evaluate of the whole
 // selection. It returns an error for a calibrator of another number of
 // classes or bins outside [0, calib.MaxMetricBins], and ctx's error when
 // it is cancelled.
 func measure(ctx context.Context, f *logits.File, sel rowSel, cals []calib.Calibrator, bins int) ([]*calib.Accumulator, error) {
-	c := f.Classes
+	return measureChunks(ctx, newFileChunks(f, sel), cals, bins)
+}
+
+// measureChunks is measure of the rows of src.
+func measureChunks(ctx context.Context, src chunkSource, cals []calib.Calibrator, bins int) ([]*calib.Accumulator, error) {
+	c := src.numClasses()
 	for _, cal := range cals {
 		if cal != nil && cal.Classes() != c {
 			return nil, fmt.Errorf("%s calibrator is for %d classes but the data has %d", cal.Method(), cal.Classes(), c)
 		}
 	}
-	workers := chunkWorkers(f, sel)
+	workers := src.workers()
 	accs := make([][]*calib.Accumulator, workers+1) // accs[workers] is the total
 	for w := range accs {
 		accs[w] = make([]*calib.Accumulator, len(cals))
@@ -201,7 +298,7 @@ func measure(ctx context.Context, f *logits.File, sel rowSel, cals []calib.Calib
 		}
 	}
 	probs := make([][]float64, workers)
-	err := forChunks(ctx, f, sel, func(w int, s *calib.Set) error {
+	err := eachChunk(ctx, src, func(w int, s *calib.Set) error {
 		if probs[w] == nil {
 			probs[w] = make([]float64, evalChunk*c)
 		}

@@ -164,12 +164,12 @@ func TestFitCentralBinning(t *testing.T) {
 	}
 }
 
-// TestForChunksErrors checks that forChunks stops with fn's first error,
+// TestForChunksErrors checks that eachChunk stops with fn's first error,
 // naming the chunk's rows, and with the context's error.
 func TestForChunksErrors(t *testing.T) {
 	f := chunkFile(3*evalChunk, 3)
 	boom := errors.New("boom")
-	err := forChunks(context.Background(), f, selectSplit(logits.AllRows), func(_ int, s *calib.Set) error {
+	err := eachChunk(context.Background(), newFileChunks(f, selectSplit(logits.AllRows)), func(_ int, s *calib.Set) error {
 		if s.Labels[0] == f.Label(evalChunk) && s.Logits[0] == float64(f.Logits[3*evalChunk]) {
 			return boom
 		}

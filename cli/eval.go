@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -123,28 +124,20 @@ percentile intervals at --level for every metric, and the equal-mass
 					return err
 				}
 			}
-			f, err := readLogits(logitsPath, input)
+			// --bootstrap resamples rows and --partition selects them: both
+			// need the file in memory; otherwise it is read a block at a time.
+			in, err := openEvalInput(logitsPath, input, partPath, split, resamples > 0 || partPath != "")
 			if err != nil {
 				return err
 			}
-			boundHeap(f)
-			if partPath != "" {
-				if err := applyPartition(f, partPath, logitsPath); err != nil {
-					return err
-				}
-			}
-			splitName, want, err := evalSplit(f, split, logitsPath)
-			if err != nil {
-				return err
-			}
-			sel := selectSplit(want)
+			defer in.close()
 			b := terminalBar(cmd.ErrOrStderr(), "eval", "")
 			defer b.finish()
 			if len(calibPaths) > 1 {
 				if plotDir != "" {
 					return fmt.Errorf("--plot draws one calibrator: give --calibrator once")
 				}
-				return compareCalibrators(cmd.Context(), cmd.OutOrStdout(), b, f, sel, calibPaths, bins, asJSON, logitsPath, splitName)
+				return compareCalibrators(cmd.Context(), cmd.OutOrStdout(), b, in, calibPaths, bins, asJSON)
 			}
 			steps := 1 + len(calibPaths)
 			if plotDir != "" {
@@ -152,7 +145,7 @@ percentile intervals at --level for every metric, and the equal-mass
 			}
 			b.set(0, steps)
 			cals := []calib.Calibrator{nil}
-			names := classNames{names: f.ClassNames, from: logitsPath}
+			names := classNames{names: in.names, from: logitsPath}
 			if len(calibPaths) == 1 {
 				c, file, err := calib.ReadFile(calibPaths[0])
 				if err != nil {
@@ -163,19 +156,19 @@ percentile intervals at --level for every metric, and the equal-mass
 				}
 				cals = append(cals, c)
 			}
-			accs, err := measure(cmd.Context(), f, sel, cals, bins)
+			accs, err := in.measure(cmd.Context(), cals, bins)
 			if err != nil {
-				return fmt.Errorf("%s: %w", logitsPath, err)
+				return err
 			}
 			rep, err := evaluate(accs, cals)
 			if err != nil {
 				return fmt.Errorf("%s: %w", logitsPath, err)
 			}
-			rep.Split = splitName
+			rep.Split = in.split
 			rep.ClassNames = names.names
 			if resamples > 0 {
 				b.describe("eval: bootstrap")
-				if err := bootstrapEval(rep, setOf(f, sel), cals[len(cals)-1], bins, resamples, level, seed); err != nil {
+				if err := bootstrapEval(rep, setOf(in.f, in.sel), cals[len(cals)-1], bins, resamples, level, seed); err != nil {
 					return fmt.Errorf("%s: %w", logitsPath, err)
 				}
 			}
@@ -218,12 +211,13 @@ percentile intervals at --level for every metric, and the equal-mass
 }
 
 // evalSplit returns the name and the split value (logits.AllRows for
-// every row) of the rows that split selects, or an error when f has none.
-func evalSplit(f *logits.File, split, path string) (string, int, error) {
+// every row) of the rows that split selects, or an error when the file
+// at path has no split column (hasSplit) and split needs one.
+func evalSplit(hasSplit bool, split, path string) (string, int, error) {
 	var want int
 	switch split {
 	case "":
-		if f.Split == nil {
+		if !hasSplit {
 			split, want = "all", logits.AllRows
 		} else {
 			split, want = "test", logits.SplitTest
@@ -237,22 +231,101 @@ func evalSplit(f *logits.File, split, path string) (string, int, error) {
 	default:
 		return "", 0, fmt.Errorf("--split %q: want test, calibration or all", split)
 	}
-	if want != logits.AllRows && f.Split == nil {
+	if want != logits.AllRows && !hasSplit {
 		return "", 0, fmt.Errorf("%s has no split column, so it has no %s rows: pass --split all", path, split)
-	}
-	if selectSplit(want).count(f) == 0 {
-		return "", 0, fmt.Errorf("%s has no %s rows (split %d): pass another --split", path, split, want)
 	}
 	return split, want, nil
 }
 
+// noRows is the error of a selected split without rows.
+func noRows(path, split string, want int) error {
+	return fmt.Errorf("%s has no %s rows (split %d): pass another --split", path, split, want)
+}
+
 // evalRows returns the name and indices of the rows that split selects.
 func evalRows(f *logits.File, split, path string) (string, []int, error) {
-	name, want, err := evalSplit(f, split, path)
+	name, want, err := evalSplit(f.Split != nil, split, path)
 	if err != nil {
 		return "", nil, err
 	}
-	return name, f.Rows(want), nil
+	rows := f.Rows(want)
+	if len(rows) == 0 {
+		return "", nil, noRows(path, name, want)
+	}
+	return name, rows, nil
+}
+
+// evalInput is what eval measures: the rows of one split of a logits
+// file, held in memory (f and sel) or read a block at a time (f nil).
+type evalInput struct {
+	path    string
+	split   string // the split's name: test, calibration or all
+	want    int    // the split's value, or logits.AllRows
+	classes int
+	names   []string
+	src     chunkSource
+	f       *logits.File
+	sel     rowSel
+	close   func() error
+}
+
+// openEvalInput opens the logits file at path, holding input, for
+// measuring the rows split selects: read whole when whole is set (and
+// then with the client and split columns of the partition file partPath
+// when it is not empty), else a block at a time.
+func openEvalInput(path string, input inputKind, partPath, split string, whole bool) (*evalInput, error) {
+	in := &evalInput{path: path, close: func() error { return nil }}
+	if whole {
+		f, err := readLogits(path, input)
+		if err != nil {
+			return nil, err
+		}
+		boundHeap(f)
+		if partPath != "" {
+			if err := applyPartition(f, partPath, path); err != nil {
+				return nil, err
+			}
+		}
+		if in.split, in.want, err = evalSplit(f.Split != nil, split, path); err != nil {
+			return nil, err
+		}
+		in.f, in.sel, in.classes, in.names = f, selectSplit(in.want), f.Classes, f.ClassNames
+		in.src = newFileChunks(f, in.sel)
+		return in, nil
+	}
+	a, err := logits.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	in.close = a.Close
+	if in.split, in.want, err = evalSplit(a.Has("split"), split, path); err == nil {
+		in.names, err = a.ClassNames()
+	}
+	var blocks *logits.Blocks
+	if err == nil {
+		blocks, err = a.Blocks()
+	}
+	if err != nil {
+		a.Close()
+		return nil, err
+	}
+	in.close = func() error { return errors.Join(blocks.Close(), a.Close()) }
+	in.classes = a.NumClasses()
+	in.src = &streamChunks{blocks: blocks, classes: in.classes, split: in.want, input: input}
+	return in, nil
+}
+
+// measure is measureChunks of the input's rows; it fails when the split
+// has none.
+func (in *evalInput) measure(ctx context.Context, cals []calib.Calibrator, bins int) ([]*calib.Accumulator, error) {
+	accs, err := measureChunks(ctx, in.src, cals, bins)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", in.path, err)
+	}
+	if accs[0].N() == 0 {
+		return nil, noRows(in.path, in.split, in.want)
+	}
+	return accs, nil
 }
 
 // evaluate returns the report of accs, accumulated by measure for cals:
@@ -297,18 +370,19 @@ type calibratorRow struct {
 // compareCalibrators evaluates several calibrator files on the rows sel
 // of f, in one pass, and prints one row each, showing its progress on b
 // (which may be nil).
-func compareCalibrators(ctx context.Context, w io.Writer, b *bar, f *logits.File, sel rowSel, paths []string, bins int, asJSON bool, logitsPath, split string) error {
+func compareCalibrators(ctx context.Context, w io.Writer, b *bar, in *evalInput, paths []string, bins int, asJSON bool) error {
+	logitsPath, split := in.path, in.split
 	b.set(0, 1)
 	cals := []calib.Calibrator{nil}
 	rows := make([]calibratorRow, len(paths))
-	names := classNames{names: f.ClassNames, from: logitsPath}
+	names := classNames{names: in.names, from: logitsPath}
 	for i, path := range paths {
 		c, file, err := calib.ReadFile(path)
 		if err != nil {
 			return err
 		}
-		if c.Classes() != f.Classes {
-			return fmt.Errorf("%s is for %d classes but %s has %d", path, c.Classes(), logitsPath, f.Classes)
+		if c.Classes() != in.classes {
+			return fmt.Errorf("%s is for %d classes but %s has %d", path, c.Classes(), logitsPath, in.classes)
 		}
 		if err := names.add(path, file.Provenance.ClassNames); err != nil {
 			return err
@@ -320,9 +394,9 @@ func compareCalibrators(ctx context.Context, w io.Writer, b *bar, f *logits.File
 			rows[i].Epsilon = &eps
 		}
 	}
-	accs, err := measure(ctx, f, sel, cals, bins)
+	accs, err := in.measure(ctx, cals, bins)
 	if err != nil {
-		return fmt.Errorf("%s: %w", logitsPath, err)
+		return err
 	}
 	ms, err := metricsOf(accs)
 	if err != nil {

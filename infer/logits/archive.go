@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/fedcalib/fedcalib/calib"
 )
 
 // Archive is an open logits file whose directory and logits header have
@@ -123,6 +125,26 @@ func (a *Archive) NumClasses() int { return a.classes }
 // "split", "classes", …).
 func (a *Archive) Has(key string) bool { return a.member[key] != nil }
 
+// ClassNames reads the class names (the "classes" array), checked as
+// Validate checks them; nil when the file names none.
+func (a *Archive) ClassNames() ([]string, error) {
+	names, err := a.classNames()
+	if err == nil {
+		if err = calib.CheckClassNames(names, a.classes); err != nil {
+			err = fmt.Errorf("classes: %w", err)
+		}
+	}
+	return names, a.wrap(err)
+}
+
+func (a *Archive) classNames() ([]string, error) {
+	zf := a.member["classes"]
+	if zf == nil {
+		return nil, nil
+	}
+	return readNames(zf, a.classes, a.size)
+}
+
 // ReadColumns reads every array but the logits: the labels, the client
 // and split columns and the class names, checked as Validate checks
 // them. The File it returns has Classes set and Logits nil;
@@ -149,10 +171,8 @@ func (a *Archive) readColumns() (*File, error) {
 			return nil, err
 		}
 	}
-	if zf := a.member["classes"]; zf != nil {
-		if f.ClassNames, err = readNames(zf, a.classes, a.size); err != nil {
-			return nil, err
-		}
+	if f.ClassNames, err = a.classNames(); err != nil {
+		return nil, err
 	}
 	if err := f.validateColumns(); err != nil {
 		return nil, err
@@ -202,8 +222,8 @@ func (b *Block) Len() int { return len(b.Labels) }
 // Blocks reads the rows of an archive in order, a block at a time: the
 // logits, labels and split column (not the client column), checked as
 // Validate checks them. Create one with Archive.Blocks; it is not safe
-// for concurrent use. Its memory is one read buffer per array (at most
-// 1 MiB each) besides the caller's blocks, except for logits stored in
+// for concurrent use. Its memory is one read buffer (at most 1 MiB) and
+// a decompressor per deflated array besides the caller's blocks, except for logits stored in
 // column-major (Fortran) order, which it reads whole and transposes
 // first.
 type Blocks struct {
