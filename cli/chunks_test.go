@@ -189,3 +189,65 @@ func TestForChunksErrors(t *testing.T) {
 		t.Errorf("wrong classes: error %v", err)
 	}
 }
+
+// TestStreamedEqualsWhole checks that eval's input read a block at a time
+// (logits.Blocks) measures what the file read whole measures, bit for
+// bit, for every split, with logits and with probabilities as input.
+func TestStreamedEqualsWhole(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(3))
+	const c = 5
+	f := chunkFile(3*evalChunk+17, c)
+	probs := &logits.File{Classes: c, Labels: f.Labels, Split: f.Split, Logits: make([]float32, len(f.Logits))}
+	p64 := make([]float64, c)
+	for i := range f.Len() {
+		z := make([]float64, c)
+		f.Row(z, i)
+		calib.SoftmaxRows(p64, z, c)
+		for j, v := range p64 {
+			probs.Logits[i*c+j] = float32(v)
+		}
+	}
+	dir := t.TempDir()
+	paths := map[inputKind]string{logits.InputLogits: dir + "/logits.npz", logits.InputProbabilities: dir + "/probs.npz"}
+	if err := logits.Write(paths[logits.InputLogits], f); err != nil {
+		t.Fatal(err)
+	}
+	if err := logits.Write(paths[logits.InputProbabilities], probs); err != nil {
+		t.Fatal(err)
+	}
+	temp := calib.NewTemperature(c)
+	if err := temp.Fit(f.Set(f.Rows(logits.SplitCalibration))); err != nil {
+		t.Fatal(err)
+	}
+	cals := []calib.Calibrator{nil, temp}
+	for input, path := range paths {
+		for _, split := range []string{"", "all", "test", "calibration"} {
+			var got [2][]*calib.Accumulator
+			for k, whole := range []bool{false, true} {
+				in, err := openEvalInput(path, input, "", split, whole)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got[k], err = in.measure(context.Background(), cals, 0); err != nil {
+					t.Fatal(err)
+				}
+				if err := in.close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for a := range cals {
+				streamed, err := got[0][a].Metrics()
+				if err != nil {
+					t.Fatal(err)
+				}
+				whole, err := got[1][a].Metrics()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if streamed != whole || streamed.N == 0 || !reflect.DeepEqual(got[0][a].Reliability(), got[1][a].Reliability()) {
+					t.Errorf("%s, split %q, calibrator %d: streamed %+v, whole %+v", input, split, a, streamed, whole)
+				}
+			}
+		}
+	}
+}
