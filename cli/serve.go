@@ -27,6 +27,7 @@ type serveFlags struct {
 	sync                          string
 	federation                    string
 	replicas                      int
+	sparse                        bool
 	// Clients and rounds.
 	clients                    string
 	classes, minClients        int
@@ -101,8 +102,15 @@ killed serve loses nothing, and syncs its files to disk every two minutes
 the last two minutes of rounds, which a restart runs again with fresh
 noise. --sync always syncs every write before acknowledging it, so that
 nothing committed is lost even then, at the cost of a disk flush per
-update; use it for private fits on machines that can lose power (see
-docs/NETWORK.md).
+round (the checkpoint; updates are held in memory, not written); use it
+for private fits on machines that can lose power (see docs/NETWORK.md).
+
+Updates travel dense by default: every value, so every update of a run
+has the same size. --sparse-updates lets the clients send a bitmap of the
+values that are not zero and those values when that is smaller (binning
+with a few dozen rows per client: several times smaller); both are exact,
+but a sparse update's size tells a network observer, through TLS, how
+many of its values are not zero.
 
 Noise: without --seed the run's seed is drawn at random and the noise of a
 private fit comes from crypto/rand, as any release of real data must.
@@ -175,7 +183,8 @@ and dropouts.`,
 	f.BoolVar(&fl.insecure, "insecure", false, "allow --plaintext on a non-loopback address")
 	f.StringVar(&fl.sync, "sync", syncPeriodic, "when the embedded server syncs JetStream writes to disk: periodic (every two minutes; a killed process loses nothing, a power loss up to two minutes of rounds) or always (every write: survives a power loss, slower)")
 	f.StringVar(&fl.federation, "federation", network.DefaultFederation, "name of the federation (letters, digits, - and _)")
-	f.IntVar(&fl.replicas, "replicas", 1, "JetStream replicas of the update stream and the checkpoint bucket (3 on a three-node cluster)")
+	f.IntVar(&fl.replicas, "replicas", 1, "JetStream replicas of the checkpoint bucket (3 on a three-node cluster)")
+	f.BoolVar(&fl.sparse, "sparse-updates", false, "let clients send sparse updates (the values that are not zero) when smaller: exact, fewer bytes, but an update's size then tells a network observer how many values are not zero")
 	f.IntVar(&fl.classes, "classes", 0, "number of classes C; 0: that of the first client to enrol (all must agree)")
 	f.IntVar(&fl.minClients, "min-clients", 1, "clients that must enrol, and accepted updates a round needs to close")
 	f.IntVar(&fl.maxAttempts, "max-attempts", 3, "attempts of a round that stays short of --min-clients before serve gives up")
@@ -263,7 +272,7 @@ func serveConfig(cmd, scratch *cobra.Command, fl *serveFlags) (network.Config, e
 		SecureNoise: !seeded,
 		Clients:     keys, Classes: fl.classes, MinClients: fl.minClients,
 		RoundTimeout: fl.roundTimeout, EnrolTimeout: fl.enrolTimeout,
-		MaxAttempts: fl.maxAttempts, Replicas: fl.replicas,
+		MaxAttempts: fl.maxAttempts, Replicas: fl.replicas, SparseUpdates: fl.sparse,
 	}
 	if fl.secure {
 		cfg.Secure = &network.SecureConfig{Neighbours: fl.neighbours, Threshold: fl.threshold, Bits: fl.bits, Noise: fl.noise}

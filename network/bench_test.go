@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,15 +30,17 @@ import (
 //
 //	go test ./network -run '^TestScale$' -scale -v -timeout 30m
 var (
-	scale        = flag.Bool("scale", false, "run TestScale: networked FedBBQ against the simulation at scale")
-	scaleClients = flag.Int("scale.clients", 1000, "TestScale: clients, each a goroutine with its own connection")
-	scaleRounds  = flag.Int("scale.rounds", 12, "TestScale: rounds T")
-	scaleRate    = flag.Float64("scale.rate", 0.1, "TestScale: sample rate p")
-	scaleRows    = flag.Int("scale.rows", 70, "TestScale: calibration rows per client (the paper's Table 4: 70)")
-	scaleReps    = flag.Int("scale.reps", 3, "TestScale: repetitions")
-	scaleStore   = flag.String("scale.store", "", "TestScale: folder of the coordinator's JetStream store (e.g. /dev/shm: no disk syncs); default a temporary folder")
-	scaleProfile = flag.String("scale.cpuprofile", "", "TestScale: write the coordinator process's CPU profile of the last repetition to this file")
-	scaleSync    = flag.Bool("scale.syncalways", false, "TestScale: the embedded server syncs every JetStream write to disk (ServerConfig.SyncAlways, serve --sync always)")
+	scale              = flag.Bool("scale", false, "run TestScale: networked FedBBQ against the simulation at scale")
+	scaleClients       = flag.Int("scale.clients", 1000, "TestScale: clients, each a goroutine with its own connection")
+	scaleRounds        = flag.Int("scale.rounds", 12, "TestScale: rounds T")
+	scaleRate          = flag.Float64("scale.rate", 0.1, "TestScale: sample rate p")
+	scaleRows          = flag.Int("scale.rows", 70, "TestScale: calibration rows per client (the paper's Table 4: 70)")
+	scaleReps          = flag.Int("scale.reps", 3, "TestScale: repetitions")
+	scaleStore         = flag.String("scale.store", "", "TestScale: folder of the coordinator's JetStream store (e.g. /dev/shm: no disk syncs); default a temporary folder")
+	scaleProfile       = flag.String("scale.cpuprofile", "", "TestScale: write the coordinator process's CPU profile of rounds 2..T of the last repetition to this file")
+	scaleClientProfile = flag.String("scale.clientprofile", "", "TestScale: write the client process's CPU profile of rounds 2..T of the last repetition to this file")
+	scaleSparse        = flag.Bool("scale.sparse", false, "TestScale: the clients send sparse updates (Config.SparseUpdates, serve --sparse-updates)")
+	scaleSync          = flag.Bool("scale.syncalways", false, "TestScale: the embedded server syncs every JetStream write to disk (ServerConfig.SyncAlways, serve --sync always)")
 )
 
 // scaleEnv names the environment variable that makes TestScaleCoordinator
@@ -52,6 +55,10 @@ type scaleJob struct {
 	Rate                      float64
 	Seed                      uint64
 	SyncAlways                bool
+	Sparse                    bool
+	// Profile, if not empty, is where the coordinator process writes
+	// its CPU profile of rounds 2..T.
+	Profile string
 }
 
 // scaleReport is what the coordinator process measured.
@@ -106,8 +113,8 @@ func TestScale(t *testing.T) {
 	}
 	spec := federation.Spec{Method: "bbq", Mexp: calib.DefaultMexp}
 	r := federation.Rounds{T: *scaleRounds, SampleRate: *scaleRate, Seed: 1}
-	fmt.Printf("%d clients, %d classes, %d rows per client on average, %d rounds of FedBBQ (2^%d bins) at p = %g; store in %s (sync always: %t); load %s\n",
-		K, C, rows/K, r.T, spec.Mexp, r.SampleRate, store, *scaleSync, loadavg())
+	fmt.Printf("%d clients, %d classes, %d rows per client on average, %d rounds of FedBBQ (2^%d bins) at p = %g; store in %s (sync always: %t, sparse updates: %t); load %s\n",
+		K, C, rows/K, r.T, spec.Mexp, r.SampleRate, store, *scaleSync, *scaleSparse, loadavg())
 	fmt.Println("rep  sim/round  net/round  RTT      net/sim  (net−RTT)/sim  B/client/round up, down  coord VmHWM idle → peak")
 	var phases []string
 	for rep := 1; rep <= *scaleReps; rep++ {
@@ -118,11 +125,11 @@ func TestScale(t *testing.T) {
 		job := scaleJob{
 			Store: filepath.Join(store, fmt.Sprintf("store%d", rep)), Allow: allow,
 			Out: filepath.Join(dir, fmt.Sprintf("net%d.json", rep)), Report: filepath.Join(dir, fmt.Sprintf("report%d.json", rep)),
-			Spec: spec, T: r.T, Rate: r.SampleRate, Seed: r.Seed, SyncAlways: *scaleSync,
+			Spec: spec, T: r.T, Rate: r.SampleRate, Seed: r.Seed, SyncAlways: *scaleSync, Sparse: *scaleSparse,
 		}
 		profile := ""
 		if rep == *scaleReps {
-			profile = *scaleProfile
+			job.Profile, profile = *scaleProfile, *scaleClientProfile
 		}
 		rp := runScale(t, job, ks, pop, profile)
 		c, _, err := calib.ReadFile(job.Out)
@@ -167,9 +174,10 @@ func TestScale(t *testing.T) {
 	fmt.Printf("load %s\n", loadavg())
 }
 
-// runScale runs the coordinator process of job (with a CPU profile
-// written to profile, if not empty) and the clients ks over pop, and
-// returns the coordinator's report.
+// runScale runs the coordinator process of job and the clients ks over
+// pop, and returns the coordinator's report. If profile is not empty,
+// this process's CPU profile of rounds 2..T (the clients') is written
+// to it.
 func runScale(t *testing.T, job scaleJob, ks []Key, pop federation.Population, profile string) *scaleReport {
 	t.Helper()
 	b, err := json.Marshal(job)
@@ -177,9 +185,6 @@ func runScale(t *testing.T, job scaleJob, ks []Key, pop federation.Population, p
 		t.Fatal(err)
 	}
 	args := []string{"-test.run=^TestScaleCoordinator$", "-test.timeout=20m"}
-	if profile != "" {
-		args = append(args, "-test.cpuprofile="+profile)
-	}
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), scaleEnv+"="+string(b))
 	cmd.Stderr = os.Stderr
@@ -203,7 +208,24 @@ func runScale(t *testing.T, job scaleJob, ks []Key, pop federation.Population, p
 		t.Fatal("the coordinator process did not start its server")
 	}
 	go func() {
-		for lines.Scan() { // drain the rest of the child's output
+		// Drain the rest of the child's output, profiling this
+		// process between its ROUND1 and RUNDONE lines.
+		var f *os.File
+		for lines.Scan() {
+			switch line := lines.Text(); {
+			case line == "ROUND1" && profile != "":
+				var err error
+				if f, err = os.Create(profile); err == nil {
+					err = pprof.StartCPUProfile(f)
+				}
+				if err != nil {
+					t.Errorf("client profile: %v", err)
+				}
+			case line == "RUNDONE" && f != nil:
+				pprof.StopCPUProfile()
+				f.Close()
+				f = nil
+			}
 		}
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
@@ -320,9 +342,22 @@ func TestScaleCoordinator(t *testing.T) {
 	}
 	coord, err := NewCoordinator(Config{
 		Spec: job.Spec, Rounds: federation.Rounds{T: job.T, SampleRate: job.Rate, Seed: job.Seed},
-		Clients: pubs, MinClients: 1, RoundTimeout: time.Minute, EnrolTimeout: 10 * time.Minute,
+		Clients: pubs, MinClients: 1, RoundTimeout: time.Minute, EnrolTimeout: 10 * time.Minute, SparseUpdates: job.Sparse,
 		Progress: func(r RoundReport) {
 			rp.RoundTimes = append(rp.RoundTimes, time.Since(start))
+			if r.Round == 1 {
+				fmt.Println("ROUND1")
+				if job.Profile != "" {
+					f, err := os.Create(job.Profile)
+					if err == nil {
+						err = pprof.StartCPUProfile(f)
+					}
+					if err != nil {
+						t.Errorf("coordinator profile: %v", err)
+					}
+					t.Cleanup(func() { f.Close() })
+				}
+			}
 			rp.Sampled += len(r.Sampled)
 			rp.Dropouts += len(r.Dropouts)
 		},
@@ -335,6 +370,10 @@ func TestScaleCoordinator(t *testing.T) {
 	mu.Unlock()
 	fmt.Printf("SERVING %s %s\n", srv.URL(), srv.Fingerprint())
 	out, err := coord.Run(context.Background(), nc)
+	if job.Profile != "" {
+		pprof.StopCPUProfile()
+	}
+	fmt.Println("RUNDONE")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/federation"
@@ -61,7 +60,7 @@ type ClientReport struct {
 	// survivors.
 	Refused []string
 	// Sent and Received are the payload bytes the client sent (updates,
-	// secure-aggregation messages) and received (invitations, the end of
+	// every try of each, and secure-aggregation messages) and received (invitations, the end of
 	// the run, secure-aggregation messages).
 	Sent, Received int64
 }
@@ -150,10 +149,6 @@ func Join(ctx context.Context, d Dial, cfg ClientConfig) (*ClientReport, error) 
 	if err != nil {
 		return nil, fmt.Errorf("the coordinator's protocol: %w", err)
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
-	}
 	secIn := make(chan *nats.Msg, 64)
 	ssub, err := nc.ChanSubscribe(subjSecAggIn(fed, pub), secIn)
 	if err != nil {
@@ -161,7 +156,8 @@ func Join(ctx context.Context, d Dial, cfg ClientConfig) (*ClientReport, error) 
 	}
 	defer ssub.Unsubscribe()
 	sj := &secureJoin{nc: nc, fed: fed, pub: pub, k: k, in: secIn, anns: anns, rep: rep, log: log, drop: cfg.drop}
-	done, doneAttempt := 0, 0 // last round (and attempt) answered
+	done, doneAttempt := 0, 0  // last round (and attempt) answered
+	var doneDeadline time.Time // the deadline of the invitation last answered (plain rounds)
 	var buf []float64
 	var pending *Announcement // an invitation (or the end) read during a secure exchange
 	var test *calib.Set       // the test rows, loaded for the evaluation round
@@ -216,7 +212,13 @@ func Join(ctx context.Context, d Dial, cfg ClientConfig) (*ClientReport, error) 
 			pending = &a
 			continue
 		}
-		if a.Round <= done { // an invitation again, for clients that missed it
+		// An invitation sent again to the participants not answered yet
+		// (for clients that connected late) is ignored once answered: an
+		// answered client hears it only if it was queued while the client
+		// sent. A round answered but invited again under another
+		// deadline is a new attempt or a restarted coordinator, which
+		// does not have the update (it is not stored): send it again.
+		if a.Round < done || (a.Round == done && a.Attempt == doneAttempt && a.Deadline.Equal(doneDeadline)) {
 			continue
 		}
 		if a.Seed != w.Seed {
@@ -242,13 +244,18 @@ func Join(ctx context.Context, d Dial, cfg ClientConfig) (*ClientReport, error) 
 		} else if buf, err = step.Update(buf[:0], a.Round, set, a.Broadcast, federation.ClientRand(a.Seed, a.Round, k)); err != nil {
 			return rep, fmt.Errorf("round %d: %w", a.Round, err)
 		}
-		if err := publish(ctx, js, fed, pub, a, k, buf); err != nil {
+		n, err := send(ctx, nc, fed, pub, a, k, encodeUpdate(buf, w.SparseUpdates))
+		rep.Sent += n
+		if errors.Is(err, errRefused) {
+			log.Warn("the coordinator refused the update", "round", a.Round, "err", err)
+		} else if err != nil {
 			log.Warn("could not send the update", "round", a.Round, "err", err)
 			continue // the next invitation of the round tries again
 		}
-		rep.Sent += int64(8 * len(buf))
-		done = a.Round
-		rep.Answered = append(rep.Answered, a.Round)
+		if a.Round != done {
+			rep.Answered = append(rep.Answered, a.Round)
+		}
+		done, doneAttempt, doneDeadline = a.Round, a.Attempt, a.Deadline
 		log.Info("sent update", "round", a.Round, "of", a.Rounds, "client", k, "values", len(buf), "compute", time.Since(start).Round(time.Microsecond))
 	}
 }
@@ -285,31 +292,46 @@ func readAnnouncement(m *nats.Msg, fed, pub string) (Announcement, bool) {
 	return a, a.Done || m.Subject == subjInvite(fed, pub)
 }
 
-// publishTry bounds the wait for the ack of one try of publish.
-const publishTry = 2 * time.Second
+// sendTry bounds the wait for the answer to one try of send.
+const sendTry = 2 * time.Second
 
-// publish sends an update to the stream until it is stored or the
-// round's deadline passes.
-func publish(ctx context.Context, js jetstream.JetStream, fed, pub string, a Announcement, k int, u []float64) error {
-	msg := &nats.Msg{Subject: subjUpdate(fed, pub), Header: nats.Header{}, Data: encodeUpdate(u)}
+// errRefused is wrapped by send's error when the coordinator answered
+// that it refuses the update.
+var errRefused = errors.New("update refused")
+
+// send sends an encoded update to the coordinator, a core NATS request
+// on the client's update subject, until the coordinator answers or the
+// round's deadline passes, and returns the bytes sent (every try). The
+// coordinator answers once it holds the update (or held it: a replay
+// counts once), or with the reason it refuses it (errRefused).
+func send(ctx context.Context, nc *nats.Conn, fed, pub string, a Announcement, k int, update []byte) (int64, error) {
+	msg := &nats.Msg{Subject: subjUpdate(fed, pub), Header: nats.Header{}, Data: update}
 	msg.Header.Set(hdrFederation, fed)
 	msg.Header.Set(hdrRound, strconv.Itoa(a.Round))
 	msg.Header.Set(hdrClient, strconv.Itoa(k))
 	ctx, cancel := context.WithDeadline(ctx, a.Deadline.Add(time.Second))
 	defer cancel()
+	var sent int64
 	for {
-		// Each try waits for its ack a few seconds at most: an ack lost
-		// while a cluster node stops or a stream leader changes is tried
-		// again in time, and the message id stores the update once.
-		tctx, tcancel := context.WithTimeout(ctx, publishTry)
-		_, err := js.PublishMsg(tctx, msg, jetstream.WithMsgID(msgID(fed, a.Round, k)))
+		// Each try waits for its answer a few seconds at most: an update
+		// lost while a cluster node stops, or dropped by a coordinator
+		// that was busy or restarting, is sent again in time.
+		tctx, tcancel := context.WithTimeout(ctx, sendTry)
+		m, err := nc.RequestMsgWithContext(tctx, msg)
 		tcancel()
-		if err == nil || ctx.Err() != nil {
-			return err
+		sent += int64(len(msg.Data))
+		if err == nil {
+			if len(m.Data) > 0 {
+				return sent, fmt.Errorf("%w: %s", errRefused, m.Data)
+			}
+			return sent, nil
+		}
+		if ctx.Err() != nil {
+			return sent, err
 		}
 		select {
 		case <-ctx.Done():
-			return err
+			return sent, err
 		case <-time.After(250 * time.Millisecond):
 		}
 	}

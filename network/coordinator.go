@@ -64,8 +64,17 @@ type Config struct {
 	// MaxAttempts is how many times a round is announced before the run
 	// fails with ErrTooFewClients; zero means 3.
 	MaxAttempts int
-	// Replicas is the number of JetStream replicas of the update stream
-	// and the state bucket (3 in a three-node cluster); zero means 1.
+	// SparseUpdates lets the clients send an update in a sparse encoding
+	// (a bitmap of the values that are not zero, and those values) when
+	// that is smaller than the dense one (every value); both are exact.
+	// A binning update of a client with a few dozen rows is then several
+	// times smaller, but its size, which a network observer sees through
+	// TLS, tells how many of its histogram cells are not empty: a little
+	// about the client's data that the fixed size of a dense update does
+	// not tell. False (the default) keeps every update the same size.
+	SparseUpdates bool
+	// Replicas is the number of JetStream replicas of the state bucket
+	// (3 in a three-node cluster); zero means 1.
 	Replicas int
 	// Secure, if not nil, runs every round under secure aggregation
 	// (SecAgg+, package secagg): the coordinator receives each update
@@ -249,7 +258,6 @@ type run struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	kv     jetstream.KeyValue
-	stream jetstream.Stream
 	index  map[string]int
 	server federation.ServerStep
 	cp     checkpoint
@@ -316,21 +324,18 @@ func (c *Coordinator) Run(ctx context.Context, nc *nats.Conn) (*Outcome, error) 
 			return nil, err
 		}
 	}
-	msgs := make(chan jetstream.Msg, 256)
-	cons, err := js.OrderedConsumer(ctx, streamName(c.fed), jetstream.OrderedConsumerConfig{})
+	// Updates are core NATS requests, answered once taken (see
+	// receive). An update that finds the channel full is dropped by the
+	// connection, and its client sends it again when no answer comes.
+	msgs := make(chan *nats.Msg, updateBuffer)
+	usub, err := nc.ChanSubscribe(subjUpdateAll(c.fed), msgs)
 	if err != nil {
-		return nil, fmt.Errorf("update stream: %w", err)
+		return nil, fmt.Errorf("subscribing to the updates: %w", err)
 	}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		select {
-		case msgs <- m:
-		case <-ctx.Done():
-		}
-	})
-	if err != nil {
-		return nil, fmt.Errorf("update stream: %w", err)
+	defer usub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		return nil, fmt.Errorf("subscribing to the updates: %w", err)
 	}
-	defer cc.Stop()
 	for t := len(r.cp.Records) + 1; t <= c.cfg.Rounds.T; t++ {
 		if err := r.round(ctx, t, msgs); err != nil {
 			return nil, fmt.Errorf("round %d: %w", t, err)
@@ -373,23 +378,22 @@ func (r *run) retry(ctx context.Context, what string, f func(context.Context) er
 	}
 }
 
-// open creates the update stream and the state bucket.
+// updateBuffer is how many update messages the coordinator's
+// subscription holds before the connection drops new ones.
+const updateBuffer = 4096
+
+// open creates the state bucket, and deletes the update stream of a
+// store written by fedcalib before wire version 3, which would capture
+// the updates (and answer them) in the coordinator's place.
 func (r *run) open(ctx context.Context) error {
-	return r.retry(ctx, "opening the stream", r.open1)
+	return r.retry(ctx, "opening the store", r.open1)
 }
 
 func (r *run) open1(ctx context.Context) error {
-	var err error
-	r.stream, err = r.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:       streamName(r.fed),
-		Subjects:   []string{subjUpdateAll(r.fed)},
-		Storage:    jetstream.FileStorage,
-		Replicas:   r.cfg.Replicas,
-		Duplicates: time.Hour,
-	})
-	if err != nil {
-		return fmt.Errorf("creating the update stream: %w", err)
+	if err := r.js.DeleteStream(ctx, oldStreamName(r.fed)); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("deleting the update stream of an older version: %w", err)
 	}
+	var err error
 	r.kv, err = r.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:   bucketName(r.fed),
 		Storage:  jetstream.FileStorage,
@@ -471,7 +475,7 @@ func (r *run) setWelcome() {
 	r.welcome = Welcome{
 		Federation: r.fed, Clients: len(r.cfg.Clients), Classes: r.cp.Classes,
 		Spec: r.cfg.Spec, Rounds: r.cfg.Rounds.T, Rate: r.cfg.Rounds.SampleRate, Seed: r.cp.Seed,
-		NeedCounts: r.needCounts(),
+		NeedCounts: r.needCounts(), SparseUpdates: r.cfg.SparseUpdates,
 	}
 }
 
@@ -716,7 +720,7 @@ func unanswered(parts []int, got map[int][]float64, refused map[int]string) []in
 }
 
 // round runs round t: invite, collect, close, commit.
-func (r *run) round(ctx context.Context, t int, msgs <-chan jetstream.Msg) error {
+func (r *run) round(ctx context.Context, t int, msgs <-chan *nats.Msg) error {
 	cfg := r.cfg
 	parts := (&federation.Rounds{T: cfg.Rounds.T, SampleRate: cfg.Rounds.SampleRate, Seed: r.cp.Seed}).Participants(t, len(cfg.Clients))
 	rep := RoundReport{RoundRecord: calib.RoundRecord{Round: t, Sampled: parts, Participants: []int{}, Dropouts: []int{}}, Rounds: cfg.Rounds.T, Refused: map[int]string{}}
@@ -724,7 +728,6 @@ func (r *run) round(ctx context.Context, t int, msgs <-chan jetstream.Msg) error
 		return r.secureRound(ctx, t, &rep)
 	}
 	var got map[int][]float64
-	var lastSeq uint64
 	if len(parts) > 0 {
 		// A plain invitation does not list the participants: a client
 		// learns only that it was sampled.
@@ -736,7 +739,7 @@ func (r *run) round(ctx context.Context, t int, msgs <-chan jetstream.Msg) error
 			}
 		}
 		var err error
-		if got, lastSeq, err = r.collect(ctx, t, parts, invitation, r.server.Check, msgs, &rep); err != nil {
+		if got, err = r.collect(ctx, t, parts, invitation, r.server, msgs, &rep); err != nil {
 			return err
 		}
 	}
@@ -756,20 +759,26 @@ func (r *run) round(ctx context.Context, t int, msgs <-chan jetstream.Msg) error
 		return err
 	}
 	rep.Compute += time.Since(start)
-	return r.closeRound(ctx, &rep, lastSeq)
+	return r.closeRound(ctx, &rep)
+}
+
+// checker is what collect needs of a server step: the length of a valid
+// update, and its check.
+type checker interface {
+	UpdateLen() int
+	Check(u []float64) error
 }
 
 // collect invites the participants parts of round t, with the
 // announcement invitation makes for each attempt, and gathers the
-// updates that check accepts until each participant answered or the
+// updates that chk accepts until each participant answered or the
 // attempt's deadline passed. While fewer than MinClients (or, when fewer
 // were sampled, all of them) were accepted, it invites those that did
 // not answer to a new attempt, MaxAttempts attempts at most. It returns
-// the accepted updates by client and the last stream sequence read.
-func (r *run) collect(ctx context.Context, t int, parts []int, invitation func(attempt int) *Announcement, check func([]float64) error, msgs <-chan jetstream.Msg, rep *RoundReport) (map[int][]float64, uint64, error) {
+// the accepted updates by client.
+func (r *run) collect(ctx context.Context, t int, parts []int, invitation func(attempt int) *Announcement, chk checker, msgs <-chan *nats.Msg, rep *RoundReport) (map[int][]float64, error) {
 	cfg := r.cfg
 	got := make(map[int][]float64, len(parts))
-	var lastSeq uint64
 	sampled := make(map[int]bool, len(parts))
 	for _, k := range parts {
 		sampled[k] = true
@@ -779,7 +788,7 @@ func (r *run) collect(ctx context.Context, t int, parts []int, invitation func(a
 	for rep.Attempts = 1; ; rep.Attempts++ {
 		a := invitation(rep.Attempts)
 		if err := r.invite(a, unanswered(parts, got, rep.Refused)); err != nil {
-			return nil, 0, err
+			return nil, err
 		}
 		deadline := time.NewTimer(cfg.RoundTimeout)
 		tick := time.NewTicker(every)
@@ -789,7 +798,7 @@ func (r *run) collect(ctx context.Context, t int, parts []int, invitation func(a
 			case <-ctx.Done():
 				deadline.Stop()
 				tick.Stop()
-				return nil, 0, ctx.Err()
+				return nil, ctx.Err()
 			case <-deadline.C:
 				break gather
 			case <-tick.C: // for clients that connected late or reconnected
@@ -797,22 +806,19 @@ func (r *run) collect(ctx context.Context, t int, parts []int, invitation func(a
 					cfg.Log.Warn("inviting again", "round", t, "err", err)
 				}
 			case m := <-msgs:
-				rep.Received += int64(len(m.Data()))
-				if md, err := m.Metadata(); err == nil {
-					lastSeq = max(lastSeq, md.Sequence.Stream)
-				}
+				rep.Received += int64(len(m.Data))
 				st := time.Now()
-				r.receive(t, m, sampled, got, rep.Refused, check)
+				r.receive(t, m, sampled, got, rep.Refused, chk)
 				rep.Compute += time.Since(st)
 			}
 		}
 		deadline.Stop()
 		tick.Stop()
 		if len(got) >= need {
-			return got, lastSeq, nil
+			return got, nil
 		}
 		if rep.Attempts >= cfg.MaxAttempts {
-			return nil, 0, fmt.Errorf("%w: %d of %d sampled clients sent an acceptable update in %d attempts of %v, fewer than the %d needed (--min-clients)",
+			return nil, fmt.Errorf("%w: %d of %d sampled clients sent an acceptable update in %d attempts of %v, fewer than the %d needed (--min-clients)",
 				ErrTooFewClients, len(got), len(parts), rep.Attempts, cfg.RoundTimeout, need)
 		}
 		cfg.Log.Warn("round short of updates: inviting its participants again; nothing was released", "round", t, "updates", len(got), "needed", need, "attempt", rep.Attempts)
@@ -825,7 +831,7 @@ func (r *run) collect(ctx context.Context, t int, parts []int, invitation func(a
 // step adds the noise of a private evaluation and charges its ledger.
 // Nothing of it is checkpointed: a coordinator restarted before it ends
 // runs it again, and only a finished evaluation is released.
-func (r *run) evaluate(ctx context.Context, res *federation.Result, msgs <-chan jetstream.Msg) (*federation.EvalResult, calib.RoundRecord, error) {
+func (r *run) evaluate(ctx context.Context, res *federation.Result, msgs <-chan *nats.Msg) (*federation.EvalResult, calib.RoundRecord, error) {
 	cfg := r.cfg
 	o := *cfg.Evaluate
 	o.Seed, o.Workers = r.cp.Seed, 0
@@ -860,7 +866,7 @@ func (r *run) evaluate(ctx context.Context, res *federation.Result, msgs <-chan 
 			Deadline: time.Now().Add(cfg.RoundTimeout), Seed: r.cp.Seed, Evaluation: ann,
 		}
 	}
-	got, lastSeq, err := r.collect(ctx, t, parts, invitation, s.Check, msgs, &rep)
+	got, err := r.collect(ctx, t, parts, invitation, s, msgs, &rep)
 	if err != nil {
 		return nil, calib.RoundRecord{}, err
 	}
@@ -878,11 +884,6 @@ func (r *run) evaluate(ctx context.Context, res *federation.Result, msgs <-chan 
 	if err := s.EndRound(t, len(rep.Participants)); err != nil {
 		return nil, calib.RoundRecord{}, err
 	}
-	if lastSeq > 0 {
-		if err := r.stream.Purge(ctx, jetstream.WithPurgeSequence(lastSeq+1)); err != nil {
-			cfg.Log.Warn("purging the update stream", "err", err)
-		}
-	}
 	ev, err := s.Evaluation()
 	if err != nil {
 		return nil, calib.RoundRecord{}, err
@@ -896,18 +897,12 @@ func (r *run) evaluate(ctx context.Context, res *federation.Result, msgs <-chan 
 	return ev, rep.RoundRecord, nil
 }
 
-// closeRound commits a round closed by EndRound, purges the update
-// stream up to lastSeq (0: nothing to purge) and reports progress.
-func (r *run) closeRound(ctx context.Context, rep *RoundReport, lastSeq uint64) error {
+// closeRound commits a round closed by EndRound and reports progress.
+func (r *run) closeRound(ctx context.Context, rep *RoundReport) error {
 	cfg := r.cfg
 	r.cp.Records = append(r.cp.Records, rep.RoundRecord)
 	if err := r.commit(ctx); err != nil {
 		return err
-	}
-	if lastSeq > 0 {
-		if err := r.stream.Purge(ctx, jetstream.WithPurgeSequence(lastSeq+1)); err != nil {
-			cfg.Log.Warn("purging the update stream", "err", err)
-		}
 	}
 	if cfg.Progress != nil {
 		if cfg.Spec.Private() {
@@ -921,55 +916,75 @@ func (r *run) closeRound(ctx context.Context, rep *RoundReport, lastSeq uint64) 
 }
 
 // receive takes one update message of round t, refusing those that
-// check refuses.
-func (r *run) receive(t int, m jetstream.Msg, sampled map[int]bool, got map[int][]float64, refused map[int]string, check func([]float64) error) {
-	pub := m.Subject()[updatePrefixLen(r.fed):]
+// chk refuses, and answers it (ack).
+func (r *run) receive(t int, m *nats.Msg, sampled map[int]bool, got map[int][]float64, refused map[int]string, chk checker) {
+	pub := m.Subject[updatePrefixLen(r.fed):]
 	k, ok := r.index[pub]
 	if !ok {
 		r.cfg.Log.Warn("update from a key not on the allow-list", "key", pub)
 		return
 	}
-	h := m.Headers()
+	reason := r.take(t, k, m, sampled, got, refused, chk)
+	r.ack(m, pub, reason)
+}
+
+// take is receive's decision on the update m of client k: "" when the
+// update is accepted or counted already (a replay of an accepted update,
+// or of a round closed), else why it is not.
+func (r *run) take(t, k int, m *nats.Msg, sampled map[int]bool, got map[int][]float64, refused map[int]string, chk checker) string {
+	h := m.Header
 	round, err := strconv.Atoi(h.Get(hdrRound))
 	if err == nil && round != t && h.Get(hdrFederation) == r.fed {
 		if round > t {
 			r.cfg.Log.Warn("refused an update for a future round", "round", t, "client", k, "for", round)
+			return fmt.Sprintf("%v: round %d is not open (round %d is)", federation.ErrBadUpdate, round, t)
 		}
-		return // a replay of a closed round: counted when it closed
+		return "" // a replay of a closed round: counted when it closed
 	}
 	if _, dup := got[k]; dup {
-		return
+		return ""
 	}
-	if _, dup := refused[k]; dup {
-		return
+	if why, dup := refused[k]; dup {
+		return why
 	}
-	refuse := func(reason string) {
+	refuse := func(reason string) string {
 		refused[k] = reason
 		r.cfg.Log.Warn("refused an update", "round", t, "client", k, "reason", reason)
+		return reason
 	}
 	switch {
 	case h.Get(hdrFederation) != r.fed:
-		refuse(fmt.Sprintf("%v: federation %q, not %q", federation.ErrBadUpdate, h.Get(hdrFederation), r.fed))
-		return
+		return refuse(fmt.Sprintf("%v: federation %q, not %q", federation.ErrBadUpdate, h.Get(hdrFederation), r.fed))
 	case err != nil:
-		refuse(fmt.Sprintf("%v: no round number", federation.ErrBadUpdate))
-		return
+		return refuse(fmt.Sprintf("%v: no round number", federation.ErrBadUpdate))
 	case h.Get(hdrClient) != strconv.Itoa(k):
-		refuse(fmt.Sprintf("%v: sent as client %q by client %d", federation.ErrBadUpdate, h.Get(hdrClient), k))
-		return
+		return refuse(fmt.Sprintf("%v: sent as client %q by client %d", federation.ErrBadUpdate, h.Get(hdrClient), k))
 	case !sampled[k]:
 		r.cfg.Log.Warn("refused an update from a client not sampled", "round", t, "client", k)
-		return
+		return fmt.Sprintf("%v: client %d is not sampled in round %d", federation.ErrBadUpdate, k, t)
 	}
-	u, err := decodeUpdate(m.Data())
+	u, err := decodeUpdate(m.Data, chk.UpdateLen())
 	if err == nil {
-		err = check(u)
+		err = chk.Check(u)
 	}
 	if err != nil {
-		refuse(err.Error())
-		return
+		return refuse(err.Error())
 	}
 	got[k] = u
+	return ""
+}
+
+// ack answers the update m of the client pub: an empty message when the
+// update is taken (or was, for a replay), else the reason it is refused.
+// It answers only on the client's own inbox, so that a client cannot have
+// the coordinator write to another's.
+func (r *run) ack(m *nats.Msg, pub, reason string) {
+	if !strings.HasPrefix(m.Reply, inboxPrefix(r.fed, pub)+".") {
+		return
+	}
+	if err := r.nc.Publish(m.Reply, []byte(reason)); err != nil {
+		r.cfg.Log.Warn("answering an update", "err", err)
+	}
 }
 
 // finish marks the run done and tells the clients: three times to all on

@@ -1,5 +1,6 @@
 // Package network runs a federated calibration across machines over NATS
-// JetStream: a Coordinator drives the server step of a protocol of package
+// (core NATS for the messages, JetStream for the coordinator's
+// checkpoint): a Coordinator drives the server step of a protocol of package
 // federation (federation.ServerStep) and each data owner runs a Client that
 // drives the client step (federation.ClientStep) on its own calibration
 // data, so that only clipped updates leave a client. It is the second
@@ -18,10 +19,10 @@
 // For a federation named F (ValidFederation), with P a client's public key:
 //
 //	fedcalib.F.enrol.P    client → coordinator: hello and ready requests (core NATS)
-//	fedcalib.F.inbox.P.>  the client's inbox: replies and JetStream acks
+//	fedcalib.F.inbox.P.>  the client's inbox: replies (welcomes, update acks)
 //	fedcalib.F.inbox.P.invite  coordinator → client: its round invitations (core NATS)
 //	fedcalib.F.round      coordinator → all: the end of the run (core NATS)
-//	fedcalib.F.update.P   client → stream FEDCALIB_F_UPDATES: the client's updates
+//	fedcalib.F.update.P   client → coordinator: the client's updates (core NATS requests)
 //	fedcalib.F.secagg.P   client → coordinator: secure-aggregation messages (core NATS)
 //	fedcalib.F.inbox.P.secagg  coordinator → client: its secure-aggregation messages
 //
@@ -55,9 +56,12 @@
 //     costs O(pK) messages, not O(K). The invitation is sent again every
 //     second to the participants that have not answered (for clients
 //     that connect late or reconnect). Each invited client computes its
-//     update and publishes it to JetStream with the message id F/t/k, so
-//     a replay is stored once.
-//  4. The coordinator reads the stream, refuses (and logs) an update of
+//     update and sends it, encoded exactly (dense, or sparse when most
+//     values are zero), as a request on its update subject, until the
+//     coordinator answers or the deadline passes. The coordinator keeps
+//     one update per client and round, so a replay counts once, and
+//     answers on the client's inbox: an empty ack, or why it refused.
+//  4. The coordinator refuses (and logs) an update of
 //     another federation or round, of the wrong length, with a non-finite
 //     or negative value or above the clip norm (federation.ServerStep.Check)
 //     — that client counts as a dropout — and closes the round when every
@@ -69,10 +73,14 @@
 //     Otherwise it adds the updates in increasing k and calls EndRound.
 //  5. After every round it commits the server's state (with the privacy
 //     ledger) and the round records to the JetStream key-value bucket
-//     fedcalib_F, in one put, and only then invites the next round. A
-//     restarted coordinator resumes from that checkpoint: a restart never
-//     resets the ledger and re-reads the updates of the open round from the
-//     stream.
+//     fedcalib_F, in one put — the round's only JetStream write — and
+//     only then invites the next round. A restarted coordinator resumes
+//     from that checkpoint: a restart never resets the ledger. The updates
+//     of the open round are held in memory only, so they die with the
+//     coordinator's process; the restarted one invites the round's
+//     participants again, and a client invited again to a round it
+//     answered, under another attempt or deadline, sends its update
+//     again.
 //  6. After the last round it announces the end of the run to every
 //     client on fedcalib.F.round (and once on each client's inbox, for
 //     clients that missed it), and the clients leave.

@@ -60,20 +60,19 @@ func fedOr(name string) string {
 }
 
 // Subjects, stream and bucket of a federation (see the package doc).
-func subjRound(fed string) string           { return "fedcalib." + fed + ".round" }
-func subjEnrol(fed, pub string) string      { return "fedcalib." + fed + ".enrol." + pub }
-func subjEnrolAll(fed string) string        { return "fedcalib." + fed + ".enrol.*" }
-func subjUpdate(fed, pub string) string     { return "fedcalib." + fed + ".update." + pub }
-func subjUpdateAll(fed string) string       { return "fedcalib." + fed + ".update.*" }
-func inboxPrefix(fed, pub string) string    { return "fedcalib." + fed + ".inbox." + pub }
-func subjSecAgg(fed, pub string) string     { return "fedcalib." + fed + ".secagg." + pub }
-func subjSecAggAll(fed string) string       { return "fedcalib." + fed + ".secagg.*" }
-func subjSecAggIn(fed, pub string) string   { return inboxPrefix(fed, pub) + ".secagg" }
-func subjInvite(fed, pub string) string     { return inboxPrefix(fed, pub) + ".invite" }
-func subjInviteAll(fed string) string       { return subjInvite(fed, "*") }
-func secAggPrefixLen(fed string) int        { return len(subjSecAgg(fed, "")) }
-func streamName(fed string) string          { return "FEDCALIB_" + fed + "_UPDATES" }
-func bucketName(fed string) string          { return "fedcalib_" + fed }
-func msgID(fed string, round, k int) string { return fmt.Sprintf("%s/%d/%d", fed, round, k) }
-func updatePrefixLen(fed string) int        { return len(subjUpdate(fed, "")) }
-func enrolPrefixLen(fed string) int         { return len(subjEnrol(fed, "")) }
+func subjRound(fed string) string         { return "fedcalib." + fed + ".round" }
+func subjEnrol(fed, pub string) string    { return "fedcalib." + fed + ".enrol." + pub }
+func subjEnrolAll(fed string) string      { return "fedcalib." + fed + ".enrol.*" }
+func subjUpdate(fed, pub string) string   { return "fedcalib." + fed + ".update." + pub }
+func subjUpdateAll(fed string) string     { return "fedcalib." + fed + ".update.*" }
+func inboxPrefix(fed, pub string) string  { return "fedcalib." + fed + ".inbox." + pub }
+func subjSecAgg(fed, pub string) string   { return "fedcalib." + fed + ".secagg." + pub }
+func subjSecAggAll(fed string) string     { return "fedcalib." + fed + ".secagg.*" }
+func subjSecAggIn(fed, pub string) string { return inboxPrefix(fed, pub) + ".secagg" }
+func subjInvite(fed, pub string) string   { return inboxPrefix(fed, pub) + ".invite" }
+func subjInviteAll(fed string) string     { return subjInvite(fed, "*") }
+func secAggPrefixLen(fed string) int      { return len(subjSecAgg(fed, "")) }
+func oldStreamName(fed string) string     { return "FEDCALIB_" + fed + "_UPDATES" } // wire versions 1 and 2
+func bucketName(fed string) string        { return "fedcalib_" + fed }
+func updatePrefixLen(fed string) int      { return len(subjUpdate(fed, "")) }
+func enrolPrefixLen(fed string) int       { return len(subjEnrol(fed, "")) }

@@ -127,7 +127,7 @@ func (r *run) secureRound(ctx context.Context, t int, rep *RoundReport) error {
 		return err
 	}
 	rep.Compute += time.Since(start)
-	return r.closeRound(ctx, rep, 0)
+	return r.closeRound(ctx, rep)
 }
 
 // secureAttempt runs one attempt of round t: it returns the dequantised

@@ -74,10 +74,10 @@ func TestPermissions(t *testing.T) {
 			return err
 		}},
 		{"publish as another client", func(nc *nats.Conn) error {
-			return nc.Publish(subjUpdate(DefaultFederation, other), encodeUpdate([]float64{1}))
+			return nc.Publish(subjUpdate(DefaultFederation, other), encodeUpdate([]float64{1}, false))
 		}},
 		{"use the JetStream API", func(nc *nats.Conn) error {
-			return nc.Publish("$JS.API.STREAM.INFO."+streamName(DefaultFederation), nil)
+			return nc.Publish("$JS.API.STREAM.INFO."+oldStreamName(DefaultFederation), nil)
 		}},
 		{"announce a round", func(nc *nats.Conn) error {
 			return nc.Publish(subjRound(DefaultFederation), []byte("{}"))
@@ -115,7 +115,7 @@ func TestPermissions(t *testing.T) {
 	if _, err := nc.SubscribeSync(subjInvite(DefaultFederation, h.pubs[0])); err != nil {
 		t.Fatal(err)
 	}
-	if err := nc.Publish(subjUpdate(DefaultFederation, h.pubs[0]), encodeUpdate([]float64{1})); err != nil {
+	if err := nc.Publish(subjUpdate(DefaultFederation, h.pubs[0]), encodeUpdate([]float64{1}, false)); err != nil {
 		t.Fatal(err)
 	}
 	nc.Flush()
@@ -127,8 +127,9 @@ func TestPermissions(t *testing.T) {
 }
 
 // rogue enrols as client k and, for every invitation it receives, sends
-// the updates send returns (each with the message id it gives) in place
-// of the honest update.
+// the updates send returns in place of the honest update, each with the
+// message id it gives (which the coordinator ignores: it keeps one update
+// per client and round).
 func (h *harness) rogue(ctx context.Context, t *testing.T, k int, set *calib.Set, send func(honest []float64) ([][]float64, []string)) {
 	t.Helper()
 	errs := make(chan error, 4)
@@ -163,7 +164,7 @@ func (h *harness) rogue(ctx context.Context, t *testing.T, k int, set *calib.Set
 			honest, _ := step.Update(nil, a.Round, set, a.Broadcast, federation.ClientRand(a.Seed, a.Round, k))
 			us, ids := send(honest)
 			for i, u := range us {
-				msg := &nats.Msg{Subject: subjUpdate(DefaultFederation, h.pubs[k]), Header: nats.Header{}, Data: encodeUpdate(u)}
+				msg := &nats.Msg{Subject: subjUpdate(DefaultFederation, h.pubs[k]), Header: nats.Header{}, Data: encodeUpdate(u, false)}
 				msg.Header.Set(hdrFederation, DefaultFederation)
 				msg.Header.Set(hdrRound, itoa(a.Round))
 				msg.Header.Set(hdrClient, itoa(k))

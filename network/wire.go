@@ -12,10 +12,12 @@ import (
 )
 
 // Version is the version of the wire protocol that hello requests carry;
-// the coordinator refuses other versions. Version 2 invites each round's
-// participants on their own inboxes (version 1 announced every round to
-// every client).
-const Version = 2
+// the coordinator refuses other versions. Version 3 sends each update to
+// the coordinator as a core NATS request, which the coordinator answers
+// (version 2 published it to a JetStream stream); version 2 invited each
+// round's participants on their own inboxes (version 1 announced every
+// round to every client).
+const Version = 3
 
 // Headers of an update message.
 const (
@@ -65,6 +67,9 @@ type Welcome struct {
 	// NeedCounts asks the client to send its class counts (non-private
 	// weighted binning only).
 	NeedCounts bool `json:"need_counts,omitempty"`
+	// SparseUpdates lets the client send its updates in the sparse
+	// encoding when that is smaller (Config.SparseUpdates).
+	SparseUpdates bool `json:"sparse_updates,omitempty"`
 	// Done reports that the run has finished.
 	Done bool `json:"done,omitempty"`
 }
@@ -170,24 +175,101 @@ type SecureRound struct {
 	ClientVariance float64 `json:"client_variance,omitempty"`
 }
 
-// encodeUpdate returns u as little-endian IEEE 754 float64s: every value,
-// NaN and infinities included, travels exactly.
-func encodeUpdate(u []float64) []byte {
-	b := make([]byte, 8*len(u))
+// Update encodings: the first byte of an update message says which
+// follows. Both carry every value exactly, bit for bit (NaN, infinities
+// and −0 included).
+const (
+	// encDense is followed by the n values as little-endian IEEE 754
+	// float64s (8·n bytes).
+	encDense = 0
+	// encSparse is followed by n as a uvarint, a bitmap of ⌈n/8⌉ bytes
+	// whose bit i%8 of byte i/8 is set when value i is not +0 (its bits
+	// are not all zero), and those values, in order, as little-endian
+	// float64s. A binning update (2·C·2^m histogram cells, most of them
+	// empty with a few dozen rows) is a few times smaller so; but its
+	// size then tells whoever sees it (through TLS too) how many values
+	// are not zero, which a dense update's fixed size does not.
+	encSparse = 1
+)
+
+// encodeUpdate returns u encoded with encDense or, if sparse is true, in
+// the smaller of encDense and encSparse.
+func encodeUpdate(u []float64, sparse bool) []byte {
+	nz := 0
+	for _, v := range u {
+		if math.Float64bits(v) != 0 {
+			nz++
+		}
+	}
+	var head [1 + binary.MaxVarintLen64]byte
+	head[0] = encSparse
+	head1 := binary.AppendUvarint(head[:1], uint64(len(u)))
+	bitmap := (len(u) + 7) / 8
+	if !sparse || len(head1)+bitmap+8*nz >= 1+8*len(u) {
+		b := make([]byte, 1+8*len(u))
+		b[0] = encDense
+		for i, v := range u {
+			binary.LittleEndian.PutUint64(b[1+8*i:], math.Float64bits(v))
+		}
+		return b
+	}
+	b := append(make([]byte, 0, len(head1)+bitmap+8*nz), head1...)
+	mask := len(b)
+	b = b[:mask+bitmap]
 	for i, v := range u {
-		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(v))
+		if bits := math.Float64bits(v); bits != 0 {
+			b[mask+i/8] |= 1 << (i % 8)
+			b = binary.LittleEndian.AppendUint64(b, bits)
+		}
 	}
 	return b
 }
 
-// decodeUpdate reverses encodeUpdate.
-func decodeUpdate(b []byte) ([]float64, error) {
-	if len(b)%8 != 0 {
-		return nil, fmt.Errorf("%w: %d bytes is not a whole number of float64s", federation.ErrBadUpdate, len(b))
+// decodeUpdate reverses encodeUpdate. A sparse update may declare at
+// most maxLen values (the length of a valid update), so that a short
+// message cannot make the coordinator allocate a long one; a dense
+// update's length is checked by the server step.
+func decodeUpdate(b []byte, maxLen int) ([]float64, error) {
+	if len(b) == 0 {
+		return nil, fmt.Errorf("%w: an empty message", federation.ErrBadUpdate)
 	}
-	u := make([]float64, len(b)/8)
-	for i := range u {
-		u[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
+	switch b[0] {
+	case encDense:
+		b = b[1:]
+		if len(b)%8 != 0 {
+			return nil, fmt.Errorf("%w: %d bytes is not a whole number of float64s", federation.ErrBadUpdate, len(b))
+		}
+		u := make([]float64, len(b)/8)
+		for i := range u {
+			u[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
+		}
+		return u, nil
+	case encSparse:
+		n, w := binary.Uvarint(b[1:])
+		if w <= 0 || n > uint64(maxLen) {
+			return nil, fmt.Errorf("%w: a sparse update of more than the %d values of an update", federation.ErrBadUpdate, maxLen)
+		}
+		b = b[1+w:]
+		bitmap := (int(n) + 7) / 8
+		if len(b) < bitmap {
+			return nil, fmt.Errorf("%w: a sparse update cut short", federation.ErrBadUpdate)
+		}
+		mask, vals := b[:bitmap], b[bitmap:]
+		u := make([]float64, n)
+		for i := range u {
+			if mask[i/8]&(1<<(i%8)) == 0 {
+				continue
+			}
+			if len(vals) < 8 {
+				return nil, fmt.Errorf("%w: a sparse update cut short", federation.ErrBadUpdate)
+			}
+			u[i] = math.Float64frombits(binary.LittleEndian.Uint64(vals))
+			vals = vals[8:]
+		}
+		if len(vals) != 0 || (n%8 != 0 && mask[bitmap-1]>>(n%8) != 0) {
+			return nil, fmt.Errorf("%w: a sparse update with trailing bits or bytes", federation.ErrBadUpdate)
+		}
+		return u, nil
 	}
-	return u, nil
+	return nil, fmt.Errorf("%w: unknown update encoding %d", federation.ErrBadUpdate, b[0])
 }
