@@ -232,6 +232,7 @@ type Blocks struct {
 	held                  []float32 // the whole logits, when Fortran-ordered
 	next                  int
 	buf                   []byte
+	err                   error // the first error of Next, which it returns from then on
 }
 
 // Blocks returns a reader of the archive's rows. Close it when done.
@@ -286,13 +287,17 @@ func (a *Archive) openColumn(key string) (*array, error) {
 // reusing its slices' memory, and checks them as Validate does. It
 // returns io.EOF, with dst empty, when no row is left, once it has
 // checked that every array ends where it should (which also verifies
-// each entry's CRC-32).
+// each entry's CRC-32). After an error, Next returns that error.
 func (b *Blocks) Next(dst *Block, rows int) error {
 	if rows <= 0 {
 		panic("logits: Blocks.Next of no rows")
 	}
+	if b.err != nil {
+		return b.err
+	}
 	if err := b.next1(dst, rows); err != io.EOF {
-		return b.a.wrap(err)
+		b.err = b.a.wrap(err)
+		return b.err
 	}
 	return io.EOF
 }

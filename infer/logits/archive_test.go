@@ -42,6 +42,9 @@ func readBlocks(t *testing.T, b []byte, rows int) (*File, error) {
 			break
 		}
 		if err != nil {
+			if again := bl.Next(&blk, rows); again != err {
+				t.Fatalf("Next after the error %v = %v, want the same error", err, again)
+			}
 			return nil, err
 		}
 		if blk.First != f.Len() || blk.Len() == 0 || blk.Len() > rows || len(blk.Logits) != blk.Len()*f.Classes {
