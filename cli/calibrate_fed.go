@@ -226,19 +226,22 @@ func (ff *fedFlags) run(cmd *cobra.Command, fl *calibrateFlags) error {
 		return err
 	}
 	changed := cmd.Flags().Changed
-	f, err := readLogits(fl.logits, fl.input)
+	// The partition is made before the logits are read; the clients'
+	// rows are converted to float64 one client at a time, from the
+	// file's float32 block, when the protocol asks for them.
+	var (
+		labels []int
+		p      *federation.Partition
+		source string
+	)
+	f, err := readColumnsFirst(fl.logits, fl.input, func(f *logits.File) (err error) {
+		labels = f.IntLabels()
+		p, source, err = ff.partitionFor(f, labels, fl)
+		return err
+	})
 	if err != nil {
 		return err
 	}
-	boundHeap(f)
-	// The clients' rows are converted to float64 one client at a time,
-	// from the file's float32 block, when the protocol asks for them.
-	labels := f.IntLabels()
-	p, source, err := ff.partitionFor(f, labels, fl)
-	if err != nil {
-		return err
-	}
-	f.Client, f.Split = nil, nil // the partition has them now
 	pop, err := federation.NewRowPopulation(f, p, federation.Calibration)
 	if err != nil {
 		return fmt.Errorf("%s: %w", source, err)
@@ -360,10 +363,6 @@ func progressPrinter(w io.Writer, total int) func(federation.RoundStats) {
 	}
 }
 
-// fedSummary is the one line a federated run prints: cwECE and accuracy
-// before and after on the global test split (the rows of f that are test
-// rows of p, read in chunks by measure), the ε spent, and a warning when
-// accuracy drops by more than a point (dropWarning).
 // testMetrics returns the metrics of the base model and of calibrator c
 // on the partition's test rows, or nil when it has none.
 func testMetrics(ctx context.Context, f *logits.File, p *federation.Partition, c calib.Calibrator) ([]calib.Metrics, error) {

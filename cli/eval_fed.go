@@ -13,6 +13,7 @@ import (
 	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/dp"
 	"github.com/fedcalib/fedcalib/federation"
+	"github.com/fedcalib/fedcalib/infer/logits"
 )
 
 // evalFedFlags are eval's federated-evaluation flags. The privacy flags
@@ -177,22 +178,27 @@ func (ef *evalFedFlags) run(cmd *cobra.Command) error {
 	if v, ok := fl.Lookup("input").Value.(*inputKind); ok {
 		in = *v
 	}
-	f, err := readLogits(path, in)
+	var (
+		labels []int
+		p      *federation.Partition
+		source string
+	)
+	f, err := readColumnsFirst(path, in, func(f *logits.File) (err error) {
+		labels = f.IntLabels()
+		p, source, err = federation.Source{File: partPath}.Partition(labels, f.Classes, f.Client, f.Split)
+		switch {
+		case errors.Is(err, federation.ErrNoClientColumn):
+			return fmt.Errorf("%s has no client column, so --federated needs the clients from --partition P.json", path)
+		case err != nil && partPath != "" && !errors.Is(err, federation.ErrMismatch):
+			return err // ReadPartition names the file
+		case err != nil:
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	boundHeap(f)
-	labels := f.IntLabels()
-	p, source, err := federation.Source{File: partPath}.Partition(labels, f.Classes, f.Client, f.Split)
-	switch {
-	case errors.Is(err, federation.ErrNoClientColumn):
-		return fmt.Errorf("%s has no client column, so --federated needs the clients from --partition P.json", path)
-	case err != nil && partPath != "" && !errors.Is(err, federation.ErrMismatch):
-		return err // ReadPartition names the file
-	case err != nil:
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	f.Client, f.Split = nil, nil // the partition has them now
 	pop, err := federation.NewRowPopulation(f, p, s)
 	if err != nil {
 		return fmt.Errorf("%s: %w", source, err)

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"runtime/debug"
 
 	"github.com/spf13/pflag"
 
@@ -50,5 +51,38 @@ func readLogits(path string, in inputKind) (*logits.File, error) {
 	if err := f.ConvertInput(in.String()); err != nil {
 		return nil, fmt.Errorf("%s: --input %s: %w", path, in.String(), err)
 	}
+	return f, nil
+}
+
+// readColumnsFirst reads the logits file at path, holding input of kind
+// in, in two steps: its columns (labels, client and split columns, class
+// names), which it passes to partition, then — once partition has
+// returned, the client and split columns are dropped (the partition has
+// them) and the memory they and partition's work took is given back to
+// the operating system — its logits. A federated run's peak memory is
+// then the logits, the labels and the partition, not also the columns
+// and the partition's transient memory beside them.
+func readColumnsFirst(path string, in inputKind, partition func(*logits.File) error) (*logits.File, error) {
+	a, err := logits.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer a.Close()
+	f, err := a.ReadColumns()
+	if err != nil {
+		return nil, err
+	}
+	if err := partition(f); err != nil {
+		return nil, err
+	}
+	f.Client, f.Split = nil, nil
+	debug.FreeOSMemory()
+	if err := a.ReadLogits(f); err != nil {
+		return nil, err
+	}
+	if err := f.ConvertInput(in.String()); err != nil {
+		return nil, fmt.Errorf("%s: --input %s: %w", path, in.String(), err)
+	}
+	boundHeap(f)
 	return f, nil
 }

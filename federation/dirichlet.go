@@ -118,7 +118,7 @@ func Dirichlet(labels []int, classes, clients int, beta float64, opt PartitionOp
 		Clients:       make([]Client, clients),
 	}
 	for k, s := range shares {
-		p.Clients[k] = splitFractions(int64(k), s, frac, stream(opt.Seed, domainSplit, uint64(k), 0))
+		p.Clients[k] = splitFractions(int64(k), rowIndices(s), frac, stream(opt.Seed, domainSplit, uint64(k), 0))
 	}
 	return p, nil
 }
@@ -173,7 +173,7 @@ func IID(labels []int, classes, clients int, opt PartitionOptions) (*Partition, 
 	n := len(labels)
 	for k := range clients {
 		share := perm[k*n/clients : (k+1)*n/clients]
-		p.Clients[k] = splitFractions(int64(k), share, frac, stream(opt.Seed, domainSplit, uint64(k), 0))
+		p.Clients[k] = splitFractions(int64(k), rowIndices(share), frac, stream(opt.Seed, domainSplit, uint64(k), 0))
 	}
 	return p, nil
 }

@@ -32,7 +32,7 @@ type NaturalOptions struct {
 
 type user struct {
 	id   int64
-	rows []int
+	rows []int32
 }
 
 // groupByClient returns the rows of each client id, users sorted by id,
@@ -69,7 +69,7 @@ func groupByClient(client []int32, split []uint8) ([]user, error) {
 	}
 	ids := next.ids()
 	users := make([]user, len(ids))
-	backing := make([]int, len(client))
+	backing := make([]int32, len(client))
 	off := 0
 	for k, id := range ids {
 		p := next.at(id)
@@ -80,7 +80,7 @@ func groupByClient(client []int32, split []uint8) ([]user, error) {
 	}
 	for i, c := range client {
 		p := next.at(c)
-		backing[*p] = i
+		backing[*p] = int32(i)
 		*p++
 	}
 	return users, nil
@@ -195,10 +195,14 @@ func Natural(labels []int, classes int, client []int32, split []uint8, opt Natur
 	return p, nil
 }
 
-// checkLabels reports labels outside [0, classes) and fewer than 2 classes.
+// checkLabels reports labels outside [0, classes), fewer than 2 classes
+// and more than MaxExamples labels.
 func checkLabels(labels []int, classes int) error {
 	if classes < 2 {
 		return fmt.Errorf("need at least 2 classes, have %d", classes)
+	}
+	if int64(len(labels)) > MaxExamples {
+		return fmt.Errorf("%d examples: a partition holds at most %d", len(labels), int64(MaxExamples))
 	}
 	for i, y := range labels {
 		if y < 0 || y >= classes {

@@ -21,10 +21,10 @@ func TestGroupByClient(t *testing.T) {
 			ids[k] = rng.Int32N(tc.maxID)
 		}
 		client := make([]int32, 500)
-		want := map[int32][]int{}
+		want := map[int32][]int32{}
 		for i := range client {
 			client[i] = ids[rng.IntN(len(ids))]
-			want[client[i]] = append(want[client[i]], i)
+			want[client[i]] = append(want[client[i]], int32(i))
 		}
 		users, err := groupByClient(client, nil)
 		if err != nil {

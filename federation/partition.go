@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 
@@ -20,6 +21,10 @@ import (
 
 // PartitionFormatV1 is the format tag of version 1 of the partition file.
 const PartitionFormatV1 = "fedcalib.partition/v1"
+
+// MaxExamples is the largest number of examples a partition holds: its
+// example indices are int32.
+const MaxExamples = math.MaxInt32
 
 // Split names one of a client's local splits. The values match the split
 // column of a logits file.
@@ -84,7 +89,7 @@ type Partition struct {
 	Clients []Client `json:"clients"`
 	// Dropped holds, in increasing order, the examples assigned to no
 	// client (users below MinSamples); nil when there are none.
-	Dropped []int `json:"dropped,omitempty"`
+	Dropped []int32 `json:"dropped,omitempty"`
 }
 
 // Client is one client's share of a partition: indices of examples of the
@@ -96,17 +101,19 @@ type Client struct {
 	// Name is the client's name in the data set (a LEAF user, a speaker
 	// role), when it has one.
 	Name string `json:"name,omitempty"`
-	// Train, Calibration and Test hold the client's examples in each split.
-	Train       []int `json:"train"`
-	Calibration []int `json:"calibration"`
-	Test        []int `json:"test"`
+	// Train, Calibration and Test hold the client's examples in each split,
+	// as int32: a partition takes 4 bytes per example (at most
+	// MaxExamples).
+	Train       []int32 `json:"train"`
+	Calibration []int32 `json:"calibration"`
+	Test        []int32 `json:"test"`
 }
 
 // Len returns the client's number of examples over all splits.
 func (c *Client) Len() int { return len(c.Train) + len(c.Calibration) + len(c.Test) }
 
 // Rows returns the client's examples in split s. It aliases the client.
-func (c *Client) Rows(s Split) []int {
+func (c *Client) Rows(s Split) []int32 {
 	switch s {
 	case Train:
 		return c.Train
@@ -176,7 +183,9 @@ func (p *Partition) Rows(s Split) []int {
 	}
 	out := make([]int, 0, n)
 	for i := range p.Clients {
-		out = append(out, p.Clients[i].Rows(s)...)
+		for _, r := range p.Clients[i].Rows(s) {
+			out = append(out, int(r))
+		}
 	}
 	slices.Sort(out)
 	return out
@@ -297,9 +306,9 @@ func (p *Partition) Validate() error {
 		return fmt.Errorf("the partition lists %d examples, data.examples is %d: every example must be assigned exactly once", listed, n)
 	}
 	seen := make([]bool, n)
-	mark := func(where string, idx []int) error {
+	mark := func(where string, idx []int32) error {
 		for _, i := range idx {
-			if i < 0 || i >= n {
+			if i < 0 || int(i) >= n {
 				return fmt.Errorf("%s: example %d is outside [0, %d)", where, i, n)
 			}
 			if seen[i] {

@@ -26,7 +26,7 @@ func assignedOnce(t *testing.T, p *Partition, n int) {
 	t.Helper()
 	count := make([]int, n)
 	for _, c := range p.Clients {
-		for _, idx := range [][]int{c.Train, c.Calibration, c.Test} {
+		for _, idx := range [][]int32{c.Train, c.Calibration, c.Test} {
 			for _, i := range idx {
 				count[i]++
 			}
@@ -149,10 +149,10 @@ func TestLabelSkewByHand(t *testing.T) {
 	p := &Partition{
 		Data: Fingerprint{Examples: 5, Classes: 2},
 		Clients: []Client{
-			{Calibration: []int{0}, Test: []int{1}},
-			{Train: []int{2}, Calibration: []int{3}},
+			{Calibration: []int32{0}, Test: []int32{1}},
+			{Train: []int32{2}, Calibration: []int32{3}},
 		},
-		Dropped: []int{4},
+		Dropped: []int32{4},
 	}
 	if got := p.LabelSkew(labels); math.Abs(got-0.25) > 1e-15 {
 		t.Errorf("LabelSkew = %v, want 0.25", got)
@@ -285,15 +285,15 @@ func TestNatural(t *testing.T) {
 		if p.Len() != 2 || p.Clients[0].ID != 2 || p.Clients[1].ID != 5 {
 			t.Fatalf("clients %+v, want ids 2 and 5", p.Clients)
 		}
-		if !reflect.DeepEqual(p.Dropped, []int{14}) {
+		if !reflect.DeepEqual(p.Dropped, []int32{14}) {
 			t.Errorf("dropped %v, want [14]", p.Dropped)
 		}
 		u5 := p.Clients[1]
-		if !reflect.DeepEqual(u5.Train, []int{0, 2, 6}) || len(u5.Calibration) != 4 || len(u5.Test) != 3 {
+		if !reflect.DeepEqual(u5.Train, []int32{0, 2, 6}) || len(u5.Calibration) != 4 || len(u5.Test) != 3 {
 			t.Errorf("user 5: %+v; want train [0 2 6], 4 calibration, 3 test", u5)
 		}
 		u2 := p.Clients[0]
-		if !reflect.DeepEqual(u2.Train, []int{10, 11}) || len(u2.Calibration) != 1 || len(u2.Test) != 1 {
+		if !reflect.DeepEqual(u2.Train, []int32{10, 11}) || len(u2.Calibration) != 1 || len(u2.Test) != 1 {
 			t.Errorf("user 2: %+v", u2)
 		}
 		// The helper makes the same choice.

@@ -71,7 +71,12 @@ func (sp *SetPopulation) Classes() int { return sp.data.Classes }
 
 // Client returns a copy of client k's examples.
 func (sp *SetPopulation) Client(k int) (*calib.Set, error) {
-	return sp.data.Subset(sp.part.Clients[k].Rows(sp.split)), nil
+	rows := sp.part.Clients[k].Rows(sp.split)
+	idx := make([]int, len(rows))
+	for r, i := range rows {
+		idx[r] = int(i)
+	}
+	return sp.data.Subset(idx), nil
 }
 
 // ClassCounts returns the number of examples of each class over all

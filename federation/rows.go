@@ -60,10 +60,10 @@ func NewRowPopulation(src RowSource, p *Partition, s Split) (*RowPopulation, err
 	counts := make([]float64, c)
 	for k := range p.Clients {
 		for _, i := range p.Clients[k].Rows(s) {
-			if i < 0 || i >= n {
+			if i < 0 || int(i) >= n {
 				return nil, fmt.Errorf("client %d: row %d outside the data's %d rows", k, i, n)
 			}
-			counts[src.Label(i)]++
+			counts[src.Label(int(i))]++
 		}
 	}
 	return &RowPopulation{src: src, part: p, split: s, classes: c, counts: counts}, nil
@@ -82,7 +82,7 @@ func (rp *RowPopulation) Client(k int) (*calib.Set, error) {
 
 // RowSet returns the given rows of src, in that order, converted into a
 // new set. It panics if a row is out of range.
-func RowSet(src RowSource, rows []int) *calib.Set {
+func RowSet[I int | int32](src RowSource, rows []I) *calib.Set {
 	c := src.NumClasses()
 	s := &calib.Set{
 		Logits:  make([]float64, len(rows)*c),
@@ -90,8 +90,8 @@ func RowSet(src RowSource, rows []int) *calib.Set {
 		Classes: c,
 	}
 	for r, i := range rows {
-		src.Row(s.Logits[r*c:(r+1)*c], i)
-		s.Labels[r] = src.Label(i)
+		src.Row(s.Logits[r*c:(r+1)*c], int(i))
+		s.Labels[r] = src.Label(int(i))
 	}
 	return s
 }

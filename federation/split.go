@@ -79,7 +79,7 @@ func (f Fractions) counts(n int) (cal, test int) {
 
 // splitFractions divides the examples idx of one client by f, shuffling
 // with rng, in place.
-func splitFractions(id int64, idx []int, f Fractions, rng *rand.Rand) Client {
+func splitFractions(id int64, idx []int32, f Fractions, rng *rand.Rand) Client {
 	rng.Shuffle(len(idx), func(a, b int) { idx[a], idx[b] = idx[b], idx[a] })
 	cal, test := f.counts(len(idx))
 	c := Client{
@@ -97,13 +97,13 @@ func splitFractions(id int64, idx []int, f Fractions, rng *rand.Rand) Client {
 // splitGiven divides the examples idx of one client, in increasing
 // order, by the split column, in place: idx becomes its train, then its
 // calibration, then its test examples, each in increasing order.
-func splitGiven(id int64, idx []int, split []uint8) Client {
+func splitGiven(id int64, idx []int32, split []uint8) Client {
 	var n [3]int
 	for _, i := range idx {
 		n[split[i]]++
 	}
 	// Train rows move forward in place; the others wait in rest.
-	rest := make([]int, 0, n[Calibration]+n[Test])
+	rest := make([]int32, 0, n[Calibration]+n[Test])
 	train := idx[:0]
 	for _, i := range idx {
 		if Split(split[i]) == Train {
@@ -127,7 +127,7 @@ func splitGiven(id int64, idx []int, split []uint8) Client {
 // splitLEAFSample divides the examples idx of one client, in increasing
 // order, by the split column, then moves half of its test examples
 // (rounded up, chosen with rng) to calibration; in place.
-func splitLEAFSample(id int64, idx []int, split []uint8, rng *rand.Rand) Client {
+func splitLEAFSample(id int64, idx []int32, split []uint8, rng *rand.Rand) Client {
 	c := splitGiven(id, idx, split)
 	// Calibration and test are adjacent in idx: the calibration split
 	// grows over the first half of the shuffled test split.
@@ -142,10 +142,19 @@ func splitLEAFSample(id int64, idx []int, split []uint8, rng *rand.Rand) Client 
 	return c
 }
 
+// rowIndices returns the example indices s as a partition holds them.
+func rowIndices(s []int) []int32 {
+	out := make([]int32, len(s))
+	for r, i := range s {
+		out[r] = int32(i)
+	}
+	return out
+}
+
 // capped returns s with its capacity cut to its length, never nil.
-func capped(s []int) []int {
+func capped(s []int32) []int32 {
 	if s == nil {
-		return []int{}
+		return []int32{}
 	}
 	return s[:len(s):len(s)]
 }
