@@ -84,6 +84,10 @@ names that differ between the two, in number or order, are an error.
 calibrate --partition" does), so --split test evaluates on the union of the
 clients' test splits.
 
+eval reads the logits file a block of rows at a time, so its memory does
+not grow with the file (a few MiB per core); --bootstrap and --partition
+read it whole, as they need every row.
+
 Given --calibrator more than once, eval compares the calibrators in one
 table: one row each, with the ε they spent, and "*" marking an accuracy
 drop of more than 1 point (the paper's asterisk); --json then prints
