@@ -67,7 +67,7 @@ type scaleReport struct {
 	Announced   map[int]time.Duration // when the first invitation of round t was sent
 	FirstUpdate map[int]time.Duration // when the first update of round t was published
 	LastUpdate  map[int]time.Duration // when the last update of round t was published
-	RTT         time.Duration         // median NATS ping round trip of the coordinator's connection
+	RTT         time.Duration         // median NATS ping round trip of a TCP (TLS) connection to the server, as a client's
 	In, Out     int64                 // message bytes the server received from and sent to the clients
 	Clients     int                   // client connections seen
 	IdleHWM     int64                 // VmHWM (bytes) once the server and coordinator are up, before enrolment
@@ -292,12 +292,21 @@ func TestScaleCoordinator(t *testing.T) {
 	}
 	defer nc.Close()
 	var rp scaleReport
+	// The network round trip, over TCP and TLS as a client's: the
+	// coordinator's own connection is in process.
+	tcp := srv.Dial()
+	tcp.inProcess = nil
+	pc, err := tcp.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
 	rtts := make([]time.Duration, 21)
 	for i := range rtts {
-		if rtts[i], err = nc.RTT(); err != nil {
+		if rtts[i], err = pc.RTT(); err != nil {
 			t.Fatal(err)
 		}
 	}
+	pc.Close()
 	slices.Sort(rtts)
 	rp.RTT = rtts[len(rtts)/2]
 	rp.IdleHWM = vmHWM(t)

@@ -48,6 +48,11 @@ type Dial struct {
 	OnError func(error)
 
 	inboxPrefix string
+	// inProcess, if not nil, is the embedded server to connect to in
+	// process (Server.Dial): no socket and no TLS, since nothing leaves
+	// the process; URL and the TLS settings are then not used to
+	// connect.
+	inProcess nats.InProcessConnProvider
 }
 
 // Connect connects to the server. Errors wrap ErrUnreachable (no server
@@ -94,6 +99,8 @@ func (d Dial) Connect() (*nats.Conn, error) {
 		return nil, fmt.Errorf("%w: no key to connect with", ErrKey)
 	}
 	switch {
+	case d.inProcess != nil:
+		opts = append(opts, nats.InProcessServer(d.inProcess))
 	case d.TLS != nil:
 		opts = append(opts, nats.Secure(d.TLS))
 	case d.Fingerprint != "":
@@ -111,7 +118,12 @@ func (d Dial) Connect() (*nats.Conn, error) {
 	if d.OnError != nil {
 		opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { d.OnError(err) }))
 	}
-	nc, err := nats.Connect(d.URL, opts...)
+	servers := d.URL
+	if d.inProcess != nil {
+		// A tls:// URL would make the client start TLS over the pipe.
+		servers = nats.DefaultURL
+	}
+	nc, err := nats.Connect(servers, opts...)
 	switch {
 	case err == nil:
 		return nc, nil

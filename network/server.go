@@ -205,9 +205,10 @@ func (s *Server) URL() string { return s.url }
 // certificate, empty for a plaintext server.
 func (s *Server) Fingerprint() string { return s.fingerprint }
 
-// Dial returns the dial settings of the coordinator's own connection to s.
+// Dial returns the dial settings of the coordinator's own connection to s:
+// an in-process connection (no socket, no TLS), which s must outlive.
 func (s *Server) Dial() Dial {
-	return Dial{URL: s.url, Seed: s.coordSeed, Fingerprint: s.fingerprint, Name: "fedcalib coordinator"}
+	return Dial{URL: s.url, Seed: s.coordSeed, Fingerprint: s.fingerprint, Name: "fedcalib coordinator", inProcess: s.ns}
 }
 
 // Shutdown stops the server and waits until it has stopped.
