@@ -238,7 +238,11 @@ type settings struct {
 
 // checkpoint is what the coordinator commits after every round.
 type checkpoint struct {
-	Settings settings            `json:"settings"`
+	// Settings is empty: the settings, with the allow-list (most of a
+	// checkpoint's size with many clients), are stored once, under
+	// settingsKey. A checkpoint of fedcalib before wire version 3 holds
+	// them here.
+	Settings settings            `json:"settings,omitzero"`
 	Seed     uint64              `json:"seed"`
 	Classes  int                 `json:"classes"`
 	Counts   []float64           `json:"counts,omitempty"`
@@ -250,7 +254,11 @@ type checkpoint struct {
 	Survivors []int `json:"survivors,omitempty"`
 }
 
-const checkpointKey = "checkpoint"
+// Keys of the state bucket.
+const (
+	checkpointKey = "checkpoint"
+	settingsKey   = "settings"
+)
 
 // run is the state of one Run.
 type run struct {
@@ -261,6 +269,7 @@ type run struct {
 	index  map[string]int
 	server federation.ServerStep
 	cp     checkpoint
+	want   settings       // the run's settings, as stored under settingsKey
 	sec    *securePlan    // nil without secure aggregation
 	secIn  chan *nats.Msg // secure-aggregation messages from the clients
 
@@ -320,6 +329,9 @@ func (c *Coordinator) Run(ctx context.Context, nc *nats.Conn) (*Outcome, error) 
 		return nil, err
 	}
 	if !resumed {
+		if err := r.storeSettings(ctx); err != nil {
+			return nil, err
+		}
 		if err := r.commit(ctx); err != nil {
 			return nil, err
 		}
@@ -425,7 +437,8 @@ func (r *run) load(ctx context.Context) (bool, error) {
 	if err := json.Unmarshal(wb, &want); err != nil {
 		return false, err
 	}
-	r.cp = checkpoint{Settings: want, Seed: want.Seed, Classes: cfg.Classes}
+	r.want = want
+	r.cp = checkpoint{Seed: want.Seed, Classes: cfg.Classes}
 	var e jetstream.KeyValueEntry
 	err = r.retry(ctx, "reading the checkpoint", func(ctx context.Context) error {
 		var err error
@@ -456,9 +469,29 @@ func (r *run) load(ctx context.Context) (bool, error) {
 	if err := json.Unmarshal(e.Value(), &cp); err != nil {
 		return false, fmt.Errorf("%w: the checkpoint cannot be read: %w", ErrStore, err)
 	}
+	old := !reflect.ValueOf(cp.Settings).IsZero() // written before wire version 3
+	if !old {
+		err = r.retry(ctx, "reading the settings", func(ctx context.Context) error {
+			var err error
+			e, err = r.kv.Get(ctx, settingsKey)
+			return err
+		})
+		if err != nil {
+			return false, fmt.Errorf("%w: the store has a checkpoint but no settings: %w", ErrStore, err)
+		}
+		if err := json.Unmarshal(e.Value(), &cp.Settings); err != nil {
+			return false, fmt.Errorf("%w: the stored settings cannot be read: %w", ErrStore, err)
+		}
+	}
 	if !reflect.DeepEqual(cp.Settings, want) {
 		return false, fmt.Errorf("%w: the store holds a run of federation %q with other settings (method, rounds, sampling, seed, privacy or allow-list): resume it with the same flags, or use another --store", ErrStore, r.fed)
 	}
+	if old {
+		if err := r.storeSettings(ctx); err != nil {
+			return false, err
+		}
+	}
+	cp.Settings = settings{}
 	r.cp = cp
 	r.started = true
 	for _, k := range cp.Enrolled {
@@ -655,6 +688,23 @@ func (r *run) steps(resumed bool) error {
 		if r.sec, err = planSecure(*sc, r.cfg.Spec, len(r.cfg.Clients), r.cfg.MinClients, r.cfg.Rounds.T, r.cp.Classes, s.UpdateLen()); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// storeSettings stores the run's settings, once, before its first
+// checkpoint.
+func (r *run) storeSettings(ctx context.Context) error {
+	b, err := json.Marshal(&r.want)
+	if err != nil {
+		return err
+	}
+	err = r.retry(ctx, "storing the settings", func(ctx context.Context) error {
+		_, err := r.kv.Put(ctx, settingsKey, b)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("storing the settings: %w", err)
 	}
 	return nil
 }

@@ -160,15 +160,20 @@ func readCheckpoint(t *testing.T, h *harness) checkpoint {
 
 // TestResume: a coordinator stopped after round 2 and a new one on the
 // same store finish with the calibrator, privacy record and ledger of an
-// uninterrupted run; a store of another run is refused.
+// uninterrupted run, also from a store in the format of fedcalib before
+// wire version 3; a store of another run is refused.
 func TestResume(t *testing.T) {
 	const K, C = 8, 3
 	pop := population(t, 1500, C, K)
 	r := federation.Rounds{T: 4, SampleRate: 0.75, Seed: 21}
-	for _, spec := range []federation.Spec{
-		{Method: "temp", Epsilon: 3},
-		{Method: "bbq", Mexp: 3, Weighting: "all", Epsilon: 3},
+	for _, tc := range []struct {
+		spec  federation.Spec
+		older bool // the store is made over into the format before wire version 3
+	}{
+		{federation.Spec{Method: "temp", Epsilon: 3}, false},
+		{federation.Spec{Method: "bbq", Mexp: 3, Weighting: "all", Epsilon: 3}, true},
 	} {
+		spec := tc.spec
 		t.Run(spec.Method, func(t *testing.T) {
 			h := newHarness(t, K, t.TempDir())
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -184,6 +189,9 @@ func TestResume(t *testing.T) {
 			}
 			if _, err := h.coordinate(cctx, t, first); !errors.Is(err, context.Canceled) {
 				t.Fatalf("the first coordinator returned %v, want it cancelled", err)
+			}
+			if tc.older {
+				olderStore(t, h)
 			}
 			other := cfg
 			other.Rounds.Seed++
@@ -205,7 +213,74 @@ func TestResume(t *testing.T) {
 			if !reflect.DeepEqual(want.Ledger.Releases(), out.Result.Ledger.Releases()) {
 				t.Errorf("ledger %v, simulation %v", out.Result.Ledger.Releases(), want.Ledger.Releases())
 			}
+			if tc.older {
+				js, kv := stateBucket(t, h)
+				if _, err := js.Stream(ctx, oldStreamName(DefaultFederation)); !errors.Is(err, jetstream.ErrStreamNotFound) {
+					t.Errorf("the update stream of the older store is still there: %v", err)
+				}
+				if _, err := kv.Get(ctx, settingsKey); err != nil {
+					t.Errorf("no settings in the store after resuming an older one: %v", err)
+				}
+			}
 		})
+	}
+}
+
+// stateBucket returns a JetStream context and the state bucket of h's
+// server, over a connection closed at the end of the test.
+func stateBucket(t *testing.T, h *harness) (jetstream.JetStream, jetstream.KeyValue) {
+	t.Helper()
+	nc, err := h.srv.Dial().Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(context.Background(), bucketName(DefaultFederation))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js, kv
+}
+
+// olderStore makes h's store over into the format of fedcalib before wire
+// version 3: the settings inside the checkpoint, and an update stream that
+// captures the updates.
+func olderStore(t *testing.T, h *harness) {
+	t.Helper()
+	ctx := context.Background()
+	js, kv := stateBucket(t, h)
+	s, err := kv.Get(ctx, settingsKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := kv.Get(ctx, checkpointKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cp map[string]json.RawMessage
+	if err := json.Unmarshal(c.Value(), &cp); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := cp["settings"]; ok {
+		t.Fatal("the checkpoint holds the settings already")
+	}
+	cp["settings"] = s.Value()
+	b, err := json.Marshal(cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, checkpointKey, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(ctx, settingsKey); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: oldStreamName(DefaultFederation), Subjects: []string{subjUpdateAll(DefaultFederation)}}); err != nil {
+		t.Fatal(err)
 	}
 }
 
