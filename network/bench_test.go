@@ -40,6 +40,7 @@ var (
 	scaleProfile       = flag.String("scale.cpuprofile", "", "TestScale: write the coordinator process's CPU profile of rounds 2..T of the last repetition to this file")
 	scaleClientProfile = flag.String("scale.clientprofile", "", "TestScale: write the client process's CPU profile of rounds 2..T of the last repetition to this file")
 	scaleSparse        = flag.Bool("scale.sparse", false, "TestScale: the clients send sparse updates (Config.SparseUpdates, serve --sparse-updates)")
+	scaleNoWatch       = flag.Bool("scale.nowatch", false, "TestScale: do not watch the updates (no phase times), to measure rounds without a copy of every update to a second connection")
 	scaleSync          = flag.Bool("scale.syncalways", false, "TestScale: the embedded server syncs every JetStream write to disk (ServerConfig.SyncAlways, serve --sync always)")
 )
 
@@ -56,6 +57,7 @@ type scaleJob struct {
 	Seed                      uint64
 	SyncAlways                bool
 	Sparse                    bool
+	NoWatch                   bool // no second connection subscribed to the updates
 	// Profile, if not empty, is where the coordinator process writes
 	// its CPU profile of rounds 2..T.
 	Profile string
@@ -125,7 +127,7 @@ func TestScale(t *testing.T) {
 		job := scaleJob{
 			Store: filepath.Join(store, fmt.Sprintf("store%d", rep)), Allow: allow,
 			Out: filepath.Join(dir, fmt.Sprintf("net%d.json", rep)), Report: filepath.Join(dir, fmt.Sprintf("report%d.json", rep)),
-			Spec: spec, T: r.T, Rate: r.SampleRate, Seed: r.Seed, SyncAlways: *scaleSync, Sparse: *scaleSparse,
+			Spec: spec, T: r.T, Rate: r.SampleRate, Seed: r.Seed, SyncAlways: *scaleSync, Sparse: *scaleSparse, NoWatch: *scaleNoWatch,
 		}
 		profile := ""
 		if rep == *scaleReps {
@@ -148,19 +150,23 @@ func TestScale(t *testing.T) {
 		// Phases of rounds 2..T as a second connection of the
 		// coordinator's key sees them: from the previous round's close
 		// to the first invitation (sampling, the broadcast), to the
-		// first update and the last one (client steps, JetStream
-		// publishes), to the round's close (consume, aggregate, fit,
-		// checkpoint, purge).
+		// first update and the last one (client steps, update
+		// requests), to the round's close (take, aggregate, fit,
+		// checkpoint).
 		var opening, first, updates, closing time.Duration
-		for round := 2; round <= r.T; round++ {
+		for round := 2; round <= r.T && !job.NoWatch; round++ {
 			opening += rp.Announced[round] - rp.RoundTimes[round-2]
 			first += rp.FirstUpdate[round] - rp.Announced[round]
 			updates += rp.LastUpdate[round] - rp.FirstUpdate[round]
 			closing += rp.RoundTimes[round-1] - rp.LastUpdate[round]
 		}
 		mean := func(d time.Duration) time.Duration { return (d / time.Duration(r.T-1)).Round(time.Microsecond) }
-		phases = append(phases, fmt.Sprintf("%-4d closed → invited %v, → first update %v, → last update %v, → closed %v",
-			rep, mean(opening), mean(first), mean(updates), mean(closing)))
+		if job.NoWatch {
+			phases = append(phases, fmt.Sprintf("%-4d (updates not watched: -scale.nowatch)", rep))
+		} else {
+			phases = append(phases, fmt.Sprintf("%-4d closed → invited %v, → first update %v, → last update %v, → closed %v",
+				rep, mean(opening), mean(first), mean(updates), mean(closing)))
+		}
 		perClient := func(b int64) int64 { return b / int64(rp.Clients*r.T) }
 		fmt.Printf("%-4d %-10v %-10v %-8v %-8.2f %-14.2f %d, %d  %.0f → %.0f MiB\n", rep,
 			simRound.Round(time.Microsecond), netRound.Round(time.Microsecond), rp.RTT.Round(time.Microsecond),
@@ -334,17 +340,19 @@ func TestScaleCoordinator(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := watch.Subscribe(subjUpdateAll(DefaultFederation), func(m *nats.Msg) {
-		if round, err := strconv.Atoi(m.Header.Get(hdrRound)); err == nil {
-			mu.Lock()
-			if _, ok := rp.FirstUpdate[round]; !ok {
-				rp.FirstUpdate[round] = time.Since(start)
+	if !job.NoWatch {
+		if _, err := watch.Subscribe(subjUpdateAll(DefaultFederation), func(m *nats.Msg) {
+			if round, err := strconv.Atoi(m.Header.Get(hdrRound)); err == nil {
+				mu.Lock()
+				if _, ok := rp.FirstUpdate[round]; !ok {
+					rp.FirstUpdate[round] = time.Since(start)
+				}
+				rp.LastUpdate[round] = time.Since(start)
+				mu.Unlock()
 			}
-			rp.LastUpdate[round] = time.Since(start)
-			mu.Unlock()
+		}); err != nil {
+			t.Fatal(err)
 		}
-	}); err != nil {
-		t.Fatal(err)
 	}
 	if err := watch.Flush(); err != nil {
 		t.Fatal(err)
