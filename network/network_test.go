@@ -12,25 +12,27 @@ import (
 
 // TestCoordinatorEqualsFit: a coordinator and 20 clients over the embedded
 // server (TLS, pinned certificate) give the simulation's calibrator and
-// privacy record bit for bit.
+// privacy record bit for bit, with dense or sparse updates.
 func TestCoordinatorEqualsFit(t *testing.T) {
 	const K, C = 20, 4
 	pop := population(t, 3000, C, K)
 	r := federation.Rounds{T: 3, SampleRate: 0.5, Seed: 11}
 	for _, tc := range []struct {
-		name string
-		spec federation.Spec
+		name   string
+		spec   federation.Spec
+		sparse bool // Config.SparseUpdates
 	}{
-		{"FedBBQ weighted DP", federation.Spec{Method: "bbq", Mexp: 4, Weighting: calib.WeightAll, Epsilon: 2}},
-		{"FedBBQ weighted", federation.Spec{Method: "bbq", Mexp: 4, Weighting: calib.WeightAll}},
-		{"FedTemp DP", federation.Spec{Method: "temp", Epsilon: 2}},
+		{"FedBBQ weighted DP", federation.Spec{Method: "bbq", Mexp: 4, Weighting: calib.WeightAll, Epsilon: 2}, false},
+		{"FedBBQ weighted DP, sparse updates", federation.Spec{Method: "bbq", Mexp: 4, Weighting: calib.WeightAll, Epsilon: 2}, true},
+		{"FedBBQ weighted", federation.Spec{Method: "bbq", Mexp: 4, Weighting: calib.WeightAll}, false},
+		{"FedTemp DP", federation.Spec{Method: "temp", Epsilon: 2}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, K, t.TempDir())
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			wait := h.joinAll(ctx, pop, upTo(K))
-			out, err := h.coordinate(ctx, t, Config{Spec: tc.spec, Rounds: r, MinClients: K / 2, RoundTimeout: 10 * time.Second, EnrolTimeout: 20 * time.Second})
+			out, err := h.coordinate(ctx, t, Config{Spec: tc.spec, Rounds: r, MinClients: K / 2, RoundTimeout: 10 * time.Second, EnrolTimeout: 20 * time.Second, SparseUpdates: tc.sparse})
 			if err != nil {
 				t.Fatal(err)
 			}
