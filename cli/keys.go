@@ -40,6 +40,41 @@ stdout: send that line to the coordinator for its allow-list.`,
 		},
 	}
 	newCmd.Flags().StringVar(&out, "out", "", "file to write the key's seed to, mode 0600 (required)")
-	cmd.AddCommand(newCmd)
+	cmd.AddCommand(newCmd, newKeysCredsCmd())
+	return cmd
+}
+
+func newKeysCredsCmd() *cobra.Command {
+	var key, token, out string
+	cmd := &cobra.Command{
+		Use:   "creds --key F.nkey --jwt U.jwt --out F.creds",
+		Short: "Make a NATS credentials file from a client identity and its user JWT",
+		Long: `keys creds joins a client identity made by "keys new" (--key) and the user
+JWT that an external NATS deployment's operator issued for its public key
+(--jwt, e.g. the output of "nsc describe user --name site-a --raw" after
+"nsc add user --name site-a --public-key U…") into a NATS credentials file
+(--out, mode 0600, never over an existing file), which "fedcalib join
+--key" then uses with "--server" pointing at that deployment. The seed
+never leaves the client's machine: the operator needs only the public key.
+It checks that the JWT was issued for the key's public key.`,
+		Example: `  fedcalib keys creds --key site-a.nkey --jwt site-a.jwt --out site-a.creds
+  fedcalib join --server tls://nats.example.org:4222 --key site-a.creds --model m.onnx --data mnist:/data:test`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case key == "":
+				return errors.New("keys creds needs --key F.nkey, the identity made by \"fedcalib keys new\"")
+			case token == "":
+				return errors.New("keys creds needs --jwt F, the user JWT the operator issued for the key")
+			case out == "":
+				return errors.New("keys creds needs --out F, the credentials file to write")
+			}
+			return network.WriteCreds(out, key, token)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&key, "key", "", `client identity file made by "fedcalib keys new" (required)`)
+	f.StringVar(&token, "jwt", "", "user JWT issued for the key's public key (required)")
+	f.StringVar(&out, "out", "", "credentials file to write, mode 0600 (required)")
 	return cmd
 }

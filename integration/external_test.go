@@ -89,15 +89,7 @@ func freePort(t *testing.T) int {
 func (o *operator) creds(t *testing.T, path string, kp nkeys.KeyPair, perms *server.Permissions) string {
 	t.Helper()
 	pub, _ := kp.PublicKey()
-	uc := jwt.NewUserClaims(pub)
-	if perms != nil {
-		uc.Pub.Allow.Add(perms.Publish.Allow...)
-		uc.Sub.Allow.Add(perms.Subscribe.Allow...)
-	}
-	ujwt, err := uc.Encode(o.account)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ujwt := o.userJWT(t, pub, perms)
 	seed, err := kp.Seed()
 	if err != nil {
 		t.Fatal(err)
@@ -110,6 +102,22 @@ func (o *operator) creds(t *testing.T, path string, kp nkeys.KeyPair, perms *ser
 		t.Fatal(err)
 	}
 	return path
+}
+
+// userJWT returns the user JWT of the federation's account for the user
+// public key pub, with perms (nil: no restriction).
+func (o *operator) userJWT(t *testing.T, pub string, perms *server.Permissions) string {
+	t.Helper()
+	uc := jwt.NewUserClaims(pub)
+	if perms != nil {
+		uc.Pub.Allow.Add(perms.Publish.Allow...)
+		uc.Sub.Allow.Add(perms.Subscribe.Allow...)
+	}
+	token, err := uc.Encode(o.account)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return token
 }
 
 // server starts a NATS server trusting the operator: with JetStream and
@@ -143,7 +151,8 @@ func (o *operator) server(t *testing.T, hub *server.Server, leafCreds string) *s
 }
 
 // TestExternalNATS runs serve --nats --creds and join with credentials
-// files against a NATS deployment in operator mode that the test runs as
+// files (made by "fedcalib keys creds" from the client's key and the
+// operator's JWT) against a NATS deployment in operator mode that the test runs as
 // an external operator would (JWT accounts; each client's permissions,
 // network.ClientPermissions, in its user JWT): directly on the JetStream
 // server, and with the clients behind a leaf node. Each run's calibrator
@@ -185,6 +194,8 @@ func TestExternalNATS(t *testing.T) {
 			// "fedcalib keys new" (on the allow-list); the operator issues
 			// each a user JWT for its key, with the federation's client
 			// permissions.
+			// The operator sees only the public key; "fedcalib keys creds"
+			// joins the JWT and the client's seed.
 			fedName := strings.ReplaceAll(tc.name, " ", "-")
 			perms := make([]string, K)
 			for i, kf := range f.keys {
@@ -192,11 +203,14 @@ func TestExternalNATS(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				kp, err := nkeys.FromSeed(k.Seed)
-				if err != nil {
+				token := filepath.Join(t.TempDir(), "c.jwt")
+				if err := os.WriteFile(token, []byte(o.userJWT(t, k.Public, network.ClientPermissions(fedName, k.Public))), 0o644); err != nil {
 					t.Fatal(err)
 				}
-				perms[i] = o.creds(t, filepath.Join(t.TempDir(), "c.creds"), kp, network.ClientPermissions(fedName, k.Public))
+				perms[i] = filepath.Join(t.TempDir(), "c.creds")
+				if out, code := run(t, bin, "keys", "creds", "--key", kf, "--jwt", token, "--out", perms[i]); code != 0 {
+					t.Fatalf("keys creds: %s", out)
+				}
 			}
 			net := filepath.Join(t.TempDir(), "net.json")
 			srv := start(t, bin, append([]string{"serve", "--nats", hub.ClientURL(), "--creds", coord, "--federation", fedName,

@@ -57,6 +57,54 @@ func WriteKey(path string) (string, error) {
 	return pub, nil
 }
 
+// WriteCreds writes to path, with mode 0600 and refusing to overwrite an
+// existing file, the NATS credentials file of the client identity in the
+// key file keyPath (written by WriteKey) and the user JWT that an external
+// deployment's operator issued for its public key (the file jwtPath, as
+// "nsc describe user --raw" prints it). It checks that the JWT is a user
+// JWT whose subject is the key's public key. Errors wrap ErrKey.
+func WriteCreds(path, keyPath, jwtPath string) error {
+	k, err := ReadKey(keyPath)
+	if err != nil {
+		return err
+	}
+	if k.Creds != "" {
+		return fmt.Errorf("%w: %s is already a credentials file", ErrKey, keyPath)
+	}
+	b, err := os.ReadFile(jwtPath)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrKey, err)
+	}
+	token := strings.TrimSpace(string(b))
+	uc, err := jwt.DecodeUserClaims(token)
+	if err != nil {
+		return fmt.Errorf("%w: %s is not a NATS user JWT: %w", ErrKey, jwtPath, err)
+	}
+	if uc.Subject != k.Public {
+		return fmt.Errorf("%w: %s was issued for %s, not for the key of %s (%s)", ErrKey, jwtPath, uc.Subject, keyPath, k.Public)
+	}
+	creds, err := jwt.FormatUserConfig(token, k.Seed)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrKey, err)
+	}
+	if _, err := os.Lstat(path); err == nil {
+		return fmt.Errorf("%w: %s exists: a credentials file is never overwritten; choose another name", ErrKey, path)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrKey, err)
+	}
+	_, err = f.Write(creds)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		return fmt.Errorf("%w: writing %s: %w", ErrKey, path, err)
+	}
+	return nil
+}
+
 // Key is a client's credentials as ReadKey reads them from a key file:
 // either an NKey user seed (written by WriteKey, for the embedded server)
 // or a NATS credentials file (a user JWT and its seed, for an external
