@@ -695,18 +695,7 @@ func (r *run) steps(resumed bool) error {
 // storeSettings stores the run's settings, once, before its first
 // checkpoint.
 func (r *run) storeSettings(ctx context.Context) error {
-	b, err := json.Marshal(&r.want)
-	if err != nil {
-		return err
-	}
-	err = r.retry(ctx, "storing the settings", func(ctx context.Context) error {
-		_, err := r.kv.Put(ctx, settingsKey, b)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("storing the settings: %w", err)
-	}
-	return nil
+	return r.put(ctx, settingsKey, "storing the settings", &r.want)
 }
 
 // commit stores the checkpoint.
@@ -716,16 +705,22 @@ func (r *run) commit(ctx context.Context) error {
 		return err
 	}
 	r.cp.State = state
-	b, err := json.Marshal(&r.cp)
+	return r.put(ctx, checkpointKey, "committing the checkpoint", &r.cp)
+}
+
+// put stores v as JSON under key of the bucket, retrying as r.retry does;
+// what names the step in errors.
+func (r *run) put(ctx context.Context, key, what string, v any) error {
+	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	err = r.retry(ctx, "committing the checkpoint", func(ctx context.Context) error {
-		_, err := r.kv.Put(ctx, checkpointKey, b)
+	err = r.retry(ctx, what, func(ctx context.Context) error {
+		_, err := r.kv.Put(ctx, key, b)
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("committing the checkpoint: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
 }
