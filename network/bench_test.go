@@ -41,6 +41,7 @@ var (
 	scaleClientProfile = flag.String("scale.clientprofile", "", "TestScale: write the client process's CPU profile of rounds 2..T of the last repetition to this file")
 	scaleSparse        = flag.Bool("scale.sparse", false, "TestScale: the clients send sparse updates (Config.SparseUpdates, serve --sparse-updates)")
 	scaleNoWatch       = flag.Bool("scale.nowatch", false, "TestScale: do not watch the updates (no phase times), to measure rounds without a copy of every update to a second connection")
+	scalePlain         = flag.Bool("scale.plaintext", false, "TestScale: the server listens without TLS (loopback; serve --plaintext) and the clients connect in plaintext")
 	scaleSync          = flag.Bool("scale.syncalways", false, "TestScale: the embedded server syncs every JetStream write to disk (ServerConfig.SyncAlways, serve --sync always)")
 )
 
@@ -58,6 +59,7 @@ type scaleJob struct {
 	SyncAlways                bool
 	Sparse                    bool
 	NoWatch                   bool // no second connection subscribed to the updates
+	Plaintext                 bool // no TLS (loopback)
 	// Profile, if not empty, is where the coordinator process writes
 	// its CPU profile of rounds 2..T.
 	Profile string
@@ -127,7 +129,7 @@ func TestScale(t *testing.T) {
 		job := scaleJob{
 			Store: filepath.Join(store, fmt.Sprintf("store%d", rep)), Allow: allow,
 			Out: filepath.Join(dir, fmt.Sprintf("net%d.json", rep)), Report: filepath.Join(dir, fmt.Sprintf("report%d.json", rep)),
-			Spec: spec, T: r.T, Rate: r.SampleRate, Seed: r.Seed, SyncAlways: *scaleSync, Sparse: *scaleSparse, NoWatch: *scaleNoWatch,
+			Spec: spec, T: r.T, Rate: r.SampleRate, Seed: r.Seed, SyncAlways: *scaleSync, Sparse: *scaleSparse, NoWatch: *scaleNoWatch, Plaintext: *scalePlain,
 		}
 		profile := ""
 		if rep == *scaleReps {
@@ -205,7 +207,7 @@ func runScale(t *testing.T, job scaleJob, ks []Key, pop federation.Population, p
 	var url, fp string
 	for lines.Scan() {
 		if f := strings.Fields(lines.Text()); len(f) == 3 && f[0] == "SERVING" {
-			url, fp = f[1], f[2]
+			url, fp = f[1], strings.TrimPrefix(f[2], "plaintext")
 			break
 		}
 	}
@@ -287,7 +289,7 @@ func TestScaleCoordinator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := NewServer(ServerConfig{Listen: "127.0.0.1:0", Store: job.Store, Clients: pubs, SyncAlways: job.SyncAlways})
+	srv, err := NewServer(ServerConfig{Listen: "127.0.0.1:0", Store: job.Store, Clients: pubs, SyncAlways: job.SyncAlways, Plaintext: job.Plaintext})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,7 +387,11 @@ func TestScaleCoordinator(t *testing.T) {
 	mu.Lock()
 	start = time.Now()
 	mu.Unlock()
-	fmt.Printf("SERVING %s %s\n", srv.URL(), srv.Fingerprint())
+	fp := srv.Fingerprint()
+	if fp == "" {
+		fp = "plaintext"
+	}
+	fmt.Printf("SERVING %s %s\n", srv.URL(), fp)
 	out, err := coord.Run(context.Background(), nc)
 	if job.Profile != "" {
 		pprof.StopCPUProfile()
