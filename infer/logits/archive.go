@@ -20,8 +20,7 @@ import (
 // Open, ReadColumns and ReadLogits. An Archive is not safe for concurrent
 // use; Close releases its file.
 type Archive struct {
-	r       io.ReaderAt
-	closer  io.Closer // nil when the caller owns r
+	closer  io.Closer // the file; nil when the caller owns the reader
 	size    int64
 	member  map[string]*zip.File
 	rows    int
@@ -59,7 +58,7 @@ func openArchive(r io.ReaderAt, size int64) (*Archive, error) {
 	}
 	zr.RegisterDecompressor(zip.Deflate, newFlateReader)
 	// NumPy names the members KEY.npy; other writers may use KEY alone.
-	a := &Archive{r: r, size: size, member: map[string]*zip.File{}}
+	a := &Archive{size: size, member: map[string]*zip.File{}}
 	for _, zf := range zr.File {
 		k := strings.TrimSuffix(zf.Name, ".npy")
 		if a.member[k] == nil || strings.HasSuffix(zf.Name, ".npy") {
