@@ -14,7 +14,7 @@ type Float32Rows struct {
 	// row-major.
 	Logits []float32
 	// Labels holds the class of every row of the block, in [0, Classes).
-	Labels []int64
+	Labels []int32
 	// Rows lists the rows to use, in order; nil means every row of the
 	// block.
 	Rows []int
@@ -55,7 +55,7 @@ func (r *Float32Rows) Validate() error {
 				return fmt.Errorf("logit of example %d, class %d is %v: logits must be finite", i, j, v)
 			}
 		}
-		if y := r.Labels[i]; y < 0 || y >= int64(c) {
+		if y := r.Labels[i]; y < 0 || int(y) >= c {
 			return fmt.Errorf("label of example %d is %d, outside [0, %d)", i, y, c)
 		}
 	}

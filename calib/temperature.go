@@ -98,7 +98,7 @@ func (t *Temperature) FitFloat32(r *Float32Rows) error {
 	if t.C != 0 && t.C != r.Classes {
 		return fmt.Errorf("%s scaler is for %d classes but the rows have %d", t.Method(), t.C, r.Classes)
 	}
-	t.T = fitTemperatureWarm(tempRows[float32, int64]{logits: r.Logits, labels: r.Labels, rows: r.Rows, c: r.Classes}, t.start())
+	t.T = fitTemperatureWarm(tempRows[float32, int32]{logits: r.Logits, labels: r.Labels, rows: r.Rows, c: r.Classes}, t.start())
 	t.C = r.Classes
 	return nil
 }
@@ -114,7 +114,7 @@ func (t *Temperature) start() float64 {
 // tempRows are the rows a temperature fit reads: the logits of every row
 // (float64 of a Set, or float32 of a logits file's block, converted as
 // they are read), their labels, the rows used (nil: all) and the classes.
-type tempRows[F float32 | float64, L int | int64] struct {
+type tempRows[F float32 | float64, L int | int32] struct {
 	logits []F
 	labels []L
 	rows   []int
@@ -171,7 +171,7 @@ const warmStride = 64
 // fit costs a 64th of a pass per step, and its T is close enough to the
 // whole set's that Newton then needs two or three passes instead of five
 // or six. The minimiser is the same; only the path to it changes.
-func fitTemperatureWarm[F float32 | float64, L int | int64](s tempRows[F, L], start float64) float64 {
+func fitTemperatureWarm[F float32 | float64, L int | int32](s tempRows[F, L], start float64) float64 {
 	n := s.len()
 	if n <= 4*tempBlock {
 		return fitTemperature(s, start)
@@ -198,7 +198,7 @@ func fitTemperatureWarm[F float32 | float64, L int | int64](s tempRows[F, L], st
 // pass over the rows, so the interval's ends are evaluated only when the
 // iterates reach one of them (the NLL is then monotone on the interval
 // and the end is the answer): a fit costs a pass per Newton step.
-func fitTemperature[F float32 | float64, L int | int64](s tempRows[F, L], start float64) float64 {
+func fitTemperature[F float32 | float64, L int | int32](s tempRows[F, L], start float64) float64 {
 	vmin, vmax := -math.Log(MaxTemperature), -math.Log(MinTemperature)
 	buf := make([]float64, s.c)
 	v := -math.Log(start)
@@ -271,7 +271,7 @@ func fitTemperature[F float32 | float64, L int | int64](s tempRows[F, L], start 
 
 // tempPhi returns φ(v) = dNLL/dβ at β = e^v and its derivative in v,
 // β·d²NLL/dβ².
-func tempPhi[F float32 | float64, L int | int64](s tempRows[F, L], v float64, buf []float64) (phi, dphi float64) {
+func tempPhi[F float32 | float64, L int | int32](s tempRows[F, L], v float64, buf []float64) (phi, dphi float64) {
 	beta := math.Exp(v)
 	_, d1, d2 := tempNLL(s, beta, buf)
 	return d1, beta * d2
@@ -289,7 +289,7 @@ const tempBlock = 16384
 // With x = z − max z, the NLL of a row is log Σ_j e^{βx_j} − βx_y, its
 // derivative E[x] − x_y and its second derivative Var[x], the moments
 // under softmax(βx).
-func tempNLL[F float32 | float64, L int | int64](s tempRows[F, L], beta float64, buf []float64) (f, d1, d2 float64) {
+func tempNLL[F float32 | float64, L int | int32](s tempRows[F, L], beta float64, buf []float64) (f, d1, d2 float64) {
 	n := s.len()
 	blocks := (n + tempBlock - 1) / tempBlock
 	if blocks <= 1 {
@@ -319,7 +319,7 @@ func tempNLL[F float32 | float64, L int | int64](s tempRows[F, L], beta float64,
 // selection) of the NLL of softmax(β·z) and of its first and second
 // derivatives in β. float32 logits are converted exactly as they are
 // read, so the sums equal those over their float64 copy.
-func tempNLLRows[F float32 | float64, L int | int64](s tempRows[F, L], lo, hi int, beta float64, buf []float64) (f, d1, d2 float64) {
+func tempNLLRows[F float32 | float64, L int | int32](s tempRows[F, L], lo, hi int, beta float64, buf []float64) (f, d1, d2 float64) {
 	c := s.c
 	for k := lo; k < hi; k++ {
 		i := k

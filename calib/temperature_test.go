@@ -225,12 +225,12 @@ func TestTemperatureFitDoesNotDependOnThreads(t *testing.T) {
 // Fit refuses.
 func TestTemperatureFitFloat32(t *testing.T) {
 	s := scOverconfident(rand.New(rand.NewPCG(21, 22)), 40000, 6, 3, 2) // more than two blocks
-	r := &Float32Rows{Logits: make([]float32, len(s.Logits)), Labels: make([]int64, s.Len()), Classes: s.Classes}
+	r := &Float32Rows{Logits: make([]float32, len(s.Logits)), Labels: make([]int32, s.Len()), Classes: s.Classes}
 	for i, v := range s.Logits {
 		r.Logits[i] = float32(v)
 	}
 	for i, y := range s.Labels {
-		r.Labels[i] = int64(y)
+		r.Labels[i] = int32(y)
 	}
 	sel := []int{}
 	for i := s.Len() - 1; i >= 0; i -= 3 {
@@ -266,12 +266,12 @@ func TestTemperatureFitFloat32(t *testing.T) {
 		r    Float32Rows
 		want string
 	}{
-		{"NaN", Float32Rows{Logits: []float32{0, float32(math.NaN())}, Labels: []int64{0}, Classes: 2}, "logits must be finite"},
-		{"label", Float32Rows{Logits: []float32{0, 1}, Labels: []int64{2}, Classes: 2}, "label of example 0 is 2"},
-		{"row", Float32Rows{Logits: []float32{0, 1}, Labels: []int64{1}, Rows: []int{1}, Classes: 2}, "row 0 of the selection is 1"},
-		{"lengths", Float32Rows{Logits: []float32{0, 1, 2}, Labels: []int64{1}, Classes: 2}, "lengths do not match"},
+		{"NaN", Float32Rows{Logits: []float32{0, float32(math.NaN())}, Labels: []int32{0}, Classes: 2}, "logits must be finite"},
+		{"label", Float32Rows{Logits: []float32{0, 1}, Labels: []int32{2}, Classes: 2}, "label of example 0 is 2"},
+		{"row", Float32Rows{Logits: []float32{0, 1}, Labels: []int32{1}, Rows: []int{1}, Classes: 2}, "row 0 of the selection is 1"},
+		{"lengths", Float32Rows{Logits: []float32{0, 1, 2}, Labels: []int32{1}, Classes: 2}, "lengths do not match"},
 		{"empty", Float32Rows{Classes: 2}, "no examples"},
-		{"classes", Float32Rows{Logits: []float32{0, 1, 2}, Labels: []int64{1}, Classes: 3}, "is for 2 classes"},
+		{"classes", Float32Rows{Logits: []float32{0, 1, 2}, Labels: []int32{1}, Classes: 3}, "is for 2 classes"},
 	} {
 		tc := tc
 		if err := NewTemperature(2).FitFloat32(&tc.r); err == nil || !strings.Contains(err.Error(), tc.want) {

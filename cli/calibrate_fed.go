@@ -230,13 +230,11 @@ func (ff *fedFlags) run(cmd *cobra.Command, fl *calibrateFlags) error {
 	// rows are converted to float64 one client at a time, from the
 	// file's float32 block, when the protocol asks for them.
 	var (
-		labels []int
 		p      *federation.Partition
 		source string
 	)
 	f, err := readColumnsFirst(fl.logits, fl.input, func(f *logits.File) (err error) {
-		labels = f.IntLabels()
-		p, source, err = ff.partitionFor(f, labels, fl)
+		p, source, err = ff.partitionFor(f, fl)
 		return err
 	})
 	if err != nil {
@@ -264,7 +262,7 @@ func (ff *fedFlags) run(cmd *cobra.Command, fl *calibrateFlags) error {
 	}
 	// The ledger admits the run on its plan before the fit and records it
 	// after, holding its lock in between.
-	reservation, err := ff.ledger.reserve(spec, labels, f.Classes, fl.logits, fl.out, rounds)
+	reservation, err := ff.ledger.reserve(spec, p.Data, fl.logits, fl.out, rounds)
 	if err != nil {
 		return err
 	}
@@ -333,9 +331,9 @@ func (ff *fedFlags) spec(cmd *cobra.Command, method string, binsExp int) federat
 
 // partitionFor returns the partition of the run and says where it came
 // from.
-func (ff *fedFlags) partitionFor(f *logits.File, labels []int, fl *calibrateFlags) (*federation.Partition, string, error) {
+func (ff *fedFlags) partitionFor(f *logits.File, fl *calibrateFlags) (*federation.Partition, string, error) {
 	src := federation.Source{File: ff.partition, Clients: ff.clients, Beta: ff.beta, Seed: fl.seed}
-	p, desc, err := src.Partition(labels, f.Classes, f.Client, f.Split)
+	p, desc, err := src.Partition(f.IntLabels(), f.Classes, f.Client, f.Split)
 	switch {
 	case errors.Is(err, federation.ErrNoClientColumn):
 		return nil, "", fmt.Errorf("%s has no client column, so calibrate needs --central, or clients from --partition P.json or --clients K --beta B", fl.logits)

@@ -43,7 +43,7 @@ func calibrateFile(t *testing.T, withSplit bool) (string, *logits.File) {
 			}
 		}
 		f.Logits = append(f.Logits, z...)
-		f.Labels = append(f.Labels, int64(y))
+		f.Labels = append(f.Labels, int32(y))
 		f.Split = append(f.Split, split)
 	}
 	if !withSplit {
@@ -189,7 +189,7 @@ func TestCalibrateErrors(t *testing.T) {
 	path, _ := calibrateFile(t, true)
 	dir := t.TempDir()
 	noCal := filepath.Join(dir, "nocal.npz")
-	if err := logits.Write(noCal, &logits.File{Logits: []float32{1, 2}, Labels: []int64{0}, Split: []uint8{logits.SplitTest}, Classes: 2}); err != nil {
+	if err := logits.Write(noCal, &logits.File{Logits: []float32{1, 2}, Labels: []int32{0}, Split: []uint8{logits.SplitTest}, Classes: 2}); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "c.json")

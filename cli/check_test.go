@@ -18,7 +18,7 @@ func overconfident(t *testing.T, n int) string {
 	t.Helper()
 	const c = 4
 	rng := rand.New(rand.NewPCG(11, 12))
-	f := &logits.File{Classes: c, Logits: make([]float32, n*c), Labels: make([]int64, n), Split: make([]uint8, n)}
+	f := &logits.File{Classes: c, Logits: make([]float32, n*c), Labels: make([]int32, n), Split: make([]uint8, n)}
 	p := make([]float64, c)
 	for i := 0; i < n; i++ {
 		for j := range p {
@@ -30,7 +30,7 @@ func overconfident(t *testing.T, n int) string {
 		f.Labels[i] = c - 1
 		for j, v := range p {
 			if acc += v; u < acc {
-				f.Labels[i] = int64(j)
+				f.Labels[i] = int32(j)
 				break
 			}
 		}

@@ -30,7 +30,7 @@ func boundHeap(f *logits.File) {
 	if _, set := os.LookupEnv("GOGC"); set {
 		return
 	}
-	held := 4*len(f.Logits) + 8*len(f.Labels) + 4*len(f.Client) + len(f.Split)
+	held := 4*len(f.Logits) + 4*len(f.Labels) + 4*len(f.Client) + len(f.Split)
 	const garbage = 16 << 20
 	if held > garbage {
 		debug.SetGCPercent(max(1, 100*garbage/held))
@@ -329,27 +329,17 @@ func measureChunks(ctx context.Context, src chunkSource, cals []calib.Calibrator
 	return total, nil
 }
 
-// setOf returns the rows sel of f as a float64 calib.Set. When sel is a
-// split that covers every row, the set's labels alias f's (IntLabels):
-// the set must not be modified.
+// setOf returns the rows sel of f as a new float64 calib.Set.
 func setOf(f *logits.File, sel rowSel) *calib.Set {
 	n, c := sel.count(f), f.Classes
-	s := &calib.Set{Logits: make([]float64, n*c), Classes: c}
-	every := sel.list == nil && n == f.Len()
-	if every {
-		s.Labels = f.IntLabels()
-	} else {
-		s.Labels = make([]int, n)
-	}
+	s := &calib.Set{Logits: make([]float64, n*c), Labels: make([]int, n), Classes: c}
 	r := 0
 	rows := make([]int, 0, evalChunk)
 	for k := range sel.chunks(f) {
 		rows = sel.chunk(f, k, rows[:0])
 		for _, i := range rows {
 			f.Row(s.Logits[r*c:], i)
-			if !every {
-				s.Labels[r] = f.Label(i)
-			}
+			s.Labels[r] = f.Label(i)
 			r++
 		}
 	}

@@ -19,7 +19,7 @@ import (
 // with a random split column, large enough for several chunks.
 func chunkFile(n, c int) *logits.File {
 	rng := rand.New(rand.NewPCG(3, 4))
-	f := &logits.File{Classes: c, Logits: make([]float32, n*c), Labels: make([]int64, n), Split: make([]uint8, n)}
+	f := &logits.File{Classes: c, Logits: make([]float32, n*c), Labels: make([]int32, n), Split: make([]uint8, n)}
 	for i := range n {
 		y := rng.IntN(c)
 		for j := range c {
@@ -29,7 +29,7 @@ func chunkFile(n, c int) *logits.File {
 			}
 			f.Logits[i*c+j] = float32(v)
 		}
-		f.Labels[i] = int64(y)
+		f.Labels[i] = int32(y)
 		f.Split[i] = uint8(rng.IntN(3))
 	}
 	return f

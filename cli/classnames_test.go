@@ -131,7 +131,7 @@ func TestClassNamesMismatch(t *testing.T) {
 	long := write("long.txt", "zero\none\ntwo\nthree\n")
 	npz := func(name string, names []string) string {
 		p := filepath.Join(dir, name)
-		f := &logits.File{Logits: []float32{1, 0, 0, 0, 1, 0}, Labels: []int64{0, 1}, Classes: 3, ClassNames: names}
+		f := &logits.File{Logits: []float32{1, 0, 0, 0, 1, 0}, Labels: []int32{0, 1}, Classes: 3, ClassNames: names}
 		if err := logits.Write(p, f); err != nil {
 			t.Fatal(err)
 		}

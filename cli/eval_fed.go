@@ -179,13 +179,11 @@ func (ef *evalFedFlags) run(cmd *cobra.Command) error {
 		in = *v
 	}
 	var (
-		labels []int
 		p      *federation.Partition
 		source string
 	)
 	f, err := readColumnsFirst(path, in, func(f *logits.File) (err error) {
-		labels = f.IntLabels()
-		p, source, err = federation.Source{File: partPath}.Partition(labels, f.Classes, f.Client, f.Split)
+		p, source, err = federation.Source{File: partPath}.Partition(f.IntLabels(), f.Classes, f.Client, f.Split)
 		switch {
 		case errors.Is(err, federation.ErrNoClientColumn):
 			return fmt.Errorf("%s has no client column, so --federated needs the clients from --partition P.json", path)
@@ -235,7 +233,7 @@ func (ef *evalFedFlags) run(cmd *cobra.Command) error {
 			if cal != nil {
 				method = cal.Method()
 			}
-			reservation, err = ff.ledger.reserveCharge(labels, f.Classes, path, dp.Charge{
+			reservation, err = ff.ledger.reserveCharge(p.Data, path, dp.Charge{
 				Accountant: acc, Delta: ff.delta, Release: federation.EvalRelease(plan),
 				Method: method, Calibrator: calibPath, Kind: dp.KindEvaluation,
 			})

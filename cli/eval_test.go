@@ -22,7 +22,7 @@ import (
 func evalFile(t *testing.T, withSplit bool) string {
 	t.Helper()
 	f := &logits.File{Classes: 2}
-	add := func(p0 float64, y int64, split uint8) {
+	add := func(p0 float64, y int32, split uint8) {
 		f.Logits = append(f.Logits, float32(math.Log(p0)), float32(math.Log(1-p0)))
 		f.Labels = append(f.Labels, y)
 		f.Split = append(f.Split, split)
@@ -167,8 +167,8 @@ func TestEvalErrors(t *testing.T) {
 		}
 		return path
 	}
-	nan := writeRaw("nan.npz", &logits.File{Logits: []float32{0, float32(math.NaN())}, Labels: []int64{0}, Classes: 2})
-	badLabel := writeRaw("label.npz", &logits.File{Logits: []float32{0, 1}, Labels: []int64{2}, Classes: 2})
+	nan := writeRaw("nan.npz", &logits.File{Logits: []float32{0, float32(math.NaN())}, Labels: []int32{0}, Classes: 2})
+	badLabel := writeRaw("label.npz", &logits.File{Logits: []float32{0, 1}, Labels: []int32{2}, Classes: 2})
 	future := filepath.Join(dir, "future.json")
 	os.WriteFile(future, []byte(`{"format":"fedcalib.calibrator/v9","method":"bin"}`), 0o644)
 	three := filepath.Join(dir, "three.json")

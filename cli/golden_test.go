@@ -91,7 +91,7 @@ func writeGoldenInputs(t *testing.T, dir string) {
 				}
 				f.Logits = append(f.Logits, float32(v))
 			}
-			f.Labels = append(f.Labels, int64(y))
+			f.Labels = append(f.Labels, int32(y))
 			f.Split = append(f.Split, uint8(logits.SplitCalibration+i%2))
 		}
 		name := "logits.npz"

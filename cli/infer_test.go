@@ -112,7 +112,7 @@ func TestInferCommand(t *testing.T) {
 		t.Fatalf("file has %d classes, %d rows, client %v; want 3, 300, none", f.Classes, f.Len(), f.Client)
 	}
 	for i, img := range pix {
-		if f.Labels[i] != int64(i%3) {
+		if f.Labels[i] != int32(i%3) {
 			t.Errorf("label %d = %d, want %d", i, f.Labels[i], i%3)
 		}
 		for c, want := range tinyReference(t, img) {

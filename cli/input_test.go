@@ -17,7 +17,7 @@ import (
 func softmaxFiles(t *testing.T, n int) (logitsPath, probsPath string) {
 	t.Helper()
 	const c = 4
-	lf := &logits.File{Logits: make([]float32, n*c), Labels: make([]int64, n), Split: make([]uint8, n), Classes: c}
+	lf := &logits.File{Logits: make([]float32, n*c), Labels: make([]int32, n), Split: make([]uint8, n), Classes: c}
 	pf := &logits.File{Logits: make([]float32, n*c), Labels: lf.Labels, Split: lf.Split, Classes: c}
 	for i := range n {
 		row := lf.Logits[i*c : (i+1)*c]
@@ -29,7 +29,7 @@ func softmaxFiles(t *testing.T, n int) (logitsPath, probsPath string) {
 		for j := range row {
 			pf.Logits[i*c+j] = float32(math.Exp(float64(row[j])) / sum)
 		}
-		lf.Labels[i] = int64((i * 5) % c)
+		lf.Labels[i] = int32((i * 5) % c)
 		lf.Split[i] = uint8(1 + i%2) // calibration and test rows
 	}
 	dir := t.TempDir()

@@ -68,11 +68,11 @@ func (lf *ledgerFlags) check(changed func(string) bool) error {
 	return nil
 }
 
-// reserve admits the private run of spec over the data with these labels
-// and classes into the ledger, charging what its noise plan will spend,
+// reserve admits the private run of spec over the data fingerprinted by
+// fp (its labels and classes) into the ledger, charging what its noise plan will spend,
 // and returns the reservation to commit once the fit succeeds; nil
 // without --ledger.
-func (lf *ledgerFlags) reserve(spec federation.Spec, labels []int, classes int, logitsPath, out string, r federation.Rounds) (*dp.Reservation, error) {
+func (lf *ledgerFlags) reserve(spec federation.Spec, fp federation.Fingerprint, logitsPath, out string, r federation.Rounds) (*dp.Reservation, error) {
 	if lf.path == "" {
 		return nil, nil
 	}
@@ -83,7 +83,7 @@ func (lf *ledgerFlags) reserve(spec federation.Spec, labels []int, classes int, 
 	if o.Privacy == nil {
 		return nil, errors.New("--ledger records the privacy of private runs and needs --epsilon")
 	}
-	plan, err := federation.PlanNoise(spec.Method, classes, o.Privacy, r.T, r.SampleRate)
+	plan, err := federation.PlanNoise(spec.Method, fp.Classes, o.Privacy, r.T, r.SampleRate)
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +91,7 @@ func (lf *ledgerFlags) reserve(spec federation.Spec, labels []int, classes int, 
 	if err != nil {
 		return nil, err
 	}
-	return lf.reserveCharge(labels, classes, logitsPath, dp.Charge{
+	return lf.reserveCharge(fp, logitsPath, dp.Charge{
 		Accountant: o.Privacy.Accountant,
 		Delta:      o.Privacy.Delta,
 		Release:    dp.Release{Mechanism: m.Protocol, Noise: plan.Mechanisms, SampleRate: r.SampleRate, Rounds: r.T},
@@ -100,15 +100,14 @@ func (lf *ledgerFlags) reserve(spec federation.Spec, labels []int, classes int, 
 	})
 }
 
-// reserveCharge admits c, a run on the data of logitsPath with these
-// labels and classes, into the ledger: it fills in the dataset's key and
-// description and the budget.
-func (lf *ledgerFlags) reserveCharge(labels []int, classes int, logitsPath string, c dp.Charge) (*dp.Reservation, error) {
+// reserveCharge admits c, a run on the data of logitsPath fingerprinted
+// by fp, into the ledger: it fills in the dataset's key and description
+// and the budget.
+func (lf *ledgerFlags) reserveCharge(fp federation.Fingerprint, logitsPath string, c dp.Charge) (*dp.Reservation, error) {
 	c.Budget = lf.budget
 	if c.Budget == 0 {
 		c.Budget = math.Inf(1)
 	}
-	fp := federation.NewFingerprint(labels, classes)
 	c.Dataset = fp.LabelsSHA256
 	c.Description = fmt.Sprintf("%s: %d examples, %d classes", filepath.Base(logitsPath), fp.Examples, fp.Classes)
 	return dp.Reserve(lf.path, c)

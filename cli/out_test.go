@@ -188,7 +188,7 @@ func TestDropWarning(t *testing.T) {
 // summary line must warn that test accuracy fell from 100% to 0%.
 func TestCalibrateWarnsOnAccuracyDrop(t *testing.T) {
 	f := &logits.File{Classes: 2}
-	add := func(p0 float64, y int64, split uint8, n int) {
+	add := func(p0 float64, y int32, split uint8, n int) {
 		for range n {
 			f.Logits = append(f.Logits, float32(math.Log(p0)), float32(math.Log(1-p0)))
 			f.Labels = append(f.Labels, y)

@@ -15,10 +15,10 @@ import (
 // class), with client i mod clients and split i mod 3 when clients > 0.
 func fedLogitsFile(t *testing.T, n, c, clients int) (string, *logits.File) {
 	t.Helper()
-	f := &logits.File{Classes: c, Logits: make([]float32, n*c), Labels: make([]int64, n)}
+	f := &logits.File{Classes: c, Logits: make([]float32, n*c), Labels: make([]int32, n)}
 	for i := range n {
 		y := i % c
-		f.Labels[i] = int64(y)
+		f.Labels[i] = int32(y)
 		top := y
 		if i%4 == 3 {
 			top = (y + 1) % c

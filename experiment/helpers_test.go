@@ -19,11 +19,11 @@ import (
 func synthLogits(t testing.TB, dir string, n, c, k int) (logitsPath, partPath string) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(7, 11))
-	f := &logits.File{Logits: make([]float32, n*c), Labels: make([]int64, n), Classes: c}
+	f := &logits.File{Logits: make([]float32, n*c), Labels: make([]int32, n), Classes: c}
 	labels := make([]int, n)
 	for i := range n {
 		y := rng.IntN(c)
-		f.Labels[i], labels[i] = int64(y), y
+		f.Labels[i], labels[i] = int32(y), y
 		for j := range c {
 			v := rng.NormFloat64()
 			if j == y {

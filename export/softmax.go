@@ -118,7 +118,7 @@ func toLogits(values []float32, classes int, kind string) ([]float32, error) {
 	if kind != logits.InputProbabilities {
 		return values, nil
 	}
-	f := &logits.File{Classes: classes, Logits: append([]float32(nil), values...), Labels: make([]int64, len(values)/classes)}
+	f := &logits.File{Classes: classes, Logits: append([]float32(nil), values...), Labels: make([]int32, len(values)/classes)}
 	if err := f.FromProbabilities(); err != nil {
 		return nil, fmt.Errorf("the calibrated output does not hold probabilities: %w", err)
 	}

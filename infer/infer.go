@@ -22,7 +22,7 @@ type Result struct {
 	// Classes is the number of output columns C.
 	Classes int
 	// Labels holds each record's label, in [0, Classes).
-	Labels []int64
+	Labels []int32
 	// Client holds each record's client id, an index into ClientNames; nil
 	// when the reader gave no client names.
 	Client []int32
@@ -125,7 +125,9 @@ func (s *Session) Infer(ctx context.Context, rd data.Reader) (*Result, error) {
 				return nil, fmt.Errorf("record %d: label %d is outside [0, %d), the model's classes", bt.first+i, l, s.classes)
 			}
 		}
-		res.Labels = append(res.Labels, bt.labels...)
+		for _, l := range bt.labels {
+			res.Labels = append(res.Labels, int32(l)) // in [0, classes), checked above
+		}
 		res.Client = append(res.Client, bt.client...)
 		fb.release()
 		if s.opt.Progress != nil {

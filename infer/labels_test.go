@@ -11,7 +11,7 @@ import (
 func TestReadLabels(t *testing.T) {
 	dir := t.TempDir()
 	lf := filepath.Join(dir, "l.npz")
-	f := &logits.File{Logits: make([]float32, 4*3), Labels: []int64{2, 0, 1, 2}, Client: []int32{1, 1, 0, 0}, Split: []uint8{1, 2, 1, 2}, Classes: 3}
+	f := &logits.File{Logits: make([]float32, 4*3), Labels: []int32{2, 0, 1, 2}, Client: []int32{1, 1, 0, 0}, Split: []uint8{1, 2, 1, 2}, Classes: 3}
 	if err := logits.Write(lf, f); err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func TestInferTinyMatchesReference(t *testing.T) {
 						t.Errorf("record %d class %d: logit %v, want %v", i, c, got, w)
 					}
 				}
-				if res.Labels[i] != int64(i%3) {
+				if res.Labels[i] != int32(i%3) {
 					t.Errorf("label %d = %d, want %d", i, res.Labels[i], i%3)
 				}
 			}

@@ -50,13 +50,13 @@ func (f *badFixtures) p(name string) string { return filepath.Join(f.dir, name) 
 func writeBadLogits(t *testing.T, path string, n, c int, plain bool) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(1, uint64(c)))
-	f := &logits.File{Classes: c, Labels: make([]int64, n)}
+	f := &logits.File{Classes: c, Labels: make([]int32, n)}
 	if !plain {
 		f.Client, f.Split = make([]int32, n), make([]uint8, n)
 	}
 	for i := range n {
 		y := i % c
-		f.Labels[i] = int64(y)
+		f.Labels[i] = int32(y)
 		if !plain {
 			f.Client[i] = int32(i % 4)
 			f.Split[i] = uint8(1 + (i/4)%2)

@@ -119,10 +119,10 @@ func newFed(t *testing.T, bin string, K, absent int) *fed {
 	f := &fed{bin: bin, dir: dir, logits: filepath.Join(dir, "logits.npz"), partition: filepath.Join(dir, "p.json"), allow: filepath.Join(dir, "allow.txt")}
 	const n, c = 3000, 4
 	rng := rand.New(rand.NewPCG(1, 2))
-	lf := &logits.File{Logits: make([]float32, n*c), Labels: make([]int64, n), Classes: c}
+	lf := &logits.File{Logits: make([]float32, n*c), Labels: make([]int32, n), Classes: c}
 	for i := range n {
 		y := rng.IntN(c)
-		lf.Labels[i] = int64(y)
+		lf.Labels[i] = int32(y)
 		for j := range c {
 			z := rng.NormFloat64()
 			if j == y {

@@ -157,7 +157,7 @@ func (a *Archive) readColumns() (*File, error) {
 	f := &File{Classes: a.classes}
 	n := a.rows
 	var err error
-	if f.Labels, err = readColumn[int64](a.member["labels"], "labels", n, a.size); err != nil {
+	if f.Labels, err = readColumn[int32](a.member["labels"], "labels", n, a.size); err != nil {
 		return nil, err
 	}
 	if zf := a.member["client"]; zf != nil {
@@ -209,7 +209,7 @@ type Block struct {
 	// Logits holds Len() rows of the file's C values, row-major.
 	Logits []float32
 	// Labels holds the class of each row.
-	Labels []int64
+	Labels []int32
 	// Split holds each row's split; nil when the file has no split
 	// column.
 	Split []uint8

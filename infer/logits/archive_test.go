@@ -28,7 +28,7 @@ func readBlocks(t *testing.T, b []byte, rows int) (*File, error) {
 		return nil, err
 	}
 	defer bl.Close()
-	f := &File{Classes: a.NumClasses(), Logits: []float32{}, Labels: []int64{}}
+	f := &File{Classes: a.NumClasses(), Logits: []float32{}, Labels: []int32{}}
 	if a.Has("split") {
 		f.Split = []uint8{}
 	}
@@ -76,9 +76,9 @@ func TestBlocksEqualRead(t *testing.T) {
 	}
 	// Larger than one read buffer (blockSize), so that blocks cross it.
 	rng := rand.New(rand.NewPCG(1, 2))
-	big := &File{Classes: 7, Labels: make([]int64, 40000), Split: make([]uint8, 40000)}
+	big := &File{Classes: 7, Labels: make([]int32, 40000), Split: make([]uint8, 40000)}
 	for i := range big.Labels {
-		big.Labels[i] = int64(rng.IntN(7))
+		big.Labels[i] = int32(rng.IntN(7))
 		big.Split[i] = uint8(rng.IntN(3))
 		for range 7 {
 			big.Logits = append(big.Logits, float32(rng.NormFloat64()))
@@ -135,7 +135,7 @@ func TestArchiveColumnsFirst(t *testing.T) {
 	if !reflect.DeepEqual(f, want) {
 		t.Errorf("ReadColumns + ReadLogits = %+v, want %+v", f, want)
 	}
-	other := &File{Classes: 3, Labels: []int64{0}}
+	other := &File{Classes: 3, Labels: []int32{0}}
 	if err := a.ReadLogits(other); err == nil || !strings.Contains(err.Error(), "not its columns") {
 		t.Errorf("ReadLogits into another file's columns: %v", err)
 	}

@@ -17,7 +17,7 @@ func benchFile(n, c int) *File {
 	rng := rand.New(rand.NewPCG(1, 2))
 	f := &File{
 		Logits:  make([]float32, n*c),
-		Labels:  make([]int64, n),
+		Labels:  make([]int32, n),
 		Split:   make([]uint8, n),
 		Classes: c,
 	}
@@ -25,7 +25,7 @@ func benchFile(n, c int) *File {
 		f.Logits[i] = float32(rng.NormFloat64() * 3)
 	}
 	for i := range f.Labels {
-		f.Labels[i] = int64(rng.IntN(c))
+		f.Labels[i] = int32(rng.IntN(c))
 		f.Split[i] = uint8(rng.IntN(3))
 	}
 	return f

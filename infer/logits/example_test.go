@@ -19,7 +19,7 @@ func Example() {
 
 	f := &logits.File{
 		Logits:  []float32{2, -1, 0.5, 0.5, -3, 4},
-		Labels:  []int64{0, 1, 1},
+		Labels:  []int32{0, 1, 1},
 		Split:   []uint8{logits.SplitCalibration, logits.SplitTest, logits.SplitTest},
 		Classes: 2,
 	}

@@ -30,8 +30,10 @@ const AllRows = -1
 type File struct {
 	// Logits holds Len() rows of Classes values, row-major.
 	Logits []float32
-	// Labels holds the class of each row.
-	Labels []int64
+	// Labels holds the class of each row. The file stores them as int64
+	// (SPEC §3); they are held as int32, half the memory, since a class
+	// index is below C.
+	Labels []int32
 	// Client holds each row's client id; nil when the file has none.
 	Client []int32
 	// Split holds each row's split (SplitTrain, SplitCalibration,
@@ -87,7 +89,7 @@ func (f *File) checkValues(first int) error {
 		}
 	}
 	for i, y := range f.Labels {
-		if y < 0 || y >= int64(f.Classes) {
+		if y < 0 || int(y) >= f.Classes {
 			return fmt.Errorf("labels: row %d is %d, outside [0, %d)", first+i, y, f.Classes)
 		}
 	}
@@ -259,7 +261,7 @@ func Encode(buf *bytes.Buffer, f *File) error {
 			}
 		case "labels":
 			for _, v := range f.Labels {
-				b = binary.LittleEndian.AppendUint64(b, uint64(v))
+				b = binary.LittleEndian.AppendUint64(b, uint64(int64(v)))
 			}
 		case "client":
 			for _, v := range f.Client {

@@ -18,33 +18,33 @@ func TestReadNumPyFixtures(t *testing.T) {
 	}{
 		{"testdata/numpy_small.npz", File{
 			Logits:  []float32{1.5, -2, 0.25, 0, 3, -1},
-			Labels:  []int64{2, 1},
+			Labels:  []int32{2, 1},
 			Client:  []int32{7, 3},
 			Split:   []uint8{1, 2},
 			Classes: 3,
 		}},
 		{"testdata/numpy_f8_i4.npz", File{
 			Logits:  []float32{0.5, 0.25, -1, 2, 4, 8},
-			Labels:  []int64{0, 1, 1},
+			Labels:  []int32{0, 1, 1},
 			Classes: 2,
 		}},
 		// Class names as gen.py writes them: numpy.array of str (<U6),
 		// big-endian UCS-4 deflated (>U6), and bytes (|S4).
 		{"testdata/numpy_classes_u.npz", File{
 			Logits:     []float32{0.5, -1, 2, 1, 0, -3},
-			Labels:     []int64{2, 0},
+			Labels:     []int32{2, 0},
 			Classes:    3,
 			ClassNames: []string{"cat", "dög", "\U0001F426 bird"},
 		}},
 		{"testdata/numpy_classes_be.npz", File{
 			Logits:     []float32{0.5, -1, 2, 1, 0, -3},
-			Labels:     []int64{2, 0},
+			Labels:     []int32{2, 0},
 			Classes:    3,
 			ClassNames: []string{"cat", "dög", "\U0001F426 bird"},
 		}},
 		{"testdata/numpy_classes_s.npz", File{
 			Logits:     []float32{0.5, -1, 2, 1, 0, -3},
-			Labels:     []int64{2, 0},
+			Labels:     []int32{2, 0},
 			Classes:    3,
 			ClassNames: []string{"cat", "dog", "bird"},
 		}},
@@ -66,7 +66,7 @@ func TestReadNumPyFixtures(t *testing.T) {
 func TestReadDtypeMatrix(t *testing.T) {
 	full := File{
 		Logits:  []float32{1.5, -2, 0.25, 4, 0, 3, -1, 0.5, -8, 16, 0.125, 2},
-		Labels:  []int64{2, 1, 3},
+		Labels:  []int32{2, 1, 3},
 		Client:  []int32{7, 3, 0},
 		Split:   []uint8{1, 2, 0},
 		Classes: 4,
@@ -102,7 +102,7 @@ func TestWriteReadRoundTrip(t *testing.T) {
 	dir := t.TempDir()
 	want := &File{
 		Logits:  []float32{1, 2, 3, -4, 5.5, 6e-3, 1e4, -1e4, 0},
-		Labels:  []int64{0, 2, 1},
+		Labels:  []int32{0, 2, 1},
 		Client:  []int32{0, 0, 5},
 		Split:   []uint8{0, 1, 2},
 		Classes: 3,
@@ -156,7 +156,7 @@ func TestNumPyReadsOurFile(t *testing.T) {
 		t.Skip("NumPy not available: skipping the cross-check with numpy.load")
 	}
 	path := filepath.Join(t.TempDir(), "l.npz")
-	f := &File{Logits: []float32{0.5, -1.25, 2, 3}, Labels: []int64{1, 0}, Split: []uint8{2, 1}, Classes: 2,
+	f := &File{Logits: []float32{0.5, -1.25, 2, 3}, Labels: []int32{1, 0}, Split: []uint8{2, 1}, Classes: 2,
 		ClassNames: []string{"tabby cat", "dög"}}
 	if err := Write(path, f); err != nil {
 		t.Fatal(err)
@@ -201,7 +201,7 @@ func TestClassNamesRoundTrip(t *testing.T) {
 		{"a", "a much longer name", "é"},
 		{"\U0001F426", "猫", " padded "},
 	} {
-		f := &File{Logits: []float32{1, 2, 3, 4, 5, 6}, Labels: []int64{2, 0}, Classes: 3, ClassNames: names}
+		f := &File{Logits: []float32{1, 2, 3, 4, 5, 6}, Labels: []int32{2, 0}, Classes: 3, ClassNames: names}
 		path := filepath.Join(dir, fmt.Sprintf("%d.npz", i))
 		if err := Write(path, f); err != nil {
 			t.Fatal(err)
@@ -219,7 +219,7 @@ func TestClassNamesRoundTrip(t *testing.T) {
 func TestRowsAndSet(t *testing.T) {
 	f := &File{
 		Logits:  []float32{1, 2, 3, 4, 5, 6},
-		Labels:  []int64{1, 0, 1},
+		Labels:  []int32{1, 0, 1},
 		Split:   []uint8{1, 2, 1},
 		Classes: 2,
 	}
@@ -262,10 +262,10 @@ func TestBadFiles(t *testing.T) {
 	}{
 		{notZip, "not a NumPy .npz archive"},
 		{filepath.Join(dir, "missing.npz"), "no such file"},
-		{write("nan.npz", &File{Logits: []float32{nan, 1}, Labels: []int64{0}, Classes: 2}), "must be finite"},
-		{write("label.npz", &File{Logits: []float32{0, 1}, Labels: []int64{2}, Classes: 2}), "outside [0, 2)"},
-		{write("split.npz", &File{Logits: []float32{0, 1}, Labels: []int64{0}, Split: []uint8{3}, Classes: 2}), "split: row 0 is 3"},
-		{write("names.npz", &File{Logits: []float32{0, 1}, Labels: []int64{0}, Classes: 2, ClassNames: []string{"a", "a"}}), "both named \"a\""},
+		{write("nan.npz", &File{Logits: []float32{nan, 1}, Labels: []int32{0}, Classes: 2}), "must be finite"},
+		{write("label.npz", &File{Logits: []float32{0, 1}, Labels: []int32{2}, Classes: 2}), "outside [0, 2)"},
+		{write("split.npz", &File{Logits: []float32{0, 1}, Labels: []int32{0}, Split: []uint8{3}, Classes: 2}), "split: row 0 is 3"},
+		{write("names.npz", &File{Logits: []float32{0, 1}, Labels: []int32{0}, Classes: 2, ClassNames: []string{"a", "a"}}), "both named \"a\""},
 	}
 	for _, tt := range tests {
 		_, err := Read(tt.path)
@@ -275,7 +275,7 @@ func TestBadFiles(t *testing.T) {
 	}
 	// Write refuses mismatched lengths and leaves nothing behind.
 	bad := filepath.Join(dir, "bad-write.npz")
-	if err := Write(bad, &File{Logits: []float32{1, 2, 3}, Labels: []int64{0}, Classes: 2}); err == nil {
+	if err := Write(bad, &File{Logits: []float32{1, 2, 3}, Labels: []int32{0}, Classes: 2}); err == nil {
 		t.Error("Write accepted 3 logits for 1 row of 2 classes")
 	}
 	if _, err := os.Stat(bad); !os.IsNotExist(err) {

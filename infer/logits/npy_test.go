@@ -224,7 +224,7 @@ func TestReadErrors(t *testing.T) {
 // stored member per array, sizes and CRC-32 in the local header (no data
 // descriptor), each member a .npy file.
 func TestEncodeStored(t *testing.T) {
-	f := &File{Logits: []float32{1, 2, 3, 4}, Labels: []int64{1, 0}, Client: []int32{4, 5}, Classes: 2}
+	f := &File{Logits: []float32{1, 2, 3, 4}, Labels: []int32{1, 0}, Client: []int32{4, 5}, Classes: 2}
 	var buf bytes.Buffer
 	if err := Encode(&buf, f); err != nil {
 		t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 func TestFromProbabilities(t *testing.T) {
 	// ln 0.25 = −2 ln 2, ln 0.75 = ln 3 − 2 ln 2, ln 1e-12 = −12 ln 10.
 	ln2, ln3, ln10 := 0.6931471805599453, 1.0986122886681098, 2.302585092994046
-	f := &File{Logits: []float32{0.25, 0.75, 1, 0, 0.5, 0.5005}, Labels: []int64{0, 1, 1}, Classes: 2}
+	f := &File{Logits: []float32{0.25, 0.75, 1, 0, 0.5, 0.5005}, Labels: []int32{0, 1, 1}, Classes: 2}
 	if err := f.FromProbabilities(); err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func TestFromProbabilitiesErrors(t *testing.T) {
 		{[]float32{0.5, 0.5, 1.5, -0.5}, "row 1, class 0 is 1.5"},
 		{[]float32{1, 2, 3, 4}, "row 0, class 1 is 2"}, // logits given as probabilities
 	} {
-		f := &File{Logits: slices.Clone(tt.probs), Labels: []int64{0, 1}, Classes: 2}
+		f := &File{Logits: slices.Clone(tt.probs), Labels: []int32{0, 1}, Classes: 2}
 		err := f.FromProbabilities()
 		if !errors.Is(err, ErrNotProbabilities) || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%v: error %v, want ErrNotProbabilities and %q", tt.probs, err, tt.want)
@@ -54,7 +54,7 @@ func TestFromProbabilitiesErrors(t *testing.T) {
 }
 
 func TestConvertInput(t *testing.T) {
-	f := &File{Logits: []float32{2, -1}, Labels: []int64{0}, Classes: 2}
+	f := &File{Logits: []float32{2, -1}, Labels: []int32{0}, Classes: 2}
 	if err := f.ConvertInput(InputLogits); err != nil || !slices.Equal(f.Logits, []float32{2, -1}) {
 		t.Errorf("ConvertInput(logits): %v, %v; want the logits unchanged", err, f.Logits)
 	}

@@ -1,10 +1,5 @@
 package logits
 
-import (
-	"strconv"
-	"unsafe"
-)
-
 // Row access: with Len, the methods below let a File be read one row at a
 // time in place (it implements federation.RowSource), so that callers
 // convert to float64 only the rows they use, a chunk or a client at a
@@ -28,16 +23,8 @@ func (f *File) Row(dst []float64, i int) {
 	}
 }
 
-// IntLabels returns the labels as []int without copying them where int
-// is 64 bits wide (the slice then aliases f.Labels), and as a copy
-// elsewhere. Callers must not modify it.
+// IntLabels returns a copy of the labels as []int.
 func (f *File) IntLabels() []int {
-	if len(f.Labels) == 0 {
-		return []int{}
-	}
-	if strconv.IntSize == 64 {
-		return unsafe.Slice((*int)(unsafe.Pointer(unsafe.SliceData(f.Labels))), len(f.Labels))
-	}
 	out := make([]int, len(f.Labels))
 	for i, y := range f.Labels {
 		out[i] = int(y)

@@ -10,7 +10,7 @@ import (
 func TestRows(t *testing.T) {
 	f := &File{
 		Logits:  []float32{0.5, -1, 3.25, 1e-7, 16777217, -0.1},
-		Labels:  []int64{2, 0},
+		Labels:  []int32{2, 0},
 		Classes: 3,
 	}
 	want := f.Set(nil)
