@@ -155,18 +155,17 @@ func (a *Archive) ReadColumns() (*File, error) {
 
 func (a *Archive) readColumns() (*File, error) {
 	f := &File{Classes: a.classes}
-	n := a.rows
 	var err error
-	if f.Labels, err = readColumn[int32](a.member["labels"], "labels", n, a.size); err != nil {
+	if f.Labels, err = readColumn[int32](a, "labels"); err != nil {
 		return nil, err
 	}
-	if zf := a.member["client"]; zf != nil {
-		if f.Client, err = readColumn[int32](zf, "client", n, a.size); err != nil {
+	if a.Has("client") {
+		if f.Client, err = readColumn[int32](a, "client"); err != nil {
 			return nil, err
 		}
 	}
-	if zf := a.member["split"]; zf != nil {
-		if f.Split, err = readColumn[uint8](zf, "split", n, a.size); err != nil {
+	if a.Has("split") {
+		if f.Split, err = readColumn[uint8](a, "split"); err != nil {
 			return nil, err
 		}
 	}

@@ -184,18 +184,15 @@ func readNames(zf *zip.File, c int, fileSize int64) ([]string, error) {
 	return a.readStrings()
 }
 
-// readColumn reads a 1-D integer array of length n of any integer dtype,
-// converting it to T and checking the range.
-func readColumn[T integer](zf *zip.File, name string, n int, fileSize int64) ([]T, error) {
-	a, err := openArray(zf, name, fileSize)
+// readColumn reads the archive's column key, one integer a row of any
+// integer dtype, converting it to T and checking the range.
+func readColumn[T integer](a *Archive, key string) ([]T, error) {
+	c, err := a.openColumn(key)
 	if err != nil {
 		return nil, err
 	}
-	defer a.rc.Close()
-	if err := a.checkColumn(n); err != nil {
-		return nil, err
-	}
-	return readIntegers[T](a)
+	defer c.rc.Close()
+	return readIntegers[T](c)
 }
 
 // Write validates f and writes it to path as an .npz archive, atomically:
