@@ -48,10 +48,19 @@ func readLogits(path string, in inputKind) (*logits.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := f.ConvertInput(in.String()); err != nil {
-		return nil, fmt.Errorf("%s: --input %s: %w", path, in.String(), err)
+	if err := convertInput(f, path, in); err != nil {
+		return nil, err
 	}
 	return f, nil
+}
+
+// convertInput turns f, the logits file at path holding input of kind in,
+// into logits (logits.File.ConvertInput).
+func convertInput(f *logits.File, path string, in inputKind) error {
+	if err := f.ConvertInput(in.String()); err != nil {
+		return fmt.Errorf("%s: --input %s: %w", path, in.String(), err)
+	}
+	return nil
 }
 
 // readColumnsFirst reads the logits file at path, holding input of kind
@@ -80,8 +89,8 @@ func readColumnsFirst(path string, in inputKind, partition func(*logits.File) er
 	if err := a.ReadLogits(f); err != nil {
 		return nil, err
 	}
-	if err := f.ConvertInput(in.String()); err != nil {
-		return nil, fmt.Errorf("%s: --input %s: %w", path, in.String(), err)
+	if err := convertInput(f, path, in); err != nil {
+		return nil, err
 	}
 	boundHeap(f)
 	return f, nil
