@@ -35,26 +35,44 @@ func NewKey() (seed []byte, public string, err error) {
 // WriteKey writes a new client identity to path with mode 0600, refusing
 // to overwrite an existing file, and returns its public key.
 func WriteKey(path string) (string, error) {
-	if _, err := os.Lstat(path); err == nil {
-		return "", fmt.Errorf("%w: %s exists: a key file is never overwritten; choose another name", ErrKey, path)
+	if err := checkNew(path, "a key file"); err != nil {
+		return "", err
 	}
 	seed, pub, err := NewKey()
 	if err != nil {
 		return "", err
 	}
+	if err := writeSecret(path, append(seed, '\n')); err != nil {
+		return "", err
+	}
+	return pub, nil
+}
+
+// checkNew refuses a path that exists: what (a key file, a credentials
+// file) is never overwritten.
+func checkNew(path, what string) error {
+	if _, err := os.Lstat(path); err == nil {
+		return fmt.Errorf("%w: %s exists: %s is never overwritten; choose another name", ErrKey, path, what)
+	}
+	return nil
+}
+
+// writeSecret writes b to the new file path with mode 0600, failing if
+// the file exists, and removes what it wrote on error.
+func writeSecret(path string, b []byte) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrKey, err)
+		return fmt.Errorf("%w: %w", ErrKey, err)
 	}
-	_, err = f.Write(append(seed, '\n'))
+	_, err = f.Write(b)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		os.Remove(path)
-		return "", fmt.Errorf("%w: writing %s: %w", ErrKey, path, err)
+		return fmt.Errorf("%w: writing %s: %w", ErrKey, path, err)
 	}
-	return pub, nil
+	return nil
 }
 
 // WriteCreds writes to path, with mode 0600 and refusing to overwrite an
@@ -87,22 +105,10 @@ func WriteCreds(path, keyPath, jwtPath string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrKey, err)
 	}
-	if _, err := os.Lstat(path); err == nil {
-		return fmt.Errorf("%w: %s exists: a credentials file is never overwritten; choose another name", ErrKey, path)
+	if err := checkNew(path, "a credentials file"); err != nil {
+		return err
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrKey, err)
-	}
-	_, err = f.Write(creds)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(path)
-		return fmt.Errorf("%w: writing %s: %w", ErrKey, path, err)
-	}
-	return nil
+	return writeSecret(path, creds)
 }
 
 // Key is a client's credentials as ReadKey reads them from a key file:
