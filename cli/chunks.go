@@ -198,7 +198,7 @@ func (st *streamChunks) fill(s *calib.Set, sc *chunkScratch) (int, int, bool, er
 		return 0, 0, true, nil
 	}
 	if err != nil {
-		return 0, 0, false, err
+		return 0, 0, false, namedFile{err} // logits.Blocks names the file
 	}
 	b := &sc.block
 	if err := b.ConvertInput(st.input.String()); err != nil {
@@ -216,6 +216,12 @@ func (st *streamChunks) fill(s *calib.Set, sc *chunkScratch) (int, int, bool, er
 	}
 	return b.First, b.First + b.Len() - 1, false, nil
 }
+
+// namedFile marks an error that already names the logits file, so that
+// a caller that names the file does not name it again.
+type namedFile struct{ error }
+
+func (e namedFile) Unwrap() error { return e.error }
 
 // eachChunk takes the chunks of src, evalChunk rows at a time converted
 // to a float64 calib.Set, and calls fn(w, s) with each that has rows, on

@@ -324,8 +324,8 @@ func openEvalInput(path string, input inputKind, partPath, split string, whole b
 func (in *evalInput) measure(ctx context.Context, cals []calib.Calibrator, bins int) ([]*calib.Accumulator, error) {
 	accs, err := measureChunks(ctx, in.src, cals, bins)
 	if err != nil {
-		if strings.HasPrefix(err.Error(), in.path+": ") {
-			return nil, err // logits.Blocks names the file
+		if named := (namedFile{}); errors.As(err, &named) {
+			return nil, named.error
 		}
 		return nil, fmt.Errorf("%s: %w", in.path, err)
 	}

@@ -204,6 +204,9 @@ func TestEvalErrors(t *testing.T) {
 			if !strings.Contains(errs, tt.want) || strings.Count(errs, "\n") != 1 {
 				t.Errorf("stderr %q, want one line containing %q", errs, tt.want)
 			}
+			if strings.Count(errs, ".npz:") > 1 {
+				t.Errorf("stderr %q names the file more than once", errs)
+			}
 		})
 	}
 }
