@@ -258,7 +258,7 @@ func (ff *fedFlags) run(cmd *cobra.Command, fl *calibrateFlags) error {
 	}
 	rounds := federation.Rounds{T: ff.rounds, SampleRate: rate, Seed: fl.seed, Workers: ff.workers}
 	if !ff.quiet {
-		rounds.Progress = progressPrinter(cmd.ErrOrStderr(), ff.rounds)
+		rounds.Progress = progressPrinter(cmd.ErrOrStderr())
 	}
 	// The ledger admits the run on its plan before the fit and records it
 	// after, holding its lock in between.
@@ -345,19 +345,20 @@ func (ff *fedFlags) partitionFor(f *logits.File, fl *calibrateFlags) (*federatio
 	return p, desc, nil
 }
 
-// progressPrinter returns a Progress callback printing one line per round.
-func progressPrinter(w io.Writer, total int) func(federation.RoundStats) {
+// progressPrinter returns a Progress callback printing one line per
+// round, numbered out of the run's rounds (2T for scalbin).
+func progressPrinter(w io.Writer) func(federation.RoundStats) {
 	return func(s federation.RoundStats) {
 		eps := ""
 		if s.Epsilon > 0 {
 			eps = fmt.Sprintf(", ε spent %.4g", s.Epsilon)
 		}
 		if s.Skipped() {
-			fmt.Fprintf(w, "round %d/%d: no client sampled, skipped%s\n", s.Round, total, eps)
+			fmt.Fprintf(w, "round %d/%d: no client sampled, skipped%s\n", s.Round, s.Rounds, eps)
 			return
 		}
 		fmt.Fprintf(w, "round %d/%d: %d clients, %d B up and %d B down each, mean compute %v%s\n",
-			s.Round, total, s.Participants, s.UploadBytes, s.DownloadBytes, s.ComputeMean().Round(1000), eps)
+			s.Round, s.Rounds, s.Participants, s.UploadBytes, s.DownloadBytes, s.ComputeMean().Round(1000), eps)
 	}
 }
 

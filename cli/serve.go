@@ -257,12 +257,8 @@ func serveConfig(cmd, scratch *cobra.Command, fl *serveFlags) (network.Config, e
 	}
 	// The same spec as federated calibrate builds from these flags.
 	spec := ff.spec(cmd, fl.cal.method, fl.cal.binsExp)
-	fitter, err := spec.Fitter()
-	if err != nil {
+	if _, err := spec.Fitter(); err != nil {
 		return cfg, err
-	}
-	if _, ok := fitter.(federation.Stepper); !ok {
-		return cfg, fmt.Errorf("--method %s runs two protocols in turn, which the network coordinator cannot drive yet: fit it in process with fedcalib calibrate", fl.cal.method)
 	}
 	seeded := changed("seed")
 	cfg = network.Config{

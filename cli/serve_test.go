@@ -51,7 +51,7 @@ func TestServeJoinFlags(t *testing.T) {
 		{[]string{"serve", "--method", "temp", "--clients", allow, "--store", dir, "--out", c, "--weighting", "all"}, "--weighting applies to binning"},
 		{[]string{"serve", "--method", "bbq", "--clients", allow, "--store", dir, "--out", c, "--delta", "1e-6"}, "needs --epsilon"},
 		{[]string{"serve", "--method", "temp", "--clients", allow, "--store", dir, "--out", c, "--rounds", "0"}, "--rounds"},
-		{[]string{"serve", "--method", "scalbin", "--clients", allow, "--store", dir, "--out", c}, "network coordinator cannot drive yet"},
+		{[]string{"serve", "--method", "scalbin", "--clients", allow, "--store", dir, "--out", c, "--secure-aggregation"}, "secure aggregation of FedScalBin is not implemented"},
 		{[]string{"serve", "--method", "temp", "--clients", allow, "--store", dir, "--out", allow + ".json", "--clients-per-round", "2"}, "--clients-per-round"},
 		{[]string{"serve", "--method", "temp", "--clients", allow, "--store", dir, "--out", c, "--min-clients", "2"}, "--min-clients 2 is more than the 1 clients"},
 		{[]string{"serve", "--method", "temp", "--clients", allow, "--store", dir, "--out", c, "--federation", "a.b"}, "--federation"},

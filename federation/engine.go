@@ -102,8 +102,11 @@ func ClientRand(seed uint64, t, k int) *rand.Rand {
 
 // RoundStats is the telemetry of one round.
 type RoundStats struct {
-	// Round is the round number, 1 to T.
+	// Round is the round number, 1 to Rounds.
 	Round int
+	// Rounds is the number of rounds of the run: T, or what the
+	// protocol's Scheduler says (2T for FedScalBin).
+	Rounds int
 	// Participants is the number of clients sampled; 0 for a skipped
 	// round.
 	Participants int
@@ -147,12 +150,13 @@ type Protocol[U any] interface {
 	// 0 for a skipped round.
 	EndRound(t, participants int) error
 	// Traffic returns the bytes a participant sends to and receives from
-	// the server in one round.
+	// the server in the next round.
 	Traffic() (upload, download int)
 }
 
-// Run drives p through r.T rounds over a federation of K clients and
-// returns each round's statistics. It stops at the first error of p, or
+// Run drives p through r.T rounds over a federation of K clients, each
+// sampled by r.Participants, and returns each round's statistics; a p
+// that is a Scheduler runs its own rounds, sampled its own way. It stops at the first error of p, or
 // when ctx is done, and returns that error with the statistics of the
 // rounds completed so far. At most a small multiple of r.Workers client
 // updates are held in memory at any time, however many clients take
@@ -164,14 +168,19 @@ func Run[U any](ctx context.Context, r Rounds, clients int, p Protocol[U]) ([]Ro
 	if clients < 1 {
 		return nil, fmt.Errorf("number of clients is %d: need at least 1", clients)
 	}
-	up, down := p.Traffic()
-	var stats []RoundStats // grown as rounds finish, not reserved for T up front
-	for t := 1; t <= r.T; t++ {
+	var sched Scheduler = plainSchedule{r}
+	if sc, ok := p.(Scheduler); ok {
+		sched = sc
+	}
+	total := sched.Rounds()
+	var stats []RoundStats // grown as rounds finish, not reserved for all rounds up front
+	for t := 1; t <= total; t++ {
 		if err := ctx.Err(); err != nil {
 			return stats, err
 		}
-		parts := r.Participants(t, clients)
-		st := RoundStats{Round: t, Participants: len(parts), UploadBytes: up, DownloadBytes: down}
+		parts := sched.Participants(t, clients)
+		up, down := p.Traffic()
+		st := RoundStats{Round: t, Rounds: total, Participants: len(parts), UploadBytes: up, DownloadBytes: down}
 		if len(parts) > 0 {
 			if err := runRound(ctx, &r, t, parts, p, &st); err != nil {
 				return stats, fmt.Errorf("round %d: %w", t, err)

@@ -342,8 +342,7 @@ func Evaluate(ctx context.Context, pop Population, cal calib.Calibrator, o EvalO
 	if err != nil {
 		return nil, err
 	}
-	d := &driver{pop: pop, client: c, server: s, n: s.UpdateLen()}
-	d.pool.New = func() any { b := make([]float64, 0, d.n); return &b }
+	d := newDriver(pop, c, s)
 	r := Rounds{T: 1, SampleRate: 1, Seed: o.Seed, Workers: o.Workers}
 	if _, err := Run[*[]float64](ctx, r, pop.Len(), d); err != nil {
 		return nil, fmt.Errorf("%s: %w", EvaluationProtocol, err)

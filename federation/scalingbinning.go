@@ -47,10 +47,11 @@ import (
 // within its range (calib.NewScalingBinning). The privacy record holds
 // σ = z·C of the scaling stage, C, C₊ and T (the rounds of each stage).
 //
-// FedScalBin is not a Stepper: its two stages are two protocols, each
-// with its own client and server steps (FedAvg's, and valueClient and
-// valueServer here), which Fit drives one after the other. A driver over
-// the network (package network) does not run it yet.
+// FedScalBin is a Stepper of 2T rounds: its server step is the scaling
+// stage's for rounds 1 to T and the binning stage's for rounds T+1 to
+// 2T, and it is a Scheduler, which says so and samples each stage from
+// its own stream; its client step takes a client's even or odd rows as
+// the round asks. Fit and package network drive those same steps.
 //
 // The zero value fits with calib.ScalingBinningMexp fine bins and
 // calib.DefaultScalingBinningBins equal-mass bins, η_S = 1 and no
@@ -92,48 +93,51 @@ const protocolScalBin = "FedScalBin"
 // second stage's numbered T+1 to 2T. Result.Histograms is nil: the
 // second stage sums value histograms, not one-vs-all histograms.
 func (f *FedScalBin) Fit(ctx context.Context, pop Population, r Rounds) (*Result, error) {
-	if pop == nil {
-		return nil, fmt.Errorf("%s: no population", protocolScalBin)
-	}
+	return fitSteps(ctx, f, pop, r)
+}
+
+// Steps returns FedScalBin's client and server steps for the 2T rounds
+// of both stages.
+func (f *FedScalBin) Steps(fed Federation, r Rounds) (ClientStep, ServerStep, error) {
 	mexp := f.Mexp
 	if mexp == 0 {
 		mexp = calib.ScalingBinningMexp
 	}
 	if mexp < 1 || mexp > calib.MaxMexp {
-		return nil, fmt.Errorf("%s: bin exponent Mexp = %d: want 1 to %d", protocolScalBin, mexp, calib.MaxMexp)
+		return nil, nil, fmt.Errorf("%s: bin exponent Mexp = %d: want 1 to %d", protocolScalBin, mexp, calib.MaxMexp)
 	}
 	bins := f.Bins
 	if bins == 0 {
 		bins = calib.DefaultScalingBinningBins(mexp)
 	}
 	if bins < 1 || bins > 1<<mexp {
-		return nil, fmt.Errorf("%s: %d equal-mass bins: want 1 to %d, the fine bins 2^%d", protocolScalBin, bins, 1<<mexp, mexp)
+		return nil, nil, fmt.Errorf("%s: %d equal-mass bins: want 1 to %d, the fine bins 2^%d", protocolScalBin, bins, 1<<mexp, mexp)
 	}
 	if err := r.Validate(); err != nil {
-		return nil, fmt.Errorf("%s: %w", protocolScalBin, err)
+		return nil, nil, fmt.Errorf("%s: %w", protocolScalBin, err)
 	}
-	c := pop.Classes()
-	if c < 2 {
-		return nil, fmt.Errorf("%s: the population has %d classes: need at least 2", protocolScalBin, c)
+	if err := fed.check(); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", protocolScalBin, err)
 	}
+	c := fed.Classes
 	if err := checkSize(protocolScalBin, c, 1<<mexp); err != nil {
-		return nil, fmt.Errorf("%s: %w", protocolScalBin, err)
+		return nil, nil, fmt.Errorf("%s: %w", protocolScalBin, err)
 	}
 	temp := FedTemp()
 	temp.Name = protocolScalBin + " (scaling stage, FedTemp)"
 	temp.ServerLR, temp.Clip = f.ServerLR, f.Clip
 	s := &valueServer{bins: bins, rounds: r, round: calib.NewValueHistograms(c, 1<<mexp), cum: calib.NewValueHistograms(c, 1<<mexp)}
-	cl := &valueClient{classes: c, bins: 1 << mexp}
+	vc := &valueClient{classes: c, bins: 1 << mexp}
 	if f.Privacy != nil {
 		var err error
 		if s.priv, err = f.Privacy.resolveHybrid(); err != nil {
-			return nil, fmt.Errorf("%s: %w", protocolScalBin, err)
+			return nil, nil, fmt.Errorf("%s: %w", protocolScalBin, err)
 		}
 		if s.plan, err = s.priv.plan(calib.Hybrid, c, r.T, r.SampleRate); err != nil {
-			return nil, fmt.Errorf("%s: %w", protocolScalBin, err)
+			return nil, nil, fmt.Errorf("%s: %w", protocolScalBin, err)
 		}
 		if s.ledger, err = s.priv.ledger(); err != nil {
-			return nil, fmt.Errorf("%s: %w", protocolScalBin, err)
+			return nil, nil, fmt.Errorf("%s: %w", protocolScalBin, err)
 		}
 		temp.Privacy = f.Privacy
 		temp.shared = &sharedNoise{
@@ -141,35 +145,17 @@ func (f *FedScalBin) Fit(ctx context.Context, pop Population, r Rounds) (*Result
 			ledger: s.ledger,
 		}
 		if !math.IsInf(s.priv.ClipPos, 1) {
-			cl.clip = s.priv.ClipPos
+			vc.clip = s.priv.ClipPos
 		}
 	}
-	scaled, err := fitSteps(ctx, temp, halves{pop: pop}, r)
+	tc, ts, err := temp.Steps(fed, r)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	s.t = scaled.Calibrator.(*calib.Temperature).T
 	r2 := r
 	r2.Seed = binningSeed(r.Seed)
-	binned, err := drive(ctx, halves{pop: pop, bin: true}, r2, cl, s)
-	if err != nil {
-		return nil, err
-	}
-	rounds := append(scaled.Rounds, binned.Rounds...)
-	for i := len(scaled.Rounds); i < len(rounds); i++ {
-		rounds[i].Round += r.T
-	}
-	res := &Result{Protocol: protocolScalBin, Calibrator: binned.Calibrator, Rounds: rounds}
-	if s.ledger != nil {
-		spent := s.ledger.Spent()
-		res.Ledger = s.ledger
-		res.Privacy = &calib.Privacy{
-			Epsilon: spent.Epsilon, Delta: spent.Delta, Rho: spent.Rho,
-			Sigma: s.plan.Sigma(), Clip: s.priv.Clip, ClipPos: s.priv.ClipPos,
-			Accountant: s.ledger.Accountant().String(), Rounds: r.T, SampleRate: r.SampleRate,
-		}
-	}
-	return res, nil
+	return &scalBinClient{scale: tc, value: vc, t: r.T},
+		&scalBinServer{scale: ts.(*scaleServer), value: s, binning: r2}, nil
 }
 
 // binningSeed returns the seed of FedScalBin's binning stage, which
@@ -225,6 +211,7 @@ type valueServer struct {
 	rounds     Rounds
 	round, cum *calib.ValueHistograms
 	closed     int        // last round closed by EndRound
+	open       bool       // an update was added to a round not yet closed
 	priv       *resolved  // nil without privacy
 	plan       *NoisePlan // the hybrid plan: Mechanisms[1] is this stage's
 	ledger     *dp.Ledger // nil without privacy or with an infinite ε
@@ -274,6 +261,7 @@ func (s *valueServer) Add(u []float64) error {
 	if len(u) != s.UpdateLen() {
 		return fmt.Errorf("%w: %d values, want %d", ErrBadUpdate, len(u), s.UpdateLen())
 	}
+	s.open = true
 	n := len(s.round.Count)
 	for i, v := range u[:n] {
 		s.round.Count[i] += v
@@ -313,7 +301,7 @@ func (s *valueServer) EndRound(t, participants int) error {
 	}
 	clear(s.round.Count)
 	clear(s.round.Sum)
-	s.closed = t
+	s.closed, s.open = t, false
 	return nil
 }
 
@@ -335,29 +323,117 @@ func (s *valueServer) Result() (*Result, error) {
 	return &Result{Protocol: protocolScalBin, Calibrator: c}, nil
 }
 
-// halves is the population of one stage of FedScalBin: each client's
-// even rows (the scaling stage) or its odd rows (the binning stage),
-// split by calib.SplitScalingBinning.
-type halves struct {
-	pop Population
-	bin bool
+// scalBinClient is FedScalBin's client step: the scaling stage's on the
+// client's even rows in rounds 1 to T, the binning stage's on its odd
+// rows in rounds T+1 to 2T (calib.SplitScalingBinning).
+type scalBinClient struct {
+	scale ClientStep
+	value *valueClient
+	t     int // rounds of each stage
 }
 
-// Len returns the number of clients.
-func (h halves) Len() int { return h.pop.Len() }
-
-// Classes returns the number of classes.
-func (h halves) Classes() int { return h.pop.Classes() }
-
-// Client returns client k's rows of the stage.
-func (h halves) Client(k int) (*calib.Set, error) {
-	set, err := h.pop.Client(k)
-	if err != nil {
-		return nil, err
+// Update appends the update of round t, of the stage t belongs to.
+func (c *scalBinClient) Update(dst []float64, t int, local *calib.Set, broadcast []float64, rng *rand.Rand) ([]float64, error) {
+	scale, bin := calib.SplitScalingBinning(local)
+	if t <= c.t {
+		return c.scale.Update(dst, t, scale, broadcast, rng)
 	}
-	scale, bin := calib.SplitScalingBinning(set)
-	if h.bin {
-		return bin, nil
-	}
-	return scale, nil
+	return c.value.Update(dst, t-c.t, bin, broadcast, rng)
 }
+
+// scalBinServer is FedScalBin's server step: the scaling stage's server
+// while fewer than T rounds are closed, then the binning stage's, which
+// broadcasts the temperature the first stage ended with.
+type scalBinServer struct {
+	scale   *scaleServer
+	value   *valueServer
+	binning Rounds // the binning stage's rounds: its own sampling seed
+}
+
+// stage returns the server step of the next round.
+func (s *scalBinServer) stage() ServerStep {
+	if s.scale.closed < s.binning.T {
+		return s.scale
+	}
+	return s.value
+}
+
+// Protocol returns "FedScalBin".
+func (s *scalBinServer) Protocol() string { return protocolScalBin }
+
+// Broadcast returns the next round's broadcast: w^t of the scaling
+// stage, then the temperature T.
+func (s *scalBinServer) Broadcast() []float64 { return s.stage().Broadcast() }
+
+// UpdateLen returns the length of a valid update of the next round: 1,
+// then 2·C·2^Mexp.
+func (s *scalBinServer) UpdateLen() int { return s.stage().UpdateLen() }
+
+// Check checks u as an update of the next round.
+func (s *scalBinServer) Check(u []float64) error { return s.stage().Check(u) }
+
+// Add folds u into the open round.
+func (s *scalBinServer) Add(u []float64) error { return s.stage().Add(u) }
+
+// EndRound closes round t of 2T; closing round T fixes the temperature
+// that the binning stage broadcasts.
+func (s *scalBinServer) EndRound(t, participants int) error {
+	T := s.binning.T
+	if t <= T {
+		if err := s.scale.EndRound(t, participants); err != nil {
+			return err
+		}
+		if t == T {
+			s.value.t = s.scale.w[0]
+		}
+		return nil
+	}
+	if s.scale.closed < T {
+		return fmt.Errorf("%s: round %d closed after round %d", protocolScalBin, t, s.scale.closed)
+	}
+	return s.value.EndRound(t-T, participants)
+}
+
+// Rounds returns 2T.
+func (s *scalBinServer) Rounds() int { return 2 * s.binning.T }
+
+// Participants returns the clients of round t: sampled from the run's
+// seed in the scaling stage, from binningSeed's in the binning stage.
+func (s *scalBinServer) Participants(t, clients int) []int {
+	if t <= s.binning.T {
+		return s.scale.rounds.Participants(t, clients)
+	}
+	return s.binning.Participants(t-s.binning.T, clients)
+}
+
+// Result returns the fit after the rounds closed so far: the scaling
+// stage's temperature until the binning stage closed a round, then the
+// scaling-binning calibrator. Its privacy record is the whole fit's.
+func (s *scalBinServer) Result() (*Result, error) {
+	var res *Result
+	if s.value.closed == 0 {
+		r, err := s.scale.Result()
+		if err != nil {
+			return nil, err
+		}
+		res = &Result{Protocol: protocolScalBin, Calibrator: r.Calibrator}
+	} else {
+		var err error
+		if res, err = s.value.Result(); err != nil {
+			return nil, err
+		}
+	}
+	if l := s.value.ledger; l != nil {
+		spent := l.Spent()
+		res.Ledger = l
+		res.Privacy = &calib.Privacy{
+			Epsilon: spent.Epsilon, Delta: spent.Delta, Rho: spent.Rho,
+			Sigma: s.value.plan.Sigma(), Clip: s.value.priv.Clip, ClipPos: s.value.priv.ClipPos,
+			Accountant: l.Accountant().String(), Rounds: s.binning.T, SampleRate: s.binning.SampleRate,
+		}
+	}
+	return res, nil
+}
+
+// epsilonSpent returns the ε the whole fit has spent so far.
+func (s *scalBinServer) epsilonSpent() float64 { return s.value.epsilonSpent() }

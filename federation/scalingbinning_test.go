@@ -130,9 +130,6 @@ func TestFedScalBinRefuses(t *testing.T) {
 	if _, err := New(calib.MethodScalingBinning, Options{Bins: 8}); err == nil || !strings.Contains(err.Error(), "not a number of bins") {
 		t.Errorf("Bins: %v", err)
 	}
-	if _, ok := any(&FedScalBin{}).(Stepper); ok {
-		t.Errorf("FedScalBin is a Stepper: the network driver would run it as one protocol; update its doc and TestStepsEqualFit")
-	}
 }
 
 // TestFedScalBinPrivate checks the private fit: with ε = +Inf and

@@ -7,7 +7,8 @@ import (
 )
 
 // SumStep is implemented by the server step of every protocol of this
-// package, for a driver that never sees a client's update: under secure
+// package but FedScalBin (whose two stages send updates of different
+// lengths), for a driver that never sees a client's update: under secure
 // aggregation (package secagg, driven by package network) the server
 // learns only the sum of a round's updates. Such a driver calls AddSum
 // once per round instead of Add for each participant, and cannot call

@@ -29,13 +29,14 @@ type StateSaver interface {
 
 // serverState is the encoded state of a server step.
 type serverState struct {
-	Protocol string            `json:"protocol"`
-	Closed   int               `json:"closed"`             // last round closed
-	Cum      *calib.Histograms `json:"cum,omitempty"`      // binning: sums over rounds
-	Noisy    int               `json:"noisy,omitempty"`    // binning: rounds that added noise
-	ExtVar   float64           `json:"ext_var,omitempty"`  // binning: variance of distributed rounds' noise (units of C₊²)
-	W        []float64         `json:"w,omitempty"`        // scaling: w^t
-	Releases []dp.Release      `json:"releases,omitempty"` // the ledger
+	Protocol string                 `json:"protocol"`
+	Closed   int                    `json:"closed"`             // last round closed
+	Cum      *calib.Histograms      `json:"cum,omitempty"`      // binning: sums over rounds
+	Noisy    int                    `json:"noisy,omitempty"`    // binning: rounds that added noise
+	ExtVar   float64                `json:"ext_var,omitempty"`  // binning: variance of distributed rounds' noise (units of C₊²)
+	W        []float64              `json:"w,omitempty"`        // scaling: w^t
+	Value    *calib.ValueHistograms `json:"value,omitempty"`    // scaling-binning: the binning stage's sums over rounds
+	Releases []dp.Release           `json:"releases,omitempty"` // the ledger
 }
 
 // restoreLedger replays releases into a fresh ledger of the same budget.
@@ -143,3 +144,52 @@ func (s *scaleServer) Restore(b []byte) error {
 
 // Closed returns the last round closed.
 func (s *scaleServer) Closed() int { return s.closed }
+
+// State returns FedScalBin's state: the scaling stage's parameters, the
+// binning stage's sums and the whole fit's ledger.
+func (s *scalBinServer) State() ([]byte, error) {
+	if s.scale.open || s.value.open {
+		return nil, fmt.Errorf("%s: round %d is open", protocolScalBin, s.Closed()+1)
+	}
+	return json.Marshal(serverState{Protocol: protocolScalBin, Closed: s.Closed(), W: s.scale.w, Value: s.value.cum, Releases: releasesOf(s.value.ledger)})
+}
+
+// Restore replaces FedScalBin's state; both stages share the ledger
+// replayed from it.
+func (s *scalBinServer) Restore(b []byte) error {
+	st, err := decodeState(protocolScalBin, b)
+	if err != nil {
+		return err
+	}
+	T, cum := s.binning.T, s.value.cum
+	switch {
+	case st.Closed > 2*T:
+		return fmt.Errorf("server state: round %d of %d", st.Closed, 2*T)
+	case len(st.W) != len(s.scale.w):
+		return fmt.Errorf("server state: %d parameters, want %d", len(st.W), len(s.scale.w))
+	case st.Value == nil || st.Value.Classes != cum.Classes || st.Value.Bins != cum.Bins:
+		return fmt.Errorf("server state: value histograms do not fit %d classes × %d bins", cum.Classes, cum.Bins)
+	}
+	if err := st.Value.Validate(); err != nil {
+		return fmt.Errorf("server state: %w", err)
+	}
+	if err := s.scale.init.SetParams(st.W); err != nil {
+		return fmt.Errorf("server state: %w", err)
+	}
+	l, err := restoreLedger(s.value.priv, st.Releases)
+	if err != nil {
+		return err
+	}
+	copy(s.scale.w, st.W)
+	clear(s.scale.sum)
+	s.scale.closed, s.scale.ledger, s.scale.open = min(st.Closed, T), l, false
+	s.value.cum, s.value.closed, s.value.ledger, s.value.open = st.Value, max(st.Closed-T, 0), l, false
+	s.value.round = calib.NewValueHistograms(cum.Classes, cum.Bins)
+	if st.Closed >= T {
+		s.value.t = st.W[0]
+	}
+	return nil
+}
+
+// Closed returns the last round closed, 0 to 2T.
+func (s *scalBinServer) Closed() int { return s.scale.closed + s.value.closed }

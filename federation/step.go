@@ -75,6 +75,35 @@ type ServerStep interface {
 	Result() (*Result, error)
 }
 
+// Scheduler is an optional capability of a ServerStep whose protocol
+// does not run the rounds r it was made for as they are: FedScalBin runs
+// 2T rounds, the last T sampled from a stream of their own. A driver
+// runs rounds 1 to Rounds() and samples each round with Participants;
+// for a server step without it, Schedule gives r.T and r.Participants.
+type Scheduler interface {
+	// Rounds returns the number of rounds the protocol runs.
+	Rounds() int
+	// Participants returns the clients, in increasing order, that take
+	// part in round t of a federation of K clients.
+	Participants(t, clients int) []int
+}
+
+// Schedule returns the schedule of the server step s made for the rounds
+// r: s itself when it is a Scheduler, else r.T rounds sampled by
+// r.Participants.
+func Schedule(s ServerStep, r Rounds) Scheduler {
+	if sc, ok := s.(Scheduler); ok {
+		return sc
+	}
+	return plainSchedule{r}
+}
+
+// plainSchedule is the schedule of the rounds r as they are.
+type plainSchedule struct{ r Rounds }
+
+func (p plainSchedule) Rounds() int                       { return p.r.T }
+func (p plainSchedule) Participants(t, clients int) []int { return p.r.Participants(t, clients) }
+
 // Federation describes the clients a protocol's steps are made for.
 type Federation struct {
 	// Clients is the number of clients K ≥ 1.
@@ -119,9 +148,12 @@ func FederationOf(ctx context.Context, pop Population, workers int) Federation {
 // client's update is computed on a worker pool from pop.Client(k) and
 // folded in client order.
 func drive(ctx context.Context, pop Population, r Rounds, c ClientStep, s ServerStep) (*Result, error) {
-	d := &driver{pop: pop, client: c, server: s, n: s.UpdateLen()}
-	d.pool.New = func() any { b := make([]float64, 0, d.n); return &b }
-	stats, err := Run[*[]float64](ctx, r, pop.Len(), d)
+	d := newDriver(pop, c, s)
+	var p Protocol[*[]float64] = d
+	if sc, ok := s.(Scheduler); ok {
+		p = scheduledDriver{d, sc}
+	}
+	stats, err := Run(ctx, r, pop.Len(), p)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", s.Protocol(), err)
 	}
@@ -138,8 +170,21 @@ type driver struct {
 	pop    Population
 	client ClientStep
 	server ServerStep
-	n      int
 	pool   sync.Pool // *[]float64 update buffers
+}
+
+// newDriver returns the driver of the steps c and s over pop.
+func newDriver(pop Population, c ClientStep, s ServerStep) *driver {
+	d := &driver{pop: pop, client: c, server: s}
+	n := s.UpdateLen()
+	d.pool.New = func() any { b := make([]float64, 0, n); return &b }
+	return d
+}
+
+// scheduledDriver is the driver of a server step that is a Scheduler.
+type scheduledDriver struct {
+	*driver
+	Scheduler
 }
 
 // Local runs client k's step; the broadcast is read concurrently but
@@ -170,7 +215,7 @@ func (d *driver) Aggregate(t, k int, u *[]float64) error {
 func (d *driver) EndRound(t, participants int) error { return d.server.EndRound(t, participants) }
 
 // Traffic: a participant sends its update and receives the broadcast.
-func (d *driver) Traffic() (int, int) { return 8 * d.n, 8 * len(d.server.Broadcast()) }
+func (d *driver) Traffic() (int, int) { return 8 * d.server.UpdateLen(), 8 * len(d.server.Broadcast()) }
 
 // epsilonSpent reports the server's ε spent so far.
 func (d *driver) epsilonSpent() float64 {

@@ -19,8 +19,9 @@ func stepDrive(t *testing.T, p Stepper, pop Population, r Rounds) *Result {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for round := 1; round <= r.T; round++ {
-		parts := r.Participants(round, pop.Len())
+	sched := Schedule(s, r)
+	for round := 1; round <= sched.Rounds(); round++ {
+		parts := sched.Participants(round, pop.Len())
 		bc := append([]float64(nil), s.Broadcast()...) // as received over the wire
 		updates := make(map[int][]float64)
 		for i := len(parts) - 1; i >= 0; i-- { // arrival order differs from client order
@@ -61,9 +62,6 @@ func TestStepsEqualFit(t *testing.T) {
 	pop, _, _ := federationOf(t, synthSet(1500, 4, 3), 12, 0.5, 3)
 	r := Rounds{T: 3, SampleRate: 0.5, Seed: 9, Workers: 3}
 	for _, m := range calib.Methods() {
-		if m.Family == calib.Hybrid {
-			continue // FedScalBin runs two protocols in turn, each a Stepper: TestFedScalBin
-		}
 		for _, private := range []bool{false, true} {
 			spec := Spec{Method: m.Name}
 			if m.Family == calib.Binning {
@@ -147,8 +145,9 @@ func with(u []float64, i int, v float64) []float64 {
 // driveRounds runs rounds from..to of the steps c and s sequentially.
 func driveRounds(t *testing.T, c ClientStep, s ServerStep, pop Population, r Rounds, from, to int) {
 	t.Helper()
+	sched := Schedule(s, r)
 	for round := from; round <= to; round++ {
-		parts := r.Participants(round, pop.Len())
+		parts := sched.Participants(round, pop.Len())
 		for _, k := range parts {
 			set, err := pop.Client(k)
 			if err != nil {
@@ -168,16 +167,15 @@ func driveRounds(t *testing.T, c ClientStep, s ServerStep, pop Population, r Rou
 	}
 }
 
-// TestServerStateResumes: a server whose state is saved after round 2
+// TestServerStateResumes: a server whose state is saved after a round
 // and restored into fresh steps (a restarted coordinator) finishes with
-// the calibrator and ledger of an uninterrupted fit, for every method.
+// the calibrator and ledger of an uninterrupted fit, for every method;
+// FedScalBin is cut in its first stage, at the end of it and in its
+// second.
 func TestServerStateResumes(t *testing.T) {
 	pop, _, _ := federationOf(t, synthSet(1200, 3, 5), 10, 0.5, 5)
 	r := Rounds{T: 4, SampleRate: 0.6, Seed: 4, Workers: 2}
 	for _, m := range calib.Methods() {
-		if m.Family == calib.Hybrid {
-			continue // not a Stepper: TestFedScalBin, TestFedScalBinPrivate
-		}
 		spec := Spec{Method: m.Name, Epsilon: 3}
 		f, err := spec.Fitter()
 		if err != nil {
@@ -188,48 +186,55 @@ func TestServerStateResumes(t *testing.T) {
 			t.Fatal(err)
 		}
 		fed := FederationOf(context.Background(), pop, 1)
-		c, s, err := f.(Stepper).Steps(fed, r)
-		if err != nil {
-			t.Fatal(err)
+		cuts := []int{2}
+		if m.Family == calib.Hybrid {
+			cuts = []int{2, 4, 6}
 		}
-		driveRounds(t, c, s, pop, r, 1, 2)
-		state, err := s.(StateSaver).State()
-		if err != nil {
-			t.Fatal(err)
-		}
-		c2, s2, err := f.(Stepper).Steps(fed, r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s2.(StateSaver).Restore(state); err != nil {
-			t.Fatal(err)
-		}
-		if got := s2.(StateSaver).Closed(); got != 2 {
-			t.Fatalf("%s: restored at round %d, want 2", m.Name, got)
-		}
-		if err := s2.EndRound(2, 0); err == nil {
-			t.Errorf("%s: round 2 closed twice", m.Name)
-		}
-		driveRounds(t, c2, s2, pop, r, 3, 4)
-		got, err := s2.Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		probe := synthSet(40, 3, 8)
-		a, b := make([]float64, len(probe.Logits)), make([]float64, len(probe.Logits))
-		want.Calibrator.Predict(a, probe.Logits)
-		got.Calibrator.Predict(b, probe.Logits)
-		if !reflect.DeepEqual(a, b) || !reflect.DeepEqual(want.Privacy, got.Privacy) || len(got.Ledger.Releases()) != 4 {
-			t.Errorf("%s: the resumed fit differs (privacy %+v vs %+v)", m.Name, got.Privacy, want.Privacy)
-		}
-		// A state of another protocol is refused.
-		other := "FedTemp"
-		if m.Protocol == other {
-			other = "FedBBQ"
-		}
-		bad := []byte(`{"protocol":"` + other + `","closed":1}`)
-		if err := s2.(StateSaver).Restore(bad); err == nil {
-			t.Errorf("%s: restored a state of %s", m.Name, other)
+		for _, cut := range cuts {
+			c, s, err := f.(Stepper).Steps(fed, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			total := Schedule(s, r).Rounds()
+			driveRounds(t, c, s, pop, r, 1, cut)
+			state, err := s.(StateSaver).State()
+			if err != nil {
+				t.Fatal(err)
+			}
+			c2, s2, err := f.(Stepper).Steps(fed, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s2.(StateSaver).Restore(state); err != nil {
+				t.Fatal(err)
+			}
+			if got := s2.(StateSaver).Closed(); got != cut {
+				t.Fatalf("%s: restored at round %d, want %d", m.Name, got, cut)
+			}
+			if err := s2.EndRound(cut, 0); err == nil {
+				t.Errorf("%s: round %d closed twice", m.Name, cut)
+			}
+			driveRounds(t, c2, s2, pop, r, cut+1, total)
+			got, err := s2.Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			probe := synthSet(40, 3, 8)
+			a, b := make([]float64, len(probe.Logits)), make([]float64, len(probe.Logits))
+			want.Calibrator.Predict(a, probe.Logits)
+			got.Calibrator.Predict(b, probe.Logits)
+			if !reflect.DeepEqual(a, b) || !reflect.DeepEqual(want.Privacy, got.Privacy) || len(got.Ledger.Releases()) != total {
+				t.Errorf("%s cut after round %d: the resumed fit differs (privacy %+v vs %+v, %d releases of %d)", m.Name, cut, got.Privacy, want.Privacy, len(got.Ledger.Releases()), total)
+			}
+			// A state of another protocol is refused.
+			other := "FedTemp"
+			if m.Protocol == other {
+				other = "FedBBQ"
+			}
+			bad := []byte(`{"protocol":"` + other + `","closed":1}`)
+			if err := s2.(StateSaver).Restore(bad); err == nil {
+				t.Errorf("%s: restored a state of %s", m.Name, other)
+			}
 		}
 	}
 }

@@ -209,16 +209,19 @@ func TestNetwork(t *testing.T) {
 // testServeJoinEqualsCalibrate: serve and 20 join processes over the
 // embedded server (TLS, pinned development certificate) give the
 // calibrator of fedcalib calibrate with the same logits, partition and
-// seed, bit for bit: weighted DP-FedBBQ and DP-FedTemp.
+// seed, bit for bit: weighted DP-FedBBQ, DP-FedTemp and DP-FedScalBin (2T
+// rounds, updates of two lengths).
 func testServeJoinEqualsCalibrate(t *testing.T, bin string) {
 	const K = 20
 	f := newFed(t, bin, K, 0)
 	for _, tc := range []struct {
 		name     string
 		protocol []string
+		rounds   int // of the run, for --rounds 3
 	}{
-		{"FedBBQ weighted DP", []string{"--method", "bbq", "--bins-exp", "4", "--weighting", "all", "--epsilon", "2"}},
-		{"FedTemp DP", []string{"--method", "temp", "--epsilon", "2"}},
+		{"FedBBQ weighted DP", []string{"--method", "bbq", "--bins-exp", "4", "--weighting", "all", "--epsilon", "2"}, 3},
+		{"FedTemp DP", []string{"--method", "temp", "--epsilon", "2"}, 3},
+		{"FedScalBin DP", []string{"--method", "scalbin", "--bins-exp", "6", "--epsilon", "2"}, 6},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rounds := []string{"--rounds", "3", "--sample-rate", "0.5", "--seed", "7"}
@@ -250,8 +253,8 @@ func testServeJoinEqualsCalibrate(t *testing.T, bin string) {
 			if !reflect.DeepEqual(gotPriv, wantPriv) || gotPriv == nil {
 				t.Errorf("privacy %+v, calibrate's %+v", gotPriv, wantPriv)
 			}
-			if len(rec) != 3 {
-				t.Fatalf("%d round records, want 3", len(rec))
+			if len(rec) != tc.rounds {
+				t.Fatalf("%d round records, want %d", len(rec), tc.rounds)
 			}
 			for _, r := range rec {
 				if len(r.Dropouts) != 0 || !reflect.DeepEqual(r.Participants, r.Sampled) || r.Attempts != 1 {

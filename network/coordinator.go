@@ -103,7 +103,8 @@ type Config struct {
 // value reports nothing.
 type RoundReport struct {
 	calib.RoundRecord
-	// Rounds is T.
+	// Rounds is the number of rounds of the run: T, or 2T for scalbin
+	// (federation.Scheduler).
 	Rounds int
 	// Refused maps each client whose update was refused to the reason.
 	Refused map[int]string
@@ -139,8 +140,8 @@ type Outcome struct {
 	// Evaluation is the result of the evaluation round (Config.Evaluate);
 	// nil without one.
 	Evaluation *federation.EvalResult
-	// EvalRound records the evaluation round (Round is T+1); zero
-	// without one.
+	// EvalRound records the evaluation round (Round is one after the
+	// run's last); zero without one.
 	EvalRound calib.RoundRecord
 }
 
@@ -171,8 +172,7 @@ func NewCoordinator(cfg Config) (*Coordinator, error) {
 	if f, err := cfg.Spec.Fitter(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	} else if _, ok := f.(federation.Stepper); !ok {
-		// scalbin (FedScalBin) runs two protocols in turn.
-		return nil, fmt.Errorf("%w: method %s runs two protocols in turn, which the coordinator cannot drive yet: fit it in process", ErrConfig, cfg.Spec.Method)
+		return nil, fmt.Errorf("%w: method %s has no protocol steps", ErrConfig, cfg.Spec.Method)
 	}
 	switch {
 	case cfg.MinClients < 0 || cfg.MinClients > len(cfg.Clients):
@@ -195,18 +195,19 @@ func NewCoordinator(cfg Config) (*Coordinator, error) {
 		}
 	}
 	if cfg.Secure != nil {
+		// Refuse a protocol secure aggregation cannot sum, and a modulus
+		// too small for the federation, now, with the classes known or
+		// the fewest possible; the plan is made again once the clients
+		// have said.
+		dim, err := updateLen(cfg.Spec, len(cfg.Clients), max(cfg.Classes, 2), cfg.Rounds)
+		if err != nil {
+			return nil, err
+		}
 		sc, err := checkSecure(*cfg.Secure, cfg.Spec, len(cfg.Clients))
 		if err != nil {
 			return nil, err
 		}
 		cfg.Secure = &sc
-		// Refuse a modulus too small for the federation now, with the
-		// classes known or the fewest possible; the plan is made again
-		// once the clients have said.
-		dim, err := updateLen(cfg.Spec, len(cfg.Clients), max(cfg.Classes, 2), cfg.Rounds)
-		if err != nil {
-			return nil, err
-		}
 		if _, err := planSecure(sc, cfg.Spec, len(cfg.Clients), cfg.MinClients, cfg.Rounds.T, max(cfg.Classes, 2), dim); err != nil {
 			return nil, err
 		}
@@ -268,6 +269,7 @@ type run struct {
 	kv     jetstream.KeyValue
 	index  map[string]int
 	server federation.ServerStep
+	sched  federation.Scheduler // the rounds of server: T, or 2T for FedScalBin
 	cp     checkpoint
 	want   settings       // the run's settings, as stored under settingsKey
 	sec    *securePlan    // nil without secure aggregation
@@ -348,7 +350,7 @@ func (c *Coordinator) Run(ctx context.Context, nc *nats.Conn) (*Outcome, error) 
 	if err := nc.Flush(); err != nil {
 		return nil, fmt.Errorf("subscribing to the updates: %w", err)
 	}
-	for t := len(r.cp.Records) + 1; t <= c.cfg.Rounds.T; t++ {
+	for t := len(r.cp.Records) + 1; t <= r.sched.Rounds(); t++ {
 		if err := r.round(ctx, t, msgs); err != nil {
 			return nil, fmt.Errorf("round %d: %w", t, err)
 		}
@@ -680,7 +682,7 @@ func (r *run) steps(resumed bool) error {
 			return fmt.Errorf("%w: the state closed %d rounds but %d are recorded", ErrStore, saver.Closed(), len(r.cp.Records))
 		}
 	}
-	r.server = s
+	r.server, r.sched = s, federation.Schedule(s, rounds)
 	if sc := r.cfg.Secure; sc != nil {
 		if _, ok := s.(federation.SumStep); !ok {
 			return fmt.Errorf("%w: the %s server cannot take a sum", ErrConfig, s.Protocol())
@@ -767,8 +769,8 @@ func unanswered(parts []int, got map[int][]float64, refused map[int]string) []in
 // round runs round t: invite, collect, close, commit.
 func (r *run) round(ctx context.Context, t int, msgs <-chan *nats.Msg) error {
 	cfg := r.cfg
-	parts := (&federation.Rounds{T: cfg.Rounds.T, SampleRate: cfg.Rounds.SampleRate, Seed: r.cp.Seed}).Participants(t, len(cfg.Clients))
-	rep := RoundReport{RoundRecord: calib.RoundRecord{Round: t, Sampled: parts, Participants: []int{}, Dropouts: []int{}}, Rounds: cfg.Rounds.T, Refused: map[int]string{}}
+	parts := r.sched.Participants(t, len(cfg.Clients))
+	rep := RoundReport{RoundRecord: calib.RoundRecord{Round: t, Sampled: parts, Participants: []int{}, Dropouts: []int{}}, Rounds: r.sched.Rounds(), Refused: map[int]string{}}
 	if r.sec != nil {
 		return r.secureRound(ctx, t, &rep)
 	}
@@ -778,7 +780,7 @@ func (r *run) round(ctx context.Context, t int, msgs <-chan *nats.Msg) error {
 		// learns only that it was sampled.
 		invitation := func(attempt int) *Announcement {
 			return &Announcement{
-				Federation: r.fed, Round: t, Attempt: attempt, Rounds: cfg.Rounds.T,
+				Federation: r.fed, Round: t, Attempt: attempt, Rounds: r.sched.Rounds(),
 				Broadcast: r.server.Broadcast(),
 				Deadline:  time.Now().Add(cfg.RoundTimeout), Seed: r.cp.Seed,
 			}
@@ -899,15 +901,15 @@ func (r *run) evaluate(ctx context.Context, res *federation.Result, msgs <-chan 
 		return nil, calib.RoundRecord{}, err
 	}
 	ann.Calibrator = b.Bytes()
-	t := cfg.Rounds.T + 1
+	t := r.sched.Rounds() + 1
 	parts := make([]int, len(cfg.Clients))
 	for k := range parts {
 		parts[k] = k
 	}
-	rep := RoundReport{RoundRecord: calib.RoundRecord{Round: t, Sampled: parts, Participants: []int{}, Dropouts: []int{}}, Rounds: cfg.Rounds.T, Refused: map[int]string{}}
+	rep := RoundReport{RoundRecord: calib.RoundRecord{Round: t, Sampled: parts, Participants: []int{}, Dropouts: []int{}}, Rounds: r.sched.Rounds(), Refused: map[int]string{}}
 	invitation := func(attempt int) *Announcement {
 		return &Announcement{
-			Federation: r.fed, Round: t, Attempt: attempt, Rounds: cfg.Rounds.T,
+			Federation: r.fed, Round: t, Attempt: attempt, Rounds: r.sched.Rounds(),
 			Deadline: time.Now().Add(cfg.RoundTimeout), Seed: r.cp.Seed, Evaluation: ann,
 		}
 	}
@@ -1041,7 +1043,7 @@ func (r *run) finish() {
 	r.mu.Lock()
 	r.done = true
 	r.mu.Unlock()
-	a := &Announcement{Federation: r.fed, Round: r.cfg.Rounds.T, Rounds: r.cfg.Rounds.T, Seed: r.cp.Seed, Done: true}
+	a := &Announcement{Federation: r.fed, Round: r.sched.Rounds(), Rounds: r.sched.Rounds(), Seed: r.cp.Seed, Done: true}
 	for i := range 3 {
 		if i > 0 {
 			time.Sleep(100 * time.Millisecond)

@@ -158,10 +158,11 @@ func readCheckpoint(t *testing.T, h *harness) checkpoint {
 	return cp
 }
 
-// TestResume: a coordinator stopped after round 2 and a new one on the
+// TestResume: a coordinator stopped after a round and a new one on the
 // same store finish with the calibrator, privacy record and ledger of an
 // uninterrupted run, also from a store in the format of fedcalib before
-// wire version 3; a store of another run is refused.
+// wire version 3, and for scalbin stopped in its second stage; a store
+// of another run is refused.
 func TestResume(t *testing.T) {
 	const K, C = 8, 3
 	pop := population(t, 1500, C, K)
@@ -169,9 +170,11 @@ func TestResume(t *testing.T) {
 	for _, tc := range []struct {
 		spec  federation.Spec
 		older bool // the store is made over into the format before wire version 3
+		stop  int  // the round after which the first coordinator stops
 	}{
-		{federation.Spec{Method: "temp", Epsilon: 3}, false},
-		{federation.Spec{Method: "bbq", Mexp: 3, Weighting: "all", Epsilon: 3}, true},
+		{federation.Spec{Method: "temp", Epsilon: 3}, false, 2},
+		{federation.Spec{Method: "bbq", Mexp: 3, Weighting: "all", Epsilon: 3}, true, 2},
+		{federation.Spec{Method: calib.MethodScalingBinning, Mexp: 4, Epsilon: 3}, false, 5}, // of 2T = 8
 	} {
 		spec := tc.spec
 		t.Run(spec.Method, func(t *testing.T) {
@@ -183,7 +186,7 @@ func TestResume(t *testing.T) {
 			cctx, stop := context.WithCancel(ctx)
 			first := cfg
 			first.Progress = func(rep RoundReport) {
-				if rep.Round == 2 {
+				if rep.Round == tc.stop {
 					stop()
 				}
 			}
@@ -204,8 +207,8 @@ func TestResume(t *testing.T) {
 			}
 			noErrors(t, wait())
 			want := fit(t, spec, pop, r)
-			if out.ResumedAfter != 2 || len(out.Rounds) != r.T {
-				t.Errorf("resumed after round %d with %d records, want 2 and %d", out.ResumedAfter, len(out.Rounds), r.T)
+			if out.ResumedAfter != tc.stop || len(out.Rounds) != len(want.Rounds) {
+				t.Errorf("resumed after round %d with %d records, want %d and %d", out.ResumedAfter, len(out.Rounds), tc.stop, len(want.Rounds))
 			}
 			if !samePredictions(want.Calibrator, out.Result.Calibrator, C) || !reflect.DeepEqual(want.Privacy, out.Result.Privacy) {
 				t.Errorf("the resumed fit differs from the simulation")

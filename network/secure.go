@@ -52,6 +52,9 @@ func updateLen(spec federation.Spec, clients, classes int, r federation.Rounds) 
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
+	if _, ok := s.(federation.SumStep); !ok {
+		return 0, fmt.Errorf("%w: secure aggregation of %s is not implemented (its stages send updates of different lengths): fit it without secure aggregation", ErrConfig, s.Protocol())
+	}
 	return s.UpdateLen(), nil
 }
 
@@ -150,7 +153,7 @@ func (r *run) secureAttempt(ctx context.Context, t int, rep *RoundReport) ([]flo
 	srv := secagg.NewServer(round)
 	stage := or(cfg.Secure.StageTimeout, cfg.RoundTimeout/4)
 	a := &Announcement{
-		Federation: r.fed, Round: t, Attempt: rep.Attempts, Rounds: cfg.Rounds.T,
+		Federation: r.fed, Round: t, Attempt: rep.Attempts, Rounds: r.sched.Rounds(),
 		Broadcast: r.server.Broadcast(), Participants: parts,
 		Deadline: time.Now().Add(4 * stage), Seed: r.cp.Seed, Secure: sr,
 	}

@@ -81,12 +81,13 @@ type Welcome struct {
 type Announcement struct {
 	// Federation is the federation's name.
 	Federation string `json:"federation"`
-	// Round is t, 1 to T.
+	// Round is t, 1 to Rounds (Rounds+1: the evaluation round).
 	Round int `json:"round"`
 	// Attempt counts the announcements of the round that did not close,
 	// from 1.
 	Attempt int `json:"attempt"`
-	// Rounds is T.
+	// Rounds is the number of rounds of the run: T, or 2T for scalbin
+	// (federation.Scheduler).
 	Rounds int `json:"rounds"`
 	// Broadcast is the server's broadcast of the round
 	// (federation.ServerStep.Broadcast).
