@@ -201,6 +201,7 @@ func TestNetwork(t *testing.T) {
 	bin := networkBin(t)
 	t.Run("serve and join equal calibrate", func(t *testing.T) { testServeJoinEqualsCalibrate(t, bin) })
 	t.Run("join refused", func(t *testing.T) { testJoinRefused(t, bin) })
+	t.Run("rogue clients", func(t *testing.T) { testRogueClients(t, bin) })
 	t.Run("serve bad input", func(t *testing.T) { testServeBadInput(t, bin) })
 	t.Run("coordinator killed and restarted", func(t *testing.T) { testServeKilled(t, bin) })
 	t.Run("clients killed mid-run", func(t *testing.T) { testJoinsKilled(t, bin) })
