@@ -168,10 +168,7 @@ func Run[U any](ctx context.Context, r Rounds, clients int, p Protocol[U]) ([]Ro
 	if clients < 1 {
 		return nil, fmt.Errorf("number of clients is %d: need at least 1", clients)
 	}
-	var sched Scheduler = plainSchedule{r}
-	if sc, ok := p.(Scheduler); ok {
-		sched = sc
-	}
+	sched := scheduleOf(p, r)
 	total := sched.Rounds()
 	var stats []RoundStats // grown as rounds finish, not reserved for all rounds up front
 	for t := 1; t <= total; t++ {

@@ -91,8 +91,12 @@ type Scheduler interface {
 // Schedule returns the schedule of the server step s made for the rounds
 // r: s itself when it is a Scheduler, else r.T rounds sampled by
 // r.Participants.
-func Schedule(s ServerStep, r Rounds) Scheduler {
-	if sc, ok := s.(Scheduler); ok {
+func Schedule(s ServerStep, r Rounds) Scheduler { return scheduleOf(s, r) }
+
+// scheduleOf returns v when it is a Scheduler (a server step, or Run's
+// protocol), else the rounds r as they are.
+func scheduleOf(v any, r Rounds) Scheduler {
+	if sc, ok := v.(Scheduler); ok {
 		return sc
 	}
 	return plainSchedule{r}
