@@ -162,15 +162,19 @@ func runJoin(cmd *cobra.Command, fl *joinFlags) error {
 		refused = fmt.Sprintf("; refused %s of the coordinator (%s)", plural(n, "request"), rep.Refused[0])
 	}
 	fit, evaluated := 0, ""
+	rounds := rep.Rounds
+	if rounds == 0 { // the run had ended before the client enrolled
+		rounds = rep.Welcome.Rounds
+	}
 	for _, t := range rep.Answered {
-		if t > rep.Welcome.Rounds {
+		if t > rounds {
 			evaluated = ", and its test statistics in the evaluation round"
 		} else {
 			fit++
 		}
 	}
 	_, err = fmt.Fprintf(cmd.OutOrStdout(), "client %d of federation %s: sent updates in %d of %s%s%s\n",
-		rep.Welcome.Client, rep.Welcome.Federation, fit, plural(rep.Welcome.Rounds, "round"), evaluated, refused)
+		rep.Welcome.Client, rep.Welcome.Federation, fit, plural(rounds, "round"), evaluated, refused)
 	return err
 }
 

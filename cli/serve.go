@@ -82,16 +82,18 @@ with --insecure. With --nats URL --creds F it uses an existing NATS
 deployment instead, which must grant the same permissions.
 
 It waits until every allow-listed client enrolled or --enrol-timeout
-passed (and fails unless --min-clients did), then runs --rounds rounds:
-each samples its participants (Poisson, rate p, over the allow-list),
-invites them, and closes when all answered or --round-timeout passed,
-with at least --min-clients accepted updates (or all participants, when
-fewer were sampled); otherwise those that did not answer are invited
-again, at most --max-attempts times in all, and nothing is released
-meanwhile: noise is added and the privacy ledger charged only when a
-round closes. An update of the wrong shape, with NaN or infinite values,
-negative counts, or above the clip norm is refused and logged, and that
-client counts as a dropout.
+passed (and fails unless --min-clients did), then runs --rounds rounds
+(scalbin runs 2 × --rounds: its temperature stage, then its binning
+stage, as calibrate does; it cannot be combined with
+--secure-aggregation): each samples its participants (Poisson, rate p,
+over the allow-list), invites them, and closes when all answered or
+--round-timeout passed, with at least --min-clients accepted updates (or
+all participants, when fewer were sampled); otherwise those that did not
+answer are invited again, at most --max-attempts times in all, and
+nothing is released meanwhile: noise is added and the privacy ledger
+charged only when a round closes. An update of the wrong shape, with NaN
+or infinite values, negative counts, or above the clip norm is refused
+and logged, and that client counts as a dropout.
 
 After every round the server's state, with the privacy ledger, is
 committed to JetStream; killed and restarted on the same --store (or

@@ -12,7 +12,7 @@ import (
 )
 
 // TestServeEvaluate runs serve --evaluate with three joins over loopback,
-// in process, and checks that its federated test metrics equal those of
+// in process, for bbq and scalbin, and checks that its federated test metrics equal those of
 // eval --federated (and so of the pooled test rows) for the calibrator it
 // wrote.
 func TestServeEvaluate(t *testing.T) {
@@ -38,68 +38,77 @@ func TestServeEvaluate(t *testing.T) {
 	if err := os.WriteFile(allowPath, []byte(strings.Join(allow, "\n")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	cal, evalOut := filepath.Join(dir, "c.json"), filepath.Join(dir, "e.json")
-	var code int
-	var out, stderr string
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		code, out, stderr = fedcalib("serve", "--method", "bbq", "--rounds", "2", "--clients", allowPath, "--listen", addr, "--plaintext",
-			"--store", filepath.Join(dir, "store"), "--out", cal, "--seed", "3", "--evaluate", "--eval-out", evalOut,
-			"--round-timeout", "10s", "--enrol-timeout", "20s")
-	}()
-	// The joins start once the embedded server listens.
-	for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			break
-		}
-		if time.Since(start) > 20*time.Second {
+	// scalbin runs 2T rounds: the evaluation round is the one after them.
+	for _, tc := range []struct{ method, joined string }{
+		{"bbq", "sent updates in 2 of 2 rounds"},
+		{"scalbin", "sent updates in 4 of 4 rounds"},
+	} {
+		t.Run(tc.method, func(t *testing.T) {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := l.Addr().String()
+			l.Close()
+			cal, evalOut := filepath.Join(dir, tc.method+".json"), filepath.Join(dir, tc.method+"-eval.json")
+			var code int
+			var out, stderr string
+			served := make(chan struct{})
+			go func() {
+				defer close(served)
+				code, out, stderr = fedcalib("serve", "--method", tc.method, "--rounds", "2", "--clients", allowPath, "--listen", addr, "--plaintext",
+					"--store", filepath.Join(dir, tc.method), "--out", cal, "--seed", "3", "--evaluate", "--eval-out", evalOut,
+					"--round-timeout", "10s", "--enrol-timeout", "20s")
+			}()
+			// The joins start once the embedded server listens.
+			for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
+				if c, err := net.Dial("tcp", addr); err == nil {
+					c.Close()
+					break
+				}
+				if time.Since(start) > 20*time.Second {
+					<-served
+					t.Fatalf("serve did not listen: exit %d: %s%s", code, out, stderr)
+				}
+			}
+			var wg sync.WaitGroup
+			joins := make([]string, K)
+			for k := range K {
+				wg.Go(func() {
+					code, out, stderr := fedcalib("join", "--server", "nats://"+addr, "--key", filepath.Join(dir, fmt.Sprintf("c%d.nkey", k)),
+						"--logits", in, "--partition", part, "--enrol-timeout", "20s", "-q")
+					joins[k] = fmt.Sprintf("exit %d: %s%s", code, out, stderr)
+				})
+			}
+			wg.Wait()
 			<-served
-			t.Fatalf("serve did not listen: exit %d: %s%s", code, out, stderr)
-		}
-	}
-	var wg sync.WaitGroup
-	joins := make([]string, K)
-	for k := range K {
-		wg.Go(func() {
-			code, out, stderr := fedcalib("join", "--server", "nats://"+addr, "--key", filepath.Join(dir, fmt.Sprintf("c%d.nkey", k)),
-				"--logits", in, "--partition", part, "--enrol-timeout", "20s", "-q")
-			joins[k] = fmt.Sprintf("exit %d: %s%s", code, out, stderr)
+			if code != ExitOK {
+				t.Fatalf("serve: exit %d: %s%s\njoins: %q", code, out, stderr, joins)
+			}
+			for k, j := range joins {
+				if !strings.HasPrefix(j, "exit 0") || !strings.Contains(j, tc.joined+", and its test statistics in the evaluation round") {
+					t.Errorf("join %d: %s", k, j)
+				}
+			}
+			if !strings.Contains(out, "federated test metrics (3 of 3 clients") || !strings.Contains(stderr, "evaluation round: 3 of 3 clients sent their test statistics") {
+				t.Errorf("serve's report:\n%s%s", out, stderr)
+			}
+			b, err := os.ReadFile(evalOut)
+			if err != nil {
+				t.Fatal(err)
+			}
+			code, want, errs := fedcalib("eval", "--logits", in, "--partition", part, "--calibrator", cal, "--federated", "--json")
+			if code != ExitOK {
+				t.Fatalf("eval: exit %d: %s", code, errs)
+			}
+			got, w := decodeReport(t, string(b)), decodeReport(t, want)
+			for _, key := range []string{"n", "classes", "accuracy", "cwece", "ece", "nll", "brier", "bins", "clients", "method", "top_label"} {
+				if fmt.Sprint(got[key]) != fmt.Sprint(w[key]) {
+					t.Errorf("%s: serve --evaluate %v, eval --federated %v", key, got[key], w[key])
+				}
+			}
+
 		})
-	}
-	wg.Wait()
-	<-served
-	if code != ExitOK {
-		t.Fatalf("serve: exit %d: %s%s\njoins: %q", code, out, stderr, joins)
-	}
-	for k, j := range joins {
-		if !strings.HasPrefix(j, "exit 0") || !strings.Contains(j, "and its test statistics in the evaluation round") {
-			t.Errorf("join %d: %s", k, j)
-		}
-	}
-	if !strings.Contains(out, "federated test metrics (3 of 3 clients") || !strings.Contains(stderr, "evaluation round: 3 of 3 clients sent their test statistics") {
-		t.Errorf("serve's report:\n%s%s", out, stderr)
-	}
-	b, err := os.ReadFile(evalOut)
-	if err != nil {
-		t.Fatal(err)
-	}
-	code, want, errs := fedcalib("eval", "--logits", in, "--partition", part, "--calibrator", cal, "--federated", "--json")
-	if code != ExitOK {
-		t.Fatalf("eval: exit %d: %s", code, errs)
-	}
-	got, w := decodeReport(t, string(b)), decodeReport(t, want)
-	for _, key := range []string{"n", "classes", "accuracy", "cwece", "ece", "nll", "brier", "bins", "clients", "method", "top_label"} {
-		if fmt.Sprint(got[key]) != fmt.Sprint(w[key]) {
-			t.Errorf("%s: serve --evaluate %v, eval --federated %v", key, got[key], w[key])
-		}
 	}
 }
 

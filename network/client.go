@@ -51,8 +51,14 @@ type ClientConfig struct {
 type ClientReport struct {
 	// Welcome is the coordinator's welcome.
 	Welcome Welcome
+	// Rounds is the number of rounds of the run's fit: Welcome.Rounds,
+	// or twice it for scalbin (federation.Scheduler); the evaluation
+	// round, if any, is the one after. Zero when the run had ended
+	// before the client enrolled.
+	Rounds int
 	// Answered lists the rounds in which the client sent an update (under
-	// secure aggregation: its masked input).
+	// secure aggregation: its masked input), the evaluation round
+	// included.
 	Answered []int
 	// Refused lists the requests of the coordinator the client refused,
 	// with the reason: under secure aggregation, an unmask request for
@@ -144,11 +150,12 @@ func Join(ctx context.Context, d Dial, cfg ClientConfig) (*ClientReport, error) 
 		return nil, fmt.Errorf("the coordinator's protocol %s has no client step", w.Spec.Method)
 	}
 	zero := func() ([]float64, error) { return make([]float64, w.Classes), nil } // the client's server step is unused
-	step, _, err := stepper.Steps(federation.Federation{Clients: w.Clients, Classes: w.Classes, ClassCounts: zero},
-		federation.Rounds{T: w.Rounds, SampleRate: w.Rate, Seed: w.Seed})
+	rounds := federation.Rounds{T: w.Rounds, SampleRate: w.Rate, Seed: w.Seed}
+	step, srv, err := stepper.Steps(federation.Federation{Clients: w.Clients, Classes: w.Classes, ClassCounts: zero}, rounds)
 	if err != nil {
 		return nil, fmt.Errorf("the coordinator's protocol: %w", err)
 	}
+	rep.Rounds = federation.Schedule(srv, rounds).Rounds()
 	secIn := make(chan *nats.Msg, 64)
 	ssub, err := nc.ChanSubscribe(subjSecAggIn(fed, pub), secIn)
 	if err != nil {
