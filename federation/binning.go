@@ -361,12 +361,7 @@ func (s *binServer) endRound(t, participants int) error {
 		return s.snapshot(t)
 	}
 	if s.ledger != nil {
-		if err := s.ledger.Spend(dp.Release{
-			Mechanism:  fmt.Sprintf("%s round %d", s.spec.name, t),
-			Noise:      s.plan.Mechanisms,
-			SampleRate: s.rounds.SampleRate,
-			Rounds:     1,
-		}); err != nil {
+		if err := chargeRound(s.ledger, s.spec.name, t, s.plan.Mechanisms, s.rounds.SampleRate); err != nil {
 			return err
 		}
 	}

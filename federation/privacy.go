@@ -326,3 +326,9 @@ func record(l *dp.Ledger, sigma float64, r *resolved, binning bool, rounds Round
 	}
 	return p
 }
+
+// chargeRound charges round t of the protocol name to l: one release of
+// the Gaussian mechanisms noise at sampling rate rate.
+func chargeRound(l *dp.Ledger, name string, t int, noise []dp.Gaussian, rate float64) error {
+	return l.Spend(dp.Release{Mechanism: fmt.Sprintf("%s round %d", name, t), Noise: noise, SampleRate: rate, Rounds: 1})
+}

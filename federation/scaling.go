@@ -288,12 +288,7 @@ func (s *scaleServer) endRound(t, participants int) error {
 			return err
 		}
 	case s.ledger != nil:
-		if err := s.ledger.Spend(dp.Release{
-			Mechanism:  fmt.Sprintf("%s round %d", s.f.Name, t),
-			Noise:      s.plan.Mechanisms,
-			SampleRate: s.rounds.SampleRate,
-			Rounds:     1,
-		}); err != nil {
+		if err := chargeRound(s.ledger, s.f.Name, t, s.plan.Mechanisms, s.rounds.SampleRate); err != nil {
 			return err
 		}
 	}

@@ -281,12 +281,7 @@ func (s *valueServer) EndRound(t, participants int) error {
 	}
 	whole := s.rounds.T + t
 	if s.ledger != nil {
-		if err := s.ledger.Spend(dp.Release{
-			Mechanism:  fmt.Sprintf("%s round %d", s.Protocol(), whole),
-			Noise:      s.plan.Mechanisms[1:],
-			SampleRate: s.rounds.SampleRate,
-			Rounds:     1,
-		}); err != nil {
+		if err := chargeRound(s.ledger, s.Protocol(), whole, s.plan.Mechanisms[1:], s.rounds.SampleRate); err != nil {
 			return err
 		}
 	}
