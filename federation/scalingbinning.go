@@ -49,9 +49,10 @@ import (
 //
 // FedScalBin is a Stepper of 2T rounds: its server step is the scaling
 // stage's for rounds 1 to T and the binning stage's for rounds T+1 to
-// 2T, and it is a Scheduler, which says so and samples each stage from
-// its own stream; its client step takes a client's even or odd rows as
-// the round asks. Fit and package network drive those same steps.
+// 2T, and a Scheduler, which tells a driver that the fit runs 2T rounds
+// and samples the binning stage from its own stream; its client step
+// takes a client's even or odd rows as the round asks. Fit and package
+// network drive those same steps.
 //
 // The zero value fits with calib.ScalingBinningMexp fine bins and
 // calib.DefaultScalingBinningBins equal-mass bins, η_S = 1 and no
