@@ -143,7 +143,7 @@ func with(u []float64, i int, v float64) []float64 {
 }
 
 // driveRounds runs rounds from..to of the steps c and s sequentially.
-func driveRounds(t *testing.T, c ClientStep, s ServerStep, pop Population, r Rounds, from, to int) {
+func driveRounds(t testing.TB, c ClientStep, s ServerStep, pop Population, r Rounds, from, to int) {
 	t.Helper()
 	sched := Schedule(s, r)
 	for round := from; round <= to; round++ {
