@@ -56,7 +56,7 @@ func TestWrite(t *testing.T) {
 			if !bytes.Contains(b, []byte("<svg")) {
 				t.Errorf("%s is not SVG", p)
 			}
-			if strings.HasPrefix(filepath.Base(p), "classes") && !bytes.Contains(b, []byte("class dog")) {
+			if strings.HasPrefix(filepath.Base(p), "classes") && !bytes.Contains(b, []byte("dog · calibrated")) {
 				t.Errorf("%s lacks the class name", p)
 			}
 		}
