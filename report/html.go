@@ -1,0 +1,56 @@
+package report
+
+import (
+	_ "embed"
+	"fmt"
+	"html/template"
+	"io"
+	"strconv"
+
+	"github.com/fedcalib/fedcalib/calib"
+)
+
+//go:embed page.html.tmpl
+var pageText string
+
+var page = template.Must(template.New("page").Funcs(template.FuncMap{
+	// pct formats a fraction as a percentage with prec decimals.
+	"pct": func(x float64, prec int) string { return strconv.FormatFloat(100*x, 'f', prec, 64) + "%" },
+	// num formats x with prec decimals.
+	"num": func(x float64, prec int) string { return strconv.FormatFloat(x, 'f', prec, 64) },
+	// g formats x compactly.
+	"g": func(x float64) string { return strconv.FormatFloat(x, 'g', 6, 64) },
+	// ival formats the interval of metric key of row, as percentages
+	// when pct, with prec decimals; "" without one.
+	"ival": func(row MetricsRow, key string, pct bool, prec int) string {
+		iv, ok := row.Intervals[key]
+		if !ok {
+			return ""
+		}
+		scale, unit := 1.0, ""
+		if pct {
+			scale, unit = 100, "%"
+		}
+		return fmt.Sprintf("[%s%s, %s%s]", strconv.FormatFloat(scale*iv.Lo, 'f', prec, 64), unit, strconv.FormatFloat(scale*iv.Hi, 'f', prec, 64), unit)
+	},
+	"signed": func(x float64, scale float64, prec int) string {
+		return strconv.FormatFloat(scale*x, 'f', prec, 64)
+	},
+	"verdictIval": func(v calib.Verdict, key string, scale float64, prec int) string {
+		iv, ok := v.Intervals[key]
+		if !ok {
+			return ""
+		}
+		return fmt.Sprintf("[%s, %s]", strconv.FormatFloat(scale*iv.Lo, 'f', prec, 64), strconv.FormatFloat(scale*iv.Hi, 'f', prec, 64))
+	},
+	"deref": func(x *float64) float64 { return *x },
+}).Parse(pageText))
+
+// WriteHTML writes r as one self-contained HTML page: inline CSS and SVG,
+// no script, and nothing fetched from anywhere (its Content-Security-Policy
+// forbids it). It reads on a phone (the layout narrows, wide figures
+// scroll) and prints (a print style sheet without backgrounds, figures
+// and tables kept whole on a page).
+func (r *Report) WriteHTML(w io.Writer) error {
+	return page.Execute(w, r)
+}
