@@ -37,6 +37,7 @@ var (
 	colorGapEdge = color.NRGBA{R: 214, G: 39, B: 40, A: 255}
 	colorFaint   = color.NRGBA{R: 31, G: 119, B: 180, A: 55}
 	colorGapLow  = color.NRGBA{R: 214, G: 39, B: 40, A: 35}
+	colorGapOver = color.NRGBA{R: 255, G: 190, B: 190, A: 255}
 	colorDiag    = color.Gray{Y: 90}
 	colorText    = color.Gray{Y: 40}
 )
@@ -305,9 +306,15 @@ func (b bars) Plot(c draw.Canvas, p *plot.Plot) {
 			fill, gap, edge = colorFaint, colorGapLow, dashed
 		}
 		c.FillPolygon(fill, rect(x0, x1, y0, ya))
-		c.FillPolygon(gap, rect(x0, x1, min(ya, yc), max(ya, yc)))
 		c.StrokeLines(edge, rect(x0, x1, y0, ya))
+		g0, g1 := min(ya, yc), max(ya, yc)
+		c.FillPolygon(gap, rect(x0, x1, g0, g1))
 		if !faint {
+			h := draw.LineStyle{Color: colorGapEdge, Width: vg.Points(0.5)}
+			if bin.Accuracy > bin.Confidence { // the gap lies over the bar: light lines
+				h = draw.LineStyle{Color: colorGapOver, Width: vg.Points(0.7)}
+			}
+			hatch(c, x0, x1, g0, g1, h)
 			c.StrokeLine2(gapEdge, x0, yc, x1, yc) // the mean confidence
 		}
 	}
@@ -363,6 +370,20 @@ func (h counts) DataRange() (xmin, xmax, ymin, ymax float64) {
 		m = max(m, b.Count)
 	}
 	return 0, 1, 0, float64(m)
+}
+
+// hatch strokes diagonal lines 3 points apart across the rectangle
+// [x0, x1]×[y0, y1], so that the gap reads as a gap over a bar too.
+func hatch(c draw.Canvas, x0, x1, y0, y1 vg.Length, sty draw.LineStyle) {
+	const step = 3
+	// The lines y = x − k for k from x0 − y1 to x1 − y0.
+	for k := x0 - y1; k < x1-y0; k += vg.Points(step) {
+		sx, ex := max(x0, y0+k), min(x1, y1+k)
+		if ex-sx < vg.Points(0.2) {
+			continue
+		}
+		c.StrokeLine2(sty, sx, sx-k, ex, ex-k)
+	}
 }
 
 // unlabelledTicks marks 0, 0.2, …, 1 without labels (the histogram
@@ -442,7 +463,10 @@ func barLegend(faint string) []legendEntry {
 	}
 	return []legendEntry{
 		{"accuracy", box(colorBar, draw.LineStyle{Color: colorBarEdge, Width: vg.Points(0.6)})},
-		{"gap to mean confidence", box(colorGap, draw.LineStyle{Color: colorGapEdge, Width: vg.Points(0.6)})},
+		{"gap to mean confidence", func(c draw.Canvas, r vg.Rectangle) {
+			box(colorGap, draw.LineStyle{Color: colorGapEdge, Width: vg.Points(0.6)})(c, r)
+			hatch(c, r.Min.X, r.Max.X, r.Min.Y, r.Max.Y, draw.LineStyle{Color: colorGapEdge, Width: vg.Points(0.5)})
+		}},
 		{faint, box(colorFaint, draw.LineStyle{Color: colorBarEdge, Width: vg.Points(0.5), Dashes: []vg.Length{vg.Points(2), vg.Points(2)}})},
 		{"perfect calibration", func(c draw.Canvas, r vg.Rectangle) {
 			y := (r.Min.Y + r.Max.Y) / 2
