@@ -67,7 +67,6 @@ func render(t *testing.T, bin, page, shot string, width, height int) (dom string
 	return stdout.String(), console
 }
 
-
 // TestReportInBrowser writes a report with the binary (a temperature
 // calibrator fitted by calibrate --report, and report comparing it with
 // the model), checks the HTML (well-formed, no external reference), then
