@@ -184,8 +184,8 @@ func runCalibrate(cmd *cobra.Command, fl *calibrateFlags) error {
 	if nTest > 0 {
 		testRows = test.indices(f)
 	}
-	rows, desc := reportRows(testRows, sel.indices(f))
-	if err := fl.report.writeCalibrated(cmd, f, fl.logits, rows, desc, fl.out, ""); err != nil {
+	repRows, repDesc := reportRows(testRows, sel.indices(f))
+	if err := fl.report.writeCalibrated(cmd, f, fl.logits, repRows, repDesc, fl.out, ""); err != nil {
 		return err
 	}
 	detail := ""

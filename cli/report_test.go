@@ -93,9 +93,12 @@ func TestCheckAndCalibrateReport(t *testing.T) {
 		t.Error("check's report does not carry its failed verdict")
 	}
 	cp, rp := filepath.Join(dir, "temp.json"), filepath.Join(dir, "temp.html")
-	code, _, stderr = fedcalib("calibrate", "--central", "--method", "temp", "--logits", lf, "--out", cp, "--report", rp)
+	code, stdout, stderr := fedcalib("calibrate", "--central", "--method", "temp", "--logits", lf, "--out", cp, "--report", rp)
 	if code != 0 {
 		t.Fatalf("calibrate: exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stdout, "temp fitted on 500 calibration rows of ") {
+		t.Errorf("--report changed calibrate's summary: %q", stdout)
 	}
 	page := readReport(t, rp)
 	for _, want := range []string{"500 test rows (held out)", "temp.json", "parameter t", ">PASS<", "Not a private fit"} {
