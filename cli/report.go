@@ -95,7 +95,7 @@ and "fedcalib calibrate --report" write the same report.`,
 			}
 			in := report.Input{Title: title, Set: f.Set(rows), ClassNames: f.ClassNames, Bins: bins,
 				Resamples: resamples, Level: level, Seed: seed, Gate: &gate,
-				Data: fmt.Sprintf("%s, %d %s rows", filepath.Base(logitsPath), len(rows), name)}
+				Data: rowsDescription(logitsPath, len(rows), name)}
 			if in.DataSHA256, err = fileio.SHA256(logitsPath); err != nil {
 				return err
 			}
@@ -137,6 +137,15 @@ and "fedcalib calibrate --report" write the same report.`,
 	fl.Float64Var(&minGain, "min-cwece-improvement", 0, "the gate's smallest required cwECE improvement, as a fraction, as for check")
 	registerReportStats(fl, &bins, &resamples, &level, &seed)
 	return cmd
+}
+
+// rowsDescription describes n rows of split name ("test", "calibration"
+// or "all") of the logits file at path.
+func rowsDescription(path string, n int, name string) string {
+	if name == "all" {
+		return fmt.Sprintf("%s, all %d rows", filepath.Base(path), n)
+	}
+	return fmt.Sprintf("%s, %d %s rows", filepath.Base(path), n, name)
 }
 
 // registerReportStats adds the flags of the report's statistics.

@@ -67,6 +67,9 @@ func TestReport(t *testing.T) {
 			t.Errorf("the report lacks %q", want)
 		}
 	}
+	if strings.Contains(page, "<th>ε</th>") {
+		t.Error("an ε column without a private fit")
+	}
 	// A report is not a gate: the worse calibrator first fails the gate,
 	// and report says so, exiting 0.
 	out2 := filepath.Join(t.TempDir(), "r2.html")

@@ -118,6 +118,17 @@ type Report struct {
 	Generated  string
 }
 
+// Private reports whether a row of the metrics table spent privacy, so
+// that the table has an ε column.
+func (r *Report) Private() bool {
+	for _, m := range r.Metrics {
+		if m.Epsilon != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // MetricsRow is one row of the metrics table: the uncalibrated model or
 // a calibrator.
 type MetricsRow struct {

@@ -139,7 +139,7 @@ func TestWriteHTML(t *testing.T) {
 	for _, want := range []string{
 		`<section id="reliability">`, `<section id="smooth">`, `<section id="equal-mass">`, `<section id="classes">`,
 		">PASS<", "ε = 1 at δ = 1e-05", "abc123", "temp.json", strings.Repeat("ab", 32), strings.Repeat("cd", 32),
-		"fedcalib v1.2.3", "@media print", "@media (max-width: 40rem)", "Content-Security-Policy",
+		"fedcalib v1.2.3", "@media print", "<th>ε</th>", "@media (max-width: 40rem)", "Content-Security-Policy",
 		"&lt;b&gt;&#34;bird&#34;&amp;", // the class name, escaped in the table
 	} {
 		if !strings.Contains(html, want) {
