@@ -162,7 +162,7 @@ exceeds it. The report prints each interval. What is checked:
 			if err != nil {
 				return err
 			}
-			if err := rep.writeCheck(cmd, s, probs, method, calibPath, cmp.Or(logitsPath, spec), v, bins, seed); err != nil {
+			if err := rep.writeCheck(cmd, s, probs, method, calibPath, modelPath, cmp.Or(logitsPath, spec), v, bins, seed); err != nil {
 				return err
 			}
 			before, after := v.Before, v.After

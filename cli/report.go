@@ -290,13 +290,20 @@ func reportRows(test, fitted []int) ([]int, string) {
 
 // writeCheck writes check's report: the rows s it checked (data
 // describes them), the probabilities probs of method after calibration
-// (by the calibrator file calibPath, when not empty) and the verdict v.
-func (rf *reportFlag) writeCheck(cmd *cobra.Command, s *calib.Set, probs []float64, method, calibPath, data string, v calib.Verdict, bins int, seed uint64) error {
+// (by the calibrator file calibPath, when not empty), the model at
+// modelPath (when not empty) and the verdict v.
+func (rf *reportFlag) writeCheck(cmd *cobra.Command, s *calib.Set, probs []float64, method, calibPath, modelPath, data string, v calib.Verdict, bins int, seed uint64) error {
 	if rf.path == "" {
 		return nil
 	}
 	c := report.Calibrated{Label: method, Method: method, Probs: probs}
 	in := report.Input{Set: s, Bins: bins, Seed: seed, Verdict: &v, Data: fmt.Sprintf("%s, %d rows", data, s.Len())}
+	if modelPath != "" {
+		var err error
+		if in.ModelSHA256, err = fileio.SHA256(modelPath); err != nil {
+			return err
+		}
+	}
 	if calibPath != "" {
 		_, file, err := calib.ReadFile(calibPath)
 		if err != nil {

@@ -128,6 +128,18 @@ func TestReportInBrowser(t *testing.T) {
 		t.Errorf("the figures hold %d paths: not drawn", n)
 	}
 
+	// Printable: Chromium prints it (with the print style sheet) to a PDF.
+	pdf := filepath.Join(dir, "report.pdf")
+	printArgs := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-extensions",
+		"--user-data-dir=" + t.TempDir(), "--no-pdf-header-footer", "--print-to-pdf=" + pdf, "file://" + page}
+	if out, err := exec.Command(browser, printArgs...).CombinedOutput(); err != nil {
+		t.Fatalf("print to PDF: %v\n%s", err, out)
+	}
+	if b, err := os.ReadFile(pdf); err != nil || !bytes.HasPrefix(b, []byte("%PDF")) || len(b) < 20000 {
+		t.Errorf("printing gave no PDF of the report (%d bytes, %v)", len(b), err)
+	}
+
 	shots := map[string][2]int{"report-desktop.png": {1200, 2600}, "report-phone.png": {390, 1600}}
 	for name, size := range shots {
 		shot := filepath.Join(dir, name)
