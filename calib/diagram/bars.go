@@ -268,6 +268,20 @@ func stack(c draw.Canvas, plots []*plot.Plot, frac []float64) {
 	}
 }
 
+// minBar is the narrowest a bar is drawn: an equal-mass bin of equal
+// confidences has no width.
+const minBar = vg.Length(1.2)
+
+// barX returns the bar's edges on the canvas, widened about its centre
+// to minBar.
+func barX(x0, x1 vg.Length) (vg.Length, vg.Length) {
+	if x1-x0 < minBar {
+		mid := (x0 + x1) / 2
+		return mid - minBar/2, mid + minBar/2
+	}
+	return x0, x1
+}
+
 // rect returns the rectangle [x0, x1]×[y0, y1] as a polygon.
 func rect(x0, x1, y0, y1 vg.Length) []vg.Point {
 	return []vg.Point{{X: x0, Y: y0}, {X: x1, Y: y0}, {X: x1, Y: y1}, {X: x0, Y: y1}, {X: x0, Y: y0}}
@@ -299,7 +313,7 @@ func (b bars) Plot(c draw.Canvas, p *plot.Plot) {
 			continue
 		}
 		faint := bin.Count < b.minCount
-		x0, x1 := tx(bin.Lo), tx(bin.Hi)
+		x0, x1 := barX(tx(bin.Lo), tx(bin.Hi))
 		y0, ya, yc := ty(0), ty(bin.Accuracy), ty(bin.Confidence)
 		fill, gap, edge := colorBar, colorGap, solid
 		if faint {
@@ -323,7 +337,8 @@ func (b bars) Plot(c draw.Canvas, p *plot.Plot) {
 func (b bars) DataRange() (xmin, xmax, ymin, ymax float64) { return 0, 1, 0, 1 }
 
 // counts draws the histogram of bin counts and, when write is set, each
-// count above its bar (turned upright when the bars are narrow).
+// count above its bar (turned upright when the bars are narrow; left out
+// where it would overlap the count before).
 type counts struct {
 	bins     []Bin
 	minCount int
@@ -346,20 +361,36 @@ func (h counts) Plot(c draw.Canvas, p *plot.Plot) {
 		sty.Rotation = math.Pi / 2
 		sty.XAlign, sty.YAlign = draw.XLeft, draw.YCenter
 	}
+	// The least distance between the centres of two written counts: a
+	// line's height when upright, the widest count's width otherwise.
+	gap := sty.FontExtents().Height
+	if !narrow {
+		gap = 0
+		for _, bin := range h.bins {
+			gap = max(gap, sty.Width(strconv.Itoa(bin.Count))+vg.Points(2))
+		}
+	}
+	var (
+		written bool
+		last    vg.Length
+	)
 	for _, bin := range h.bins {
 		if bin.Count == 0 {
 			continue
 		}
 		faint := bin.Count < h.minCount
-		x0, x1, y0, y1 := tx(bin.Lo), tx(bin.Hi), ty(0), ty(float64(bin.Count))
+		x0, x1 := barX(tx(bin.Lo), tx(bin.Hi))
+		y0, y1 := ty(0), ty(float64(bin.Count))
 		fill, edge := colorBar, draw.LineStyle{Color: colorBarEdge, Width: vg.Points(0.5)}
 		if faint {
 			fill, edge.Dashes = colorFaint, []vg.Length{vg.Points(2), vg.Points(2)}
 		}
 		c.FillPolygon(fill, rect(x0, x1, y0, y1))
 		c.StrokeLines(edge, rect(x0, x1, y0, y1))
-		if h.write {
-			c.FillText(sty, vg.Point{X: (x0 + x1) / 2, Y: y1 + vg.Points(1.5)}, strconv.Itoa(bin.Count))
+		// A count is written unless it would overlap the last one written.
+		if mid := (x0 + x1) / 2; h.write && (!written || mid-last >= gap) {
+			c.FillText(sty, vg.Point{X: mid, Y: y1 + vg.Points(1.5)}, strconv.Itoa(bin.Count))
+			written, last = true, mid
 		}
 	}
 }

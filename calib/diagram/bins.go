@@ -36,7 +36,8 @@ func (b Binning) String() string {
 type Bin struct {
 	// Lo and Hi are the edges of the bin on the confidence axis: the
 	// bin's interval for EqualWidth; for EqualMass, the midpoints between
-	// the extreme confidences of adjacent bins, 0 and 1 at the ends.
+	// the extreme confidences of adjacent bins, and the smallest and the
+	// largest confidence at the ends (so a bin may have no width).
 	Lo, Hi float64
 	// Confidence is the mean confidence of the bin's examples; 0 when
 	// the bin is empty.
@@ -169,13 +170,13 @@ func (o Outcomes) equalMass(bins int) []Bin {
 		out[m].Confidence /= float64(hi - lo)
 		out[m].Accuracy /= float64(hi - lo)
 		if m == 0 {
-			out[m].Lo = 0
+			out[m].Lo = o.Conf[idx[0]]
 		} else {
 			out[m].Lo = (o.Conf[idx[lo-1]] + o.Conf[idx[lo]]) / 2
 			out[m-1].Hi = out[m].Lo
 		}
 	}
-	out[bins-1].Hi = 1
+	out[bins-1].Hi = o.Conf[idx[n-1]]
 	return out
 }
 

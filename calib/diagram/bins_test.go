@@ -41,20 +41,20 @@ func TestBins(t *testing.T) {
 	}{
 		{"equal width", 10, EqualWidth, width},
 		// Sorted: 0.05 (miss), 0.12 (miss) | 0.15 (hit), 0.95 (hit); the
-		// edge is the midpoint of 0.12 and 0.15.
+		// edge is the midpoint of 0.12 and 0.15, the ends the extremes.
 		{"equal mass", 2, EqualMass, []Bin{
-			{Lo: 0, Hi: 0.135, Confidence: 0.085, Accuracy: 0, Count: 2},
-			{Lo: 0.135, Hi: 1, Confidence: 0.55, Accuracy: 1, Count: 2}}},
+			{Lo: 0.05, Hi: 0.135, Confidence: 0.085, Accuracy: 0, Count: 2},
+			{Lo: 0.135, Hi: 0.95, Confidence: 0.55, Accuracy: 1, Count: 2}}},
 		// 3 bins of 4: the first holds 4/3 rounded down = 1.
 		{"equal mass, uneven", 3, EqualMass, []Bin{
-			{Lo: 0, Hi: 0.085, Confidence: 0.05, Count: 1},
+			{Lo: 0.05, Hi: 0.085, Confidence: 0.05, Count: 1},
 			{Lo: 0.085, Hi: 0.135, Confidence: 0.12, Count: 1},
-			{Lo: 0.135, Hi: 1, Confidence: 0.55, Accuracy: 1, Count: 2}}},
+			{Lo: 0.135, Hi: 0.95, Confidence: 0.55, Accuracy: 1, Count: 2}}},
 		{"equal mass, more bins than examples", 9, EqualMass, []Bin{
-			{Lo: 0, Hi: 0.085, Confidence: 0.05, Count: 1},
+			{Lo: 0.05, Hi: 0.085, Confidence: 0.05, Count: 1},
 			{Lo: 0.085, Hi: 0.135, Confidence: 0.12, Count: 1},
 			{Lo: 0.135, Hi: 0.55, Confidence: 0.15, Accuracy: 1, Count: 1},
-			{Lo: 0.55, Hi: 1, Confidence: 0.95, Accuracy: 1, Count: 1}}},
+			{Lo: 0.55, Hi: 0.95, Confidence: 0.95, Accuracy: 1, Count: 1}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := o.Bins(tc.bins, tc.binning); !binsNear(got, tc.want) {
