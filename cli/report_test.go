@@ -144,3 +144,26 @@ func TestReportErrors(t *testing.T) {
 		t.Error("a failed report left a file")
 	}
 }
+
+// TestFederatedCalibrateReport: a private federated fit's report carries
+// its privacy record, the ledger's spend and the ε column.
+func TestFederatedCalibrateReport(t *testing.T) {
+	lf := overconfident(t, 1000)
+	dir := t.TempDir()
+	out, rp, ledger := filepath.Join(dir, "fedtemp.json"), filepath.Join(dir, "fedtemp.html"), filepath.Join(dir, "ledger.json")
+	code, stdout, stderr := fedcalib("calibrate", "--method", "temp", "--logits", lf, "--clients", "5", "--beta", "1",
+		"--rounds", "3", "--sample-rate", "1", "--epsilon", "1", "--ledger", ledger, "--quiet", "--out", out, "--report", rp)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stdout, "FedTemp over 5 clients") {
+		t.Errorf("summary %q", stdout)
+	}
+	page := readReport(t, rp)
+	for _, want := range []string{"<th>ε</th>", "ε = 1 at δ", "protocol</td><td>FedTemp, 5 clients", "Ledger <code>" + ledger + "</code>",
+		"over 1 run(s)", "test rows (held out)"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the report lacks %q", want)
+		}
+	}
+}
