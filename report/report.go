@@ -98,24 +98,36 @@ type Input struct {
 // Report is a built report, ready for WriteHTML. Its fields are what the
 // page shows; the zero value is an empty report.
 type Report struct {
-	Title      string
-	Data       string
-	DataSHA256 string
+	// Title heads the page.
+	Title string
+	// Data describes the rows and DataSHA256 is the logits file's hash
+	// ("" when unknown).
+	Data, DataSHA256 string
+	// N is the number of rows, Classes the number of classes, and
+	// ClassNames their names (nil: by index).
 	N, Classes int
 	ClassNames []string
-	Bins       int
-	Resamples  int
-	Level      float64
-	Seed       uint64
-	Metrics    []MetricsRow
-	Gate       *GateView
-	Figures    []Figure
-	Fits       []Fit
-	Ledger     *LedgerView
-	Model      string
-	Tool       string
-	Command    string
-	Generated  string
+	// Bins is the number of bins of the metrics and diagrams.
+	Bins int
+	// Resamples is the number of bootstrap resamples (0: no intervals),
+	// Level their confidence level and Seed their seed.
+	Resamples int
+	Level     float64
+	Seed      uint64
+	// Metrics holds the uncalibrated row, then one per calibrator.
+	Metrics []MetricsRow
+	// Gate is the verdict on the first calibrator; nil without one.
+	Gate *GateView
+	// Figures are the diagrams, in page order.
+	Figures []Figure
+	// Fits are the calibrators' records, in order.
+	Fits []Fit
+	// Ledger is the privacy ledger's state; nil without a ledger.
+	Ledger *LedgerView
+	// Model is the model's sha256; "" when not recorded.
+	Model string
+	// Tool, Command and Generated are Input's.
+	Tool, Command, Generated string
 }
 
 // Private reports whether a row of the metrics table spent privacy, so
@@ -130,9 +142,11 @@ func (r *Report) Private() bool {
 }
 
 // MetricsRow is one row of the metrics table: the uncalibrated model or
-// a calibrator.
+// a calibrator. The zero value is a row of no examples.
 type MetricsRow struct {
-	Label   string
+	// Label names the row.
+	Label string
+	// Metrics are calib.Evaluate's.
 	Metrics calib.Metrics
 	// SmECE is the smooth ECE of the top label at relplot's bandwidth.
 	SmECE float64
@@ -143,11 +157,13 @@ type MetricsRow struct {
 	Intervals calib.Bootstrap
 	// Epsilon is the ε the fit spent; nil for a non-private fit.
 	Epsilon *float64
-	// Dropped marks an accuracy drop of more than 1 point.
+	// Dropped marks an accuracy drop of more than 1 point
+	// (calib.AccuracyDropped).
 	Dropped bool
 }
 
-// GateView is the CI gate's verdict on the first calibrator.
+// GateView is the CI gate's verdict on the first calibrator, named by
+// Calibrator.
 type GateView struct {
 	Calibrator string
 	calib.Verdict
@@ -155,6 +171,8 @@ type GateView struct {
 
 // Figure is one figure of the report: an inline SVG with its caption.
 type Figure struct {
+	// ID is the figure's section id (its link target); Title heads it
+	// and Caption explains it.
 	ID, Title, Caption string
 	// SVG is the figure's markup, without the XML prologue.
 	SVG template.HTML
@@ -163,10 +181,13 @@ type Figure struct {
 	MinWidth int
 }
 
-// Fit is one calibrator's fit record.
+// Fit is one calibrator's fit record. The zero value records nothing.
 type Fit struct {
+	// Label names the calibrator, Path is its file ("" without one) and
+	// Method its method.
 	Label, Path, Method string
-	Classes             int
+	// Classes is the number of classes the file declares.
+	Classes int
 	// Params summarises the parameters, one entry per field.
 	Params []Param
 	// Convergence says how the fit ended, where the file records it.
@@ -180,16 +201,18 @@ type Fit struct {
 	Privacy *calib.Privacy
 }
 
-// Param is one parameter field's summary.
+// Param is one parameter field's summary: its JSON name and a short
+// description of its value.
 type Param struct{ Name, Value string }
 
-// LedgerView is the privacy ledger's state.
+// LedgerView is the privacy ledger's state: its file and each dataset's
+// spend, by key.
 type LedgerView struct {
 	Path     string
 	Datasets []LedgerDataset
 }
 
-// LedgerDataset is one dataset's spend in the ledger.
+// LedgerDataset is one dataset's spend in the ledger, under its key.
 type LedgerDataset struct {
 	Key string
 	*dp.DatasetSpend
@@ -410,7 +433,7 @@ var prologue = regexp.MustCompile(`(?s)^.*?<svg`)
 // text is escaped.
 func inlineSVG(svg []byte, label string) template.HTML {
 	s := prologue.ReplaceAllString(string(svg), `<svg role="img" aria-label="`+template.HTMLEscapeString(label)+`"`)
-	return template.HTML(strings.TrimSpace(s)) // #nosec: generated markup, escaped text
+	return template.HTML(strings.TrimSpace(s)) // generated markup whose text svgo escaped
 }
 
 // fitOf returns c's fit record.
