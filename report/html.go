@@ -1,11 +1,13 @@
 package report
 
 import (
+	"bytes"
 	_ "embed"
 	"fmt"
 	"html/template"
 	"io"
 	"strconv"
+	"strings"
 
 	"github.com/fedcalib/fedcalib/calib"
 )
@@ -51,6 +53,26 @@ var page = template.Must(template.New("page").Funcs(template.FuncMap{
 // forbids it). It reads on a phone (the layout narrows, wide figures
 // scroll) and prints (a print style sheet without backgrounds, figures
 // and tables kept whole on a page).
+//
+// Characters that HTML and XML forbid in text (the C0 controls but tab,
+// line feed and carriage return; U+FFFE, U+FFFF), which a file name or a
+// record could carry, are written as U+FFFD.
 func (r *Report) WriteHTML(w io.Writer) error {
-	return page.Execute(w, r)
+	var buf bytes.Buffer
+	if err := page.Execute(&buf, r); err != nil {
+		return err
+	}
+	_, err := io.WriteString(w, strings.Map(xmlChar, buf.String()))
+	return err
+}
+
+// xmlChar maps a character XML forbids to U+FFFD, for strings.Map.
+func xmlChar(r rune) rune {
+	switch {
+	case r == '\t', r == '\n', r == '\r':
+		return r
+	case r < 0x20, r == 0xFFFE, r == 0xFFFF:
+		return '\uFFFD'
+	}
+	return r
 }

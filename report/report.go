@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/calib/diagram"
@@ -258,6 +259,13 @@ func Build(in Input) (*Report, error) {
 	if title == "" {
 		title = "Calibration report"
 	}
+	if in.ClassNames != nil {
+		names := make([]string, len(in.ClassNames))
+		for j, n := range in.ClassNames {
+			names[j] = displayName(n)
+		}
+		in.ClassNames = names
+	}
 	r := &Report{Title: title, Data: in.Data, DataSHA256: in.DataSHA256, N: s.Len(), Classes: s.Classes,
 		ClassNames: in.ClassNames, Bins: bins, Level: level, Seed: in.Seed,
 		Tool: in.Tool, Command: in.Command, Generated: in.Generated}
@@ -423,6 +431,17 @@ func bandCaption(resamples int, level float64) string {
 		return ""
 	}
 	return fmt.Sprintf("; the grey band is the pointwise %g%% bootstrap band of %d resamples", 100*level, resamples)
+}
+
+// displayName returns a class name as the report shows it: as it is, or
+// quoted with Go's escapes when it holds a control character or only
+// white space (the Shakespeare data name a class "\n"), so that it is
+// seen.
+func displayName(s string) string {
+	if strings.TrimSpace(s) == "" || strings.IndexFunc(s, unicode.IsControl) >= 0 {
+		return strconv.Quote(s)
+	}
+	return s
 }
 
 // prologue matches what precedes an SVG document's root element.

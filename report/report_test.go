@@ -204,3 +204,32 @@ func TestCheck(t *testing.T) {
 		}
 	}
 }
+
+// TestHostileNames: class names and labels with characters XML forbids or
+// markup of their own still give a page that checks, with the names seen.
+func TestHostileNames(t *testing.T) {
+	in := testInput(t, 200)
+	in.ClassNames = []string{"\n", "a\x01b", "<script>x</script>", "]]><!--"}
+	in.Calibrators[0].Label = "temp\x02<i>"
+	in.Data = "data\x0b.npz"
+	r, err := Build(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var page bytes.Buffer
+	if err := r.WriteHTML(&page); err != nil {
+		t.Fatal(err)
+	}
+	if err := Check(page.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	html := page.String()
+	for _, want := range []string{`&#34;\n&#34;`, `&#34;a\x01b&#34;`, "&lt;script&gt;x&lt;/script&gt;", "temp\uFFFD&lt;i&gt;", "data\uFFFD.npz"} {
+		if !strings.Contains(html, want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+	if strings.Contains(html, "<script>") || strings.Contains(html, "<i>") {
+		t.Error("a name's markup reached the page")
+	}
+}
