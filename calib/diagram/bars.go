@@ -5,6 +5,8 @@ import (
 	"image/color"
 	"math"
 	"strconv"
+	"strings"
+	"unicode"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/vg"
@@ -102,7 +104,7 @@ func Reliability(curves []Curve, opt Options) (Figure, error) {
 			pc.Min.X = dc.Min.X + colW*vg.Length(i)
 			pc.Max.X = pc.Min.X + colW
 			pc = draw.Crop(pc, 2*vg.Millimeter, -2*vg.Millimeter, vg.Millimeter, 0)
-			title := fmt.Sprintf("%s · ECE %.2f%% · n = %d", c.Label, 100*ECE(c.Bins), total(c.Bins))
+			title := fmt.Sprintf("%s · ECE %.2f%% · n = %d", text(c.Label), 100*ECE(c.Bins), total(c.Bins))
 			drawPanel(pc, title, c.Bins, minCounts[i], false)
 		}
 	}}, nil
@@ -165,19 +167,30 @@ func Classes(sets []CurveSet, opt Options) (Figure, error) {
 				pc.Min.X = dc.Min.X + cellW*vg.Length(col)
 				pc.Max.X = pc.Min.X + cellW
 				pc = draw.Crop(pc, vg.Millimeter, -vg.Millimeter, vg.Millimeter, -vg.Millimeter)
-				title := fmt.Sprintf("%s · %s", opt.className(j), s.Label)
+				title := fmt.Sprintf("%s · %s", opt.className(j), text(s.Label))
 				drawPanel(pc, title, s.Classes[j], minCount, true)
 			}
 		}
 	}}, nil
 }
 
-// className returns the name of class j.
+// className returns the name of class j, as text draws it.
 func (opt Options) className(j int) string {
 	if j < len(opt.ClassNames) && opt.ClassNames[j] != "" {
-		return opt.ClassNames[j]
+		return text(opt.ClassNames[j])
 	}
 	return "class " + strconv.Itoa(j)
+}
+
+// text returns s as a figure writes it: one line, its control characters
+// (which SVG cannot hold) as U+FFFD.
+func text(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || r == 0xFFFE || r == 0xFFFF {
+			return '\uFFFD'
+		}
+		return r
+	}, s)
 }
 
 func (opt Options) maxClasses() int {

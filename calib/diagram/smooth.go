@@ -307,7 +307,7 @@ func Smooths(curves []SmoothCurve, opt Options) (Figure, error) {
 			pc.Max.X = pc.Min.X + colW
 			pc = draw.Crop(pc, 2*vg.Millimeter, -2*vg.Millimeter, vg.Millimeter, 0)
 			rel := plot.New()
-			rel.Title.Text = fmt.Sprintf("%s · smECE %.2f%% · σ = %.3f", c.Label, 100*c.SmECE, c.Sigma)
+			rel.Title.Text = fmt.Sprintf("%s · smECE %.2f%% · σ = %.3f", text(c.Label), 100*c.SmECE, c.Sigma)
 			rel.Title.TextStyle.Font.Size = vg.Points(10)
 			rel.X.Min, rel.X.Max, rel.Y.Min, rel.Y.Max = 0, 1, 0, 1
 			rel.Y.Label.Text = "accuracy"
