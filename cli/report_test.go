@@ -95,6 +95,22 @@ func TestCheckAndCalibrateReport(t *testing.T) {
 	if page := readReport(t, out); !strings.Contains(page, ">FAIL<") || !strings.Contains(page, "cwECE improved by") {
 		t.Error("check's report does not carry its failed verdict")
 	}
+	// A verdict by paired intervals, with the NLL bar: the report shows
+	// both, with their intervals.
+	good := calib.NewTemperature(4)
+	good.T = 3
+	paired := filepath.Join(dir, "paired.html")
+	code, _, stderr = fedcalib("check", "--logits", lf, "--calibrator", writeCalibrator(t, good), "--confidence", "0.9",
+		"--bootstrap", "50", "--max-nll-increase", "0.5", "--report", paired)
+	if code != 0 {
+		t.Fatalf("check --confidence: exit %d: %s", code, stderr)
+	}
+	page := readReport(t, paired)
+	for _, want := range []string{"judged by paired bootstrap intervals at 90%", "NLL increase (nats)", "≤ 0.5000", "<th>interval</th>"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("check --confidence's report lacks %q", want)
+		}
+	}
 	cp, rp := filepath.Join(dir, "temp.json"), filepath.Join(dir, "temp.html")
 	code, stdout, stderr := fedcalib("calibrate", "--central", "--method", "temp", "--logits", lf, "--out", cp, "--report", rp)
 	if code != 0 {
@@ -103,7 +119,7 @@ func TestCheckAndCalibrateReport(t *testing.T) {
 	if !strings.Contains(stdout, "temp fitted on 500 calibration rows of ") {
 		t.Errorf("--report changed calibrate's summary: %q", stdout)
 	}
-	page := readReport(t, rp)
+	page = readReport(t, rp)
 	for _, want := range []string{"500 test rows (held out)", "temp.json", "parameter t", ">PASS<", "Not a private fit"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("calibrate's report lacks %q", want)
