@@ -271,13 +271,14 @@ type SmoothCurve struct {
 
 var (
 	colorSmooth = color.NRGBA{R: 200, G: 30, B: 30, A: 255}
-	colorBand   = color.NRGBA{R: 120, G: 120, B: 120, A: 90}
+	colorBand   = color.NRGBA{R: 120, G: 120, B: 120, A: 150}
 	colorDens   = color.NRGBA{R: 120, G: 120, B: 120, A: 140}
 )
 
 // Smooths draws the smoothed diagrams side by side as relplot draws them:
-// the curve in red with its width proportional to the density of
-// confidences, the bootstrap band in grey, the diagonal dashed, and the
+// the curve in red, thicker and more opaque where confidences are dense
+// (faint where they are few), the bootstrap band in grey, as opaque as the
+// density is high relative to its peak, the diagonal dashed, and the
 // density beneath; the legend above the panels. It returns an error for
 // no curves.
 func Smooths(curves []SmoothCurve, opt Options) (Figure, error) {
@@ -348,32 +349,52 @@ func (p smoothPlot) Plot(c draw.Canvas, pl *plot.Plot) {
 	tx, ty := pl.Transforms(&c)
 	s := p.s
 	clamp := func(v float64) float64 { return min(max(v, 0), 1) }
+	maxD := slices.Max(s.Density)
+	rel := func(g int) float64 { return (s.Density[g] + s.Density[g+1]) / (2 * maxD) }
+	// As relplot draws them, the band is as opaque as the density is high
+	// relative to its peak (0.6 at the peak), and the curve fades where
+	// confidences are few (opaque from a third of the peak, 0.15 at
+	// none); its thickness follows the density too.
 	if s.Lo != nil {
 		runs(s.Lo, func(i, j int) {
-			var pts []vg.Point
-			for g := i; g < j; g++ {
-				pts = append(pts, vg.Point{X: tx(s.T[g]), Y: ty(clamp(s.Hi[g]))})
-			}
-			for g := j - 1; g >= i; g-- {
-				pts = append(pts, vg.Point{X: tx(s.T[g]), Y: ty(clamp(s.Lo[g]))})
-			}
-			c.FillPolygon(colorBand, pts)
+			bands(i, j, func(g int) float64 { return 0.6 * rel(g) }, func(g int) (vg.Point, vg.Point) {
+				return vg.Point{X: tx(s.T[g]), Y: ty(clamp(s.Hi[g]))}, vg.Point{X: tx(s.T[g]), Y: ty(clamp(s.Lo[g]))}
+			}, c, colorBand)
 		})
 	}
-	// The curve as one polygon per run, its vertical thickness growing
-	// with the density.
-	maxD := slices.Max(s.Density)
 	runs(s.Y, func(i, j int) {
-		var top, bottom []vg.Point
-		for g := i; g < j; g++ {
+		bands(i, j, func(g int) float64 { return 0.15 + 0.85*min(1, 3*rel(g)) }, func(g int) (vg.Point, vg.Point) {
 			h := (vg.Points(0.6) + vg.Points(5)*vg.Length(s.Density[g]/maxD)) / 2
 			x, y := tx(s.T[g]), ty(clamp(s.Y[g]))
-			top = append(top, vg.Point{X: x, Y: y + h})
-			bottom = append(bottom, vg.Point{X: x, Y: y - h})
-		}
-		slices.Reverse(bottom)
-		c.FillPolygon(colorSmooth, append(top, bottom...))
+			return vg.Point{X: x, Y: y + h}, vg.Point{X: x, Y: y - h}
+		}, c, colorSmooth)
 	})
+}
+
+// bands fills the strip between the upper and lower edges that edge gives
+// at the points i to j−1, in col with the opacity that alpha gives each
+// step (from g to g+1). The opacity is rounded to eighths and the steps
+// of one opacity are filled as one polygon, so that few seams show.
+func bands(i, j int, alpha func(g int) float64, edge func(g int) (upper, lower vg.Point), c draw.Canvas, col color.NRGBA) {
+	level := func(g int) uint8 { return uint8(math.Round(8*min(max(alpha(g), 0), 1)) * 255 / 8) }
+	for g := i; g+1 < j; {
+		a := level(g)
+		h := g + 1
+		for h+1 < j && level(h) == a {
+			h++
+		}
+		if a > 0 {
+			var up, down []vg.Point
+			for k := g; k <= h; k++ {
+				u, l := edge(k)
+				up, down = append(up, u), append(down, l)
+			}
+			slices.Reverse(down)
+			col.A = a
+			c.FillPolygon(col, append(up, down...))
+		}
+		g = h
+	}
 }
 
 func (smoothPlot) DataRange() (xmin, xmax, ymin, ymax float64) { return 0, 1, 0, 1 }
