@@ -276,11 +276,10 @@ var (
 )
 
 // Smooths draws the smoothed diagrams side by side as relplot draws them:
-// the curve in red, thicker and more opaque where confidences are dense
-// (faint where they are few), the bootstrap band in grey, as opaque as the
-// density is high relative to its peak, the diagonal dashed, and the
-// density beneath; the legend above the panels. It returns an error for
-// no curves.
+// the curve in red and the bootstrap band in grey, both thicker or more
+// opaque where confidences are dense and faint where they are few, the
+// diagonal dashed, and the density beneath; the legend above the panels.
+// It returns an error for no curves.
 func Smooths(curves []SmoothCurve, opt Options) (Figure, error) {
 	if len(curves) == 0 {
 		return Figure{}, fmt.Errorf("diagram: no smoothed curves to draw")
@@ -350,21 +349,21 @@ func (p smoothPlot) Plot(c draw.Canvas, pl *plot.Plot) {
 	s := p.s
 	clamp := func(v float64) float64 { return min(max(v, 0), 1) }
 	maxD := slices.Max(s.Density)
-	rel := func(g int) float64 { return (s.Density[g] + s.Density[g+1]) / (2 * maxD) }
-	// As relplot draws them, the band is as opaque as the density is high
-	// relative to its peak (0.6 at the peak), and the curve fades where
-	// confidences are few (opaque from a third of the peak, 0.15 at
-	// none); its thickness follows the density too.
+	dens := func(g int) float64 { return min(1, (s.Density[g]+s.Density[g+1])/2) }
+	// As relplot draws them, what few examples support fades: with δ the
+	// density (1 where confidences are spread evenly), the band's opacity
+	// is 0.6·min(1, δ) and the curve's 0.15 + 0.85·min(1, δ); the curve's
+	// thickness grows with √(δ / max δ).
 	if s.Lo != nil {
 		runs(s.Lo, func(i, j int) {
-			bands(i, j, func(g int) float64 { return 0.6 * rel(g) }, func(g int) (vg.Point, vg.Point) {
+			bands(i, j, func(g int) float64 { return 0.6 * dens(g) }, func(g int) (vg.Point, vg.Point) {
 				return vg.Point{X: tx(s.T[g]), Y: ty(clamp(s.Hi[g]))}, vg.Point{X: tx(s.T[g]), Y: ty(clamp(s.Lo[g]))}
 			}, c, colorBand)
 		})
 	}
 	runs(s.Y, func(i, j int) {
-		bands(i, j, func(g int) float64 { return 0.15 + 0.85*min(1, 3*rel(g)) }, func(g int) (vg.Point, vg.Point) {
-			h := (vg.Points(0.6) + vg.Points(5)*vg.Length(s.Density[g]/maxD)) / 2
+		bands(i, j, func(g int) float64 { return 0.15 + 0.85*dens(g) }, func(g int) (vg.Point, vg.Point) {
+			h := (vg.Points(0.8) + vg.Points(4.5)*vg.Length(math.Sqrt(s.Density[g]/maxD))) / 2
 			x, y := tx(s.T[g]), ty(clamp(s.Y[g]))
 			return vg.Point{X: x, Y: y + h}, vg.Point{X: x, Y: y - h}
 		}, c, colorSmooth)
@@ -373,10 +372,10 @@ func (p smoothPlot) Plot(c draw.Canvas, pl *plot.Plot) {
 
 // bands fills the strip between the upper and lower edges that edge gives
 // at the points i to j−1, in col with the opacity that alpha gives each
-// step (from g to g+1). The opacity is rounded to eighths and the steps
-// of one opacity are filled as one polygon, so that few seams show.
+// step (from g to g+1). The opacity is rounded to sixteenths and the
+// steps of one opacity are filled as one polygon, so that few seams show.
 func bands(i, j int, alpha func(g int) float64, edge func(g int) (upper, lower vg.Point), c draw.Canvas, col color.NRGBA) {
-	level := func(g int) uint8 { return uint8(math.Round(8*min(max(alpha(g), 0), 1)) * 255 / 8) }
+	level := func(g int) uint8 { return uint8(math.Round(16*min(max(alpha(g), 0), 1)) * 255 / 16) }
 	for g := i; g+1 < j; {
 		a := level(g)
 		h := g + 1
