@@ -34,6 +34,8 @@ type calibrateFlags struct {
 	fed fedFlags
 	// The held-out bar (guard.go).
 	guard guardFlags
+	// --report (report.go).
+	report reportFlag
 }
 
 func newCalibrateCmd() *cobra.Command {
@@ -87,6 +89,8 @@ the output atomically and never over an input.`,
 	f.Float64Var(&fl.mu, "mu", calib.DefaultDirichletMu, "dirichlet only: fix the ODIR weight μ ≥ 0 of the bias (with --lambda, default 1e-3); see --lambda")
 	fl.fed.register(cmd)
 	fl.guard.register(cmd)
+	fl.report.register(f, "the calibrator on the test rows (else the fitted rows)")
+	cmd.Example += "\n  # also write the calibration report\n  fedcalib calibrate --central --method temp --logits cifar10.npz --out temp.json --report temp.html"
 	return cmd
 }
 
@@ -95,6 +99,9 @@ func runCalibrate(cmd *cobra.Command, fl *calibrateFlags) error {
 		return err
 	}
 	if err := fl.checkODIR(cmd); err != nil {
+		return err
+	}
+	if err := fl.report.check(fl.logits, fl.out, fl.fed.partition, fl.fed.ledger.path); err != nil {
 		return err
 	}
 	if done, err := fl.fed.dispatch(cmd, fl); done {
@@ -172,6 +179,14 @@ func runCalibrate(cmd *cobra.Command, fl *calibrateFlags) error {
 	prov.FitMetrics = &calib.FitMetrics{Rows: n, Before: before, After: after}
 	if err := calib.WriteFile(fl.out, c, nil, prov); err != nil {
 		return fmt.Errorf("writing %s: %w", fl.out, err)
+	}
+	var testRows []int
+	if nTest > 0 {
+		testRows = test.indices(f)
+	}
+	repRows, repDesc := reportRows(testRows, sel.indices(f))
+	if err := fl.report.writeCalibrated(cmd, f, fl.logits, repRows, repDesc, fl.out, ""); err != nil {
+		return err
 	}
 	detail := ""
 	if t, ok := c.(*calib.Temperature); ok {

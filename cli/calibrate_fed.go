@@ -305,6 +305,10 @@ func (ff *fedFlags) run(cmd *cobra.Command, fl *calibrateFlags) error {
 	if err := calib.WriteFile(fl.out, res.Calibrator, res.Privacy, prov); err != nil {
 		return fmt.Errorf("writing %s: %w", fl.out, err)
 	}
+	repRows, repDesc := reportRows(p.Rows(federation.Test), p.Rows(federation.Calibration))
+	if err := fl.report.writeCalibrated(cmd, f, fl.logits, repRows, repDesc, fl.out, ff.ledger.path); err != nil {
+		return err
+	}
 	line := fedSummary(fl, p, res, rounds, test)
 	_, err = fmt.Fprintln(cmd.OutOrStdout(), line)
 	return err

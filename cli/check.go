@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -46,6 +47,7 @@ func newCheckCmd() *cobra.Command {
 		asJSON                                                bool
 		vectorsDir                                            string
 		input                                                 inputKind
+		rep                                                   reportFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "check (--model M.calibrated.onnx | --model M.onnx --calibrator C.json) --data SPEC",
@@ -89,14 +91,22 @@ exceeds it. The report prints each interval. What is checked:
   fedcalib check --logits mnist.npz --calibrator temp.json --min-cwece-improvement 0.005
   # a small test set: fail only on a loss the data are sure of, and guard NLL too
   fedcalib check --logits small.npz --calibrator bbq.json --confidence 0.95 --max-nll-increase 0.01
-  fedcalib check --test-vectors mnist-vectors`,
+  fedcalib check --test-vectors mnist-vectors
+  # also write the verdict, metrics and diagrams as one HTML page for the CI run
+  fedcalib check --logits mnist.npz --calibrator temp.json --report check.html`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if vectorsDir != "" {
 				if spec != "" || logitsPath != "" || calibPath != "" || cmd.Flags().Changed("input") {
 					return fmt.Errorf("--test-vectors replays a model on its recorded inputs: drop --data, --logits, --calibrator and --input")
 				}
+				if rep.path != "" {
+					return fmt.Errorf("--report is of calibrated probabilities: drop it with --test-vectors")
+				}
 				return checkVectors(cmd, vectorsDir, modelPath, ortLib, asJSON)
+			}
+			if err := rep.check(modelPath, calibPath, logitsPath, spec); err != nil {
+				return err
 			}
 			gate := calib.Gate{MaxAccuracyDrop: maxDrop, MinCWECEImprovement: minGain,
 				CheckNLL: cmd.Flags().Changed("max-nll-increase"), MaxNLLIncrease: maxNLL}
@@ -152,6 +162,9 @@ exceeds it. The report prints each interval. What is checked:
 			if err != nil {
 				return err
 			}
+			if err := rep.writeCheck(cmd, s, probs, method, calibPath, modelPath, cmp.Or(logitsPath, spec), v, bins, seed); err != nil {
+				return err
+			}
 			before, after := v.Before, v.After
 			rep := checkReport{Pass: v.Pass, Failures: v.Failures, Method: method, Before: v.Before, After: v.After,
 				AccuracyDrop: v.AccuracyDrop, CWECEImprovement: v.CWECEImprovement,
@@ -199,6 +212,7 @@ exceeds it. The report prints each interval. What is checked:
 	f.StringVar(&ortLib, "ort-lib", "", "the ONNX Runtime shared library (default: $"+infer.RuntimeEnv+", then the setup cache)")
 	f.StringVar(&vectorsDir, "test-vectors", "", `replay the test vectors of "fedcalib export --test-vectors DIR" (with --model, another model)`)
 	f.BoolVar(&asJSON, "json", false, "print a JSON report (pass, failures, before, after, accuracy_drop, cwece_improvement)")
+	rep.register(f, "the checked rows, with the verdict, whether it passes or fails")
 	return cmd
 }
 

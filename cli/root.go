@@ -131,6 +131,7 @@ Exit status:
 		newCalibrateCmd(),
 		newExportCmd(),
 		newCheckCmd(),
+		newReportCmd(),
 		newPrivacyCmd(),
 		newExperimentCmd(),
 		newServeCmd(),

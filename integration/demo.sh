@@ -9,7 +9,7 @@
 #     and FedTemp with RDP accounting that credits client sampling
 #   → a table like the paper's → the best calibrator exported into the
 #     ONNX model, verified in ONNX Runtime → `fedcalib check` on it
-#   → reliability diagrams
+#   → reliability diagrams and the calibration report ($OUT/report.html)
 #   → DP-FedTemp over the network: fedcalib serve and 5 fedcalib join
 #     processes on loopback, whose calibrator equals fedcalib calibrate's.
 #
@@ -81,8 +81,10 @@ say "5. Export the best private calibrator ($best) into the model, verified in O
 say "6. CI gate on the 10,000 MNIST test images: accuracy may drop at most 1 point"
 "$FEDCALIB" check --model "$OUT/mnist.calibrated.onnx" --data "mnist:$mnist:test" --max-accuracy-drop 0.01
 
-say "7. Reliability diagrams"
+say "7. Reliability diagrams, and the calibration report (one HTML page)"
 "$FEDCALIB" eval --logits "$OUT/mnist.npz" --partition "$OUT/partition.json" --calibrator "$OUT/$best.json" --plot "$OUT/plots" | grep '^reliability diagrams' 
+"$FEDCALIB" report --logits "$OUT/mnist.npz" --partition "$OUT/partition.json" --model "$MODEL" \
+  --calibrator "$OUT/$best.json" --calibrator "$OUT/fedtemp.json" --out "$OUT/report.html" 2>&1
 
 say "8. Over the network: fedcalib serve and 5 fedcalib join processes on loopback"
 # A 5-client partition of the same logits; one key per client; the

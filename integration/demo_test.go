@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fedcalib/fedcalib/report"
 )
 
 // TestDemo runs `make demo`'s script (integration/demo.sh) end to end with
@@ -36,5 +38,10 @@ func TestDemo(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(out, "mnist.calibrated.onnx")); err != nil {
 		t.Errorf("no calibrated model: %v", err)
+	}
+	if page, err := os.ReadFile(filepath.Join(out, "report.html")); err != nil {
+		t.Errorf("no calibration report: %v", err)
+	} else if err := report.Check(page); err != nil {
+		t.Errorf("the demo's report: %v", err)
 	}
 }

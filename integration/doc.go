@@ -7,5 +7,8 @@
 // disk and checked. Where Debian's python3-onnx is installed, the exported
 // models must also pass onnx.checker.check_model(full_check=True). Tests
 // skip with a clear message when ONNX Runtime is not installed (run
-// `make setup`).
+// `make setup`). TestReportInBrowser renders a calibration report in
+// headless Chromium, which chromium.sh finds or, with
+// FEDCALIB_INSTALL_CHROMIUM=1 (as .ci/run sets), installs from Debian; it
+// skips, saying why, where there is none.
 package integration

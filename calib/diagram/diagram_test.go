@@ -2,7 +2,9 @@ package diagram
 
 import (
 	"bytes"
+	"encoding/xml"
 	"image/png"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -56,12 +58,37 @@ func TestWrite(t *testing.T) {
 			if !bytes.Contains(b, []byte("<svg")) {
 				t.Errorf("%s is not SVG", p)
 			}
-			if strings.HasPrefix(filepath.Base(p), "classes") && !bytes.Contains(b, []byte("class dog")) {
+			if strings.HasPrefix(filepath.Base(p), "classes") && !bytes.Contains(b, []byte("dog · calibrated")) {
 				t.Errorf("%s lacks the class name", p)
 			}
 		}
 	}
 	if _, err := Write(dir, nil, nil, Options{}); err == nil {
 		t.Error("Write(nil) succeeded")
+	}
+}
+
+// TestControlCharacters: names with characters SVG cannot hold still give
+// SVG that parses, with the characters as U+FFFD.
+func TestControlCharacters(t *testing.T) {
+	bins := Outcomes{Conf: []float64{0.2, 0.9}, Hit: []float64{0, 1}}.Bins(5, EqualWidth)
+	fig, err := Classes([]CurveSet{{Label: "a\x01<b>", Classes: [][]Bin{bins, bins}}}, Options{ClassNames: []string{"\x02", "ok"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svg, err := fig.SVG()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := xml.NewDecoder(bytes.NewReader(svg))
+	for {
+		if _, err := d.Token(); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("the SVG does not parse: %v", err)
+		}
+	}
+	if !bytes.Contains(svg, []byte("\uFFFD · a\uFFFD&lt;b&gt;")) {
+		t.Error("the names are not drawn with U+FFFD")
 	}
 }
