@@ -30,7 +30,7 @@ func BenchmarkRound(b *testing.B) {
 			var server, serverCPU, totalCPU time.Duration
 			var bytes float64
 			for i := range b.N {
-				r, err := secagg.NewRound(secagg.Config{Seed: roundSeed(uint64(i)), Participants: ids(n), Bits: 32, Dim: benchDim})
+				r, err := secagg.NewRound(withIDs(secagg.Config{Seed: roundSeed(uint64(i)), Participants: ids(n), Bits: 32, Dim: benchDim}))
 				if err != nil {
 					b.Fatal(err)
 				}

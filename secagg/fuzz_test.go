@@ -75,7 +75,7 @@ func serverMessages(f *testing.F) (keys, shares, reqs [][]byte) {
 	s := secagg.NewServer(r)
 	cl := map[uint32]*secagg.Client{}
 	for _, id := range r.Config().Participants {
-		c, err := secagg.NewClient(r, id, clientRand(1, id))
+		c, err := secagg.NewClient(r, id, opts(1, id))
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -127,7 +127,20 @@ func serverMessages(f *testing.F) (keys, shares, reqs [][]byte) {
 			f.Fatal(err)
 		}
 	}
-	rq, err := s.CloseMasked()
+	set, err := s.CloseMasked()
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, id := range set.Survivors {
+		m, err := cl[id].SignSurvivors(set)
+		if err != nil {
+			f.Fatal(err)
+		}
+		if err := s.ReceiveSignature(m); err != nil {
+			f.Fatal(err)
+		}
+	}
+	rq, err := s.CloseSignatures()
 	if err != nil {
 		f.Fatal(err)
 	}
