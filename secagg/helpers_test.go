@@ -64,9 +64,9 @@ type drops struct {
 // view is everything the server received in a round, as bytes.
 type view struct {
 	keys, shares, masked, signed, unmask map[uint32][]byte
-	bytesPerClient               map[uint32]int // sent and received
-	server                       time.Duration  // wall time spent in Server methods
-	serverCPU                    time.Duration  // thread CPU time spent in them
+	bytesPerClient                       map[uint32]int // sent and received
+	server                               time.Duration  // wall time spent in Server methods
+	serverCPU                            time.Duration  // thread CPU time spent in them
 }
 
 // timed runs f and adds its wall and thread CPU durations to *d and

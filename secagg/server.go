@@ -52,9 +52,9 @@ type Server struct {
 	sum    []uint64                  // Σ masked inputs of U3
 	masked map[uint32]bool           // U3
 	resp   map[uint32]*UnmaskResponse
-	surv   []uint32                       // S
+	surv   []uint32                      // S
 	sigs   map[uint32]*SurvivorSignature // signers of S
-	reqs   map[uint32]*UnmaskRequest      // what each signer should answer
+	reqs   map[uint32]*UnmaskRequest     // what each signer should answer
 	result []uint64
 }
 
