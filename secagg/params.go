@@ -81,16 +81,23 @@ func Parameters(n int, dropout float64, colluders int) (Params, error) {
 	return last, nil
 }
 
+// Bounds returns Params{k, t} for n participants with its Failure and
+// Exposure under dropout rate δ and c colluders (see Params), for
+// arguments already in their domains (Parameters checks them).
+func Bounds(n, k, t int, dropout float64, colluders int) Params {
+	hyp := hypergeometricTail(n-1, colluders, k)
+	bin := binomialTail(k, dropout)
+	return Params{Neighbours: k, Threshold: t,
+		Failure:  math.Min(1, float64(n)*bin[k-t+1]),
+		Exposure: math.Min(1, float64(n)*hyp[2*t-k]),
+	}
+}
+
 // choose returns, for degree k, the smallest t > k/2 whose Exposure meets
 // ExposureTarget (or t = k), with its probabilities.
 func choose(n, k int, dropout float64, colluders int) Params {
-	hyp := hypergeometricTail(n-1, colluders, k) // hyp[j] = P(X ≥ j)
-	bin := binomialTail(k, dropout)              // bin[j] = P(Bin ≥ j)
 	for t := k/2 + 1; t <= k; t++ {
-		p := Params{Neighbours: k, Threshold: t,
-			Failure:  math.Min(1, float64(n)*bin[k-t+1]),
-			Exposure: math.Min(1, float64(n)*hyp[2*t-k]),
-		}
+		p := Bounds(n, k, t, dropout, colluders)
 		if p.Exposure <= ExposureTarget || t == k {
 			return p
 		}
