@@ -86,6 +86,8 @@ func TestSecureAggregation(t *testing.T) {
 			want string
 		}{
 			{"threshold above neighbours", []string{"--method", "bin", "--secure-aggregation", "--neighbours", "4", "--threshold", "5"}, "threshold 5 is above the neighbour count 4"},
+			{"one neighbour", []string{"--method", "bin", "--secure-aggregation", "--neighbours", "1"}, "1 neighbour"},
+			{"odd neighbours", []string{"--method", "bin", "--secure-aggregation", "--neighbours", "3"}, "3 neighbours (odd)"},
 			{"bits too small", []string{"--method", "bin", "--secure-aggregation", "--bits", "16"}, "need b ≥"},
 			{"distributed under zcdp", []string{"--method", "temp", "--epsilon", "1", "--secure-aggregation", "--noise", "distributed"}, "--accountant rdp"},
 			{"bits without secure aggregation", []string{"--method", "bin", "--bits", "40"}, "--secure-aggregation"},

@@ -205,11 +205,17 @@ func (h *harness) record(t *testing.T, fed string) *recorder {
 }
 
 // TestSecureView records everything the clients send the coordinator in a
-// secure FedBin run in which client 7 drops out of round 1 after masking: no plain update, masked inputs whose top bits are
-// uniform (chi-square), and a coordinator that asks client 0 for both
-// shares of a surviving peer gets a refusal (secagg.ErrBothShares) and no
-// unmask response from it — the sum is still recovered from the other
-// holders' shares and equals the plain one.
+// secure FedBin run in which client 7 drops out of round 1 after signing
+// the survivor set (its input is in the sum, its self mask rebuilt from
+// its neighbours' shares): no plain update, and masked inputs whose top
+// bits are uniform (chi-square). In round 2 the coordinator lies (through
+// the real NATS path): it tells client 0 that only three clients survived
+// and clients 1 to 3 that client 4 dropped, so as to collect client 4's
+// mask key from them while the others reveal its self-mask seed. Client 0
+// refuses to sign, the others' signatures of the false set do not verify,
+// some survivor is left with fewer than t signing neighbours, and the
+// round ends with no unmask request sent: it releases nothing, and every
+// sum computed equals the plain one.
 func TestSecureView(t *testing.T) {
 	const K, C = 8, 3
 	pop := population(t, 800, C, K)
@@ -219,22 +225,18 @@ func TestSecureView(t *testing.T) {
 	rec := h.record(t, DefaultFederation)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	// Client 7 drops out of round 1 after sending its masked input: its
-	// input is in the sum, its self mask rebuilt from its neighbours'
-	// shares.
 	wait := h.secureJoinAll(ctx, pop, func(k, round int, stage string) bool { return k == 7 && round == 1 && stage == stageUnmask })
-	var victim uint32
 	cfg := Config{
 		Spec: spec, Rounds: r, RoundTimeout: 10 * time.Second, EnrolTimeout: 20 * time.Second,
 		Secure: &SecureConfig{Neighbours: 7, Threshold: 4, StageTimeout: 1500 * time.Millisecond},
-		tamper: func(t int, reqs map[uint32]*secagg.UnmaskRequest) {
+		tamper: func(t, a int, sets map[uint32]*secagg.SurvivorSet) {
 			if t != 2 {
 				return
 			}
-			q := reqs[0]
-			victim = q.Survived[0] // ask for its mask key too: with both, its input alone
-			q.Dropped = append([]uint32{victim}, q.Dropped...)
-			slices.Sort(q.Dropped)
+			sets[0].Survivors = []uint32{0, 1, 2}
+			for _, id := range []uint32{1, 2, 3} {
+				sets[id].Survivors = slices.DeleteFunc(sets[id].Survivors, func(v uint32) bool { return v == 4 })
+			}
 		},
 	}
 	out, err := h.coordinate(ctx, t, cfg)
@@ -243,25 +245,31 @@ func TestSecureView(t *testing.T) {
 	}
 	reps, errs := wait()
 	noErrors(t, errs)
-	if len(reps[0].Refused) != 1 || !strings.Contains(reps[0].Refused[0], secagg.ErrBothShares.Error()) {
-		t.Fatalf("client 0 refused %q; want one refusal for both shares of client %d", reps[0].Refused, victim)
+	if len(reps[0].Refused) != 1 || !strings.Contains(reps[0].Refused[0], "survivor set") {
+		t.Fatalf("client 0 refused %q; want one refusal of the survivor set", reps[0].Refused)
 	}
 	if got := out.Rounds[0].Participants; !reflect.DeepEqual(got, upTo(K)) {
 		t.Errorf("round 1 aggregated %v; want every client, 7 included", got)
+	}
+	if got := out.Rounds[1].Participants; len(got) != 0 {
+		t.Errorf("round 2 aggregated %v; want nothing", got)
 	}
 	if want := reference(t, spec, pop, r, out.Rounds); !reflect.DeepEqual(want.Histograms, out.Result.Histograms) {
 		t.Errorf("the secure sums differ from the plain ones")
 	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
+	for _, m := range rec.msgs {
+		if m.Header.Get(hdrStage) == stageUnmask && m.Header.Get(hdrRound) == "2" {
+			t.Errorf("a client revealed shares in round 2: %s", m.Subject)
+		}
+	}
 	var counts [16]float64
 	n := 0
 	for _, m := range rec.msgs {
 		switch {
 		case strings.Contains(m.Subject, ".update."):
 			t.Errorf("a plain update reached the coordinator: %s", m.Subject)
-		case m.Header.Get(hdrStage) == stageUnmask && m.Header.Get(hdrRound) == "2" && m.Subject == subjSecAgg(DefaultFederation, h.pubs[0]):
-			t.Errorf("client 0 answered the request for both shares")
 		case m.Header.Get(hdrStage) == stageMasked:
 			var mi secagg.MaskedInput
 			if err := mi.UnmarshalBinary(m.Data); err != nil {
@@ -302,6 +310,10 @@ func TestSecureConfig(t *testing.T) {
 		{"scaling in 12 bits", federation.Spec{Method: "temp", Clip: 1}, SecureConfig{Bits: 12}, secagg.ErrBitsTooSmall},
 		{"distributed noise in 12 bits", private, SecureConfig{Bits: 12, Noise: NoiseDistributed}, secagg.ErrBitsTooSmall},
 		{"neighbours beyond the clients", federation.Spec{Method: "bin"}, SecureConfig{Neighbours: 20}, ErrConfig},
+		{"one neighbour", federation.Spec{Method: "bin"}, SecureConfig{Neighbours: 1}, ErrConfig},
+		{"odd neighbours", federation.Spec{Method: "bin"}, SecureConfig{Neighbours: 5}, ErrConfig},
+		{"dropout rate 1", federation.Spec{Method: "bin"}, SecureConfig{DropoutRate: 1}, ErrConfig},
+		{"negative colluders", federation.Spec{Method: "bin"}, SecureConfig{Colluders: -0.1}, ErrConfig},
 		{"distributed without privacy", federation.Spec{Method: "bin"}, SecureConfig{Noise: NoiseDistributed}, ErrConfig},
 		{"distributed under zCDP", federation.Spec{Method: "temp", Epsilon: 1}, SecureConfig{Noise: NoiseDistributed}, ErrConfig},
 		{"unbounded scaling", federation.Spec{Method: "temp"}, SecureConfig{}, ErrConfig},
