@@ -78,9 +78,17 @@ func (sj *secureJoin) run(ctx context.Context, a *Announcement, u []float64) (*A
 			return nil, fmt.Errorf("%w: the round announces clip norm %v", ErrFederation, c)
 		}
 	}
+	if !(sr.Shrink >= 0 && sr.Shrink <= 1) {
+		return nil, fmt.Errorf("%w: the round announces shrink factor %v", ErrFederation, sr.Shrink)
+	}
 	x := slices.Clone(u)
 	if err := normalise(x, sr.Clips, false); err != nil {
 		return nil, err
+	}
+	if sr.Shrink > 0 {
+		for i := range x {
+			x[i] *= sr.Shrink
+		}
 	}
 	for i, v := range x {
 		if math.Abs(v) > sr.Range {

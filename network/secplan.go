@@ -91,6 +91,7 @@ type securePlan struct {
 	skellam   dp.SkellamPlan   // distributed noise only
 	survivors int              // the fewest survivors of a round that releases (distributed noise)
 	sigmaUnit float64          // clip norm whose noise the privacy record's σ is (C₊ or C)
+	shrink    float64          // factor of each normalised block before quantising (central noise with privacy); 0: 1
 	binning   bool             // a binning method
 	priv      *federation.Spec // nil without privacy
 }
@@ -184,7 +185,7 @@ func planSecure(sc SecureConfig, spec federation.Spec, clients, minClients, T, c
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	p := &securePlan{cfg: sc, dim: dim, binning: m.Family == calib.Binning, survivors: max(minClients, 1)}
+	p := &securePlan{cfg: sc, dim: dim, binning: m.Family == calib.Binning, survivors: max(minClients, 2)}
 	if spec.Private() {
 		p.priv = &spec
 	}
@@ -270,6 +271,17 @@ func planSecure(sc SecureConfig, spec federation.Spec, clients, minClients, T, c
 	if err := fits(lo); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
+	if p.priv != nil && !p.distributed() {
+		// Central noise is calibrated to the clip norm, but stochastic
+		// rounding can lengthen a block of d coordinates by up to √d
+		// quantised units: each block is shrunk by s = 1 − √d/γ first,
+		// so its rounded norm is at most s·γ + √d = γ, the clip norm.
+		d := float64(dim / len(p.clips))
+		p.shrink = 1 - math.Sqrt(d)/p.q.Scale
+		if !(p.shrink > 0) {
+			return nil, fmt.Errorf("%w: %w: a block of %v coordinates at scale %v: rounding could exceed the clip norm by more than it", ErrConfig, secagg.ErrBitsTooSmall, d, p.q.Scale)
+		}
+	}
 	return p, nil
 }
 
@@ -280,7 +292,7 @@ func (p *securePlan) round(seed [32]byte, n, sMin int) *SecureRound {
 	return &SecureRound{
 		Seed: seed, Neighbours: k, Threshold: t, MinSurvivors: sMin,
 		Bits: p.q.Bits, Range: p.q.Range, Scale: p.q.Scale, Norm: p.q.Norm,
-		Clips: p.clips, ClientVariance: p.clientVar,
+		Clips: p.clips, ClientVariance: p.clientVar, Shrink: p.shrink,
 	}
 }
 

@@ -341,7 +341,8 @@ func TestSecureConfig(t *testing.T) {
 }
 
 // TestSecurePlanNoise: the distributed plan's per-client variance, summed
-// over the planned survivors, is the variance dp.SkellamPlan gives for ε,
+// over the planned survivors but one (the shares that protect a client),
+// is the variance dp.SkellamPlan gives for ε,
 // whose RDP ε over T rounds is at most the target; the empirical variance
 // of the summed noise of 10^5 trials is within 2% of it; and the plan's
 // quantisation passes CheckFederation for all the allow-list.
@@ -357,8 +358,8 @@ func TestSecurePlanNoise(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := p.clientVar * surv; math.Abs(got-mu) > 1e-9*mu {
-		t.Errorf("survivors × client variance = %v, plan variance %v", got, mu)
+	if got := p.clientVar * (surv - 1); math.Abs(got-mu) > 1e-9*mu {
+		t.Errorf("(survivors − 1) × client variance = %v, plan variance %v", got, mu)
 	}
 	eps, _, err := dp.SkellamEpsilon(p.skellam.Round(p.clientVar, surv), T, dp.DefaultDelta)
 	if err != nil || eps > 1+1e-9 || eps < 0.99 {
@@ -367,14 +368,15 @@ func TestSecurePlanNoise(t *testing.T) {
 	if err := p.q.CheckFederation(K, dim, p.clientVar*K); err != nil {
 		t.Error(err)
 	}
-	// The summed noise of surv clients, one coordinate, 10^5 trials.
+	// The summed noise of the surv − 1 clients other than a protected
+	// one, one coordinate, 10^5 trials.
 	const trials = 100000
 	rng := dp.NewSeeded(1)
 	var s, ss float64
 	v := make([]uint64, 1)
 	for range trials {
 		total := int64(0)
-		for range surv {
+		for range surv - 1 {
 			v[0] = 0
 			p.q.AddNoise(v, p.clientVar, rng)
 			total += p.q.Signed(v[0])
@@ -434,7 +436,8 @@ func TestSecureDistributed(t *testing.T) {
 			}
 			var a dp.RDPAccountant
 			for _, s := range sa.Survivors {
-				if err := a.ComposeSkellam(dp.Skellam{Variance: float64(s) * sa.ClientVariance, L1: sa.L1, L2: sa.L2}, 1); err != nil {
+				// Each round charged with the s − 1 shares of the others.
+				if err := a.ComposeSkellam(dp.Skellam{Variance: float64(s-1) * sa.ClientVariance, L1: sa.L1, L2: sa.L2}, 1); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -459,4 +462,61 @@ func TestSecureDistributed(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSecureCentralRounding: with central noise, an update block of norm
+// equal to its clip norm can come out of stochastic rounding longer than
+// the clip norm the noise is calibrated to; shrunk by the plan's factor
+// 1 − √d/γ it never does (over 2000 worst-direction trials at γ = 2^8,
+// where unshrunk blocks do exceed it).
+func TestSecureCentralRounding(t *testing.T) {
+	spec := federation.Spec{Method: "bbq", Mexp: 5, Epsilon: 1}
+	const C = 3
+	dim := 2 * C * 32
+	p, err := planSecure(SecureConfig{Bits: 24}, spec, 20, 5, 4, C, dim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := float64(dim / len(p.clips))
+	if want := 1 - math.Sqrt(d)/p.q.Scale; p.shrink != want {
+		t.Fatalf("shrink %v, want 1 − √%v/%v = %v", p.shrink, d, p.q.Scale, want)
+	}
+	q := p.q
+	q.Scale = 1 << 8 // the coarsest scale, where rounding matters most
+	shrink := 1 - math.Sqrt(d)/q.Scale
+	rng := dp.NewSeeded(3)
+	over := [2]int{}
+	for trial := range 2000 {
+		x := make([]float64, dim)
+		for i := range x {
+			x[i] = 1 / math.Sqrt(d) // every block of norm 1
+			if (i+trial)%3 == 0 {
+				x[i] = -x[i]
+			}
+		}
+		for k, f := range []float64{1, shrink} {
+			y := slices.Clone(x)
+			for i := range y {
+				y[i] *= f
+			}
+			qy, err := q.Quantize(nil, y, rng)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for b := 0; b < dim; b += int(d) {
+				n := 0.0
+				for _, v := range qy[b : b+int(d)] {
+					f := float64(q.Signed(v))
+					n += f * f
+				}
+				if math.Sqrt(n) > q.Scale*(1+1e-12) {
+					over[k]++
+				}
+			}
+		}
+	}
+	if over[0] == 0 || over[1] != 0 {
+		t.Errorf("blocks longer than the clip norm after rounding: %d unshrunk, %d shrunk; want some, none", over[0], over[1])
+	}
+	t.Logf("γ = 2^8, d = %v: %d of %d unshrunk blocks exceed the clip norm", d, over[0], 2000*2*C)
 }

@@ -186,6 +186,12 @@ type SecureRound struct {
 	// adds to every coordinate, in quantised units; 0 without
 	// distributed noise.
 	ClientVariance float64 `json:"client_variance,omitempty"`
+	// Shrink, in (0, 1], multiplies each block of an update after it is
+	// divided by its clip norm, so that its stochastically rounded norm
+	// stays within the clip norm the coordinator's central noise is
+	// calibrated to (1 − √d/γ for blocks of d coordinates at scale γ);
+	// 0 means 1 (no central noise).
+	Shrink float64 `json:"shrink,omitempty"`
 }
 
 // Update encodings: the first byte of an update message says which
