@@ -24,10 +24,11 @@ var (
 	// an input the quantiser refuses (non-finite, or longer than its L2
 	// bound).
 	ErrQuantizer = errors.New("secagg: invalid quantisation")
-	// ErrBothShares is returned by Client.Unmask when the server asks for
-	// both the self-mask share and the mask-key share of the same peer,
-	// in one request or over several: with both, the server could unmask
-	// that peer's input alone.
+	// ErrBothShares would be returned by Client.Unmask if answering
+	// would reveal both the self-mask share and the mask-key share of the
+	// same peer over several requests: with both, the server could unmask
+	// that peer's input alone. Unmask answers only for the one survivor
+	// set the client signed, so it is a second line of defence.
 	ErrBothShares = errors.New("secagg: both shares of one peer requested")
 	// ErrRefused is returned by a Client asked to sign a second survivor
 	// set in one round, or to unmask for a survivor set it did not sign,

@@ -64,6 +64,18 @@ func FuzzMaskedInput(f *testing.F) {
 	fuzzCanonical[secagg.MaskedInput](f, values(seedView(f).masked))
 }
 
+func FuzzSurvivorSignature(f *testing.F) {
+	fuzzCanonical[secagg.SurvivorSignature](f, values(seedView(f).signed))
+}
+
+func FuzzSurvivorSet(f *testing.F) {
+	b, err := (&secagg.SurvivorSet{Survivors: []uint32{1, 5, 9}}).MarshalBinary()
+	if err != nil {
+		f.Fatal(err)
+	}
+	fuzzCanonical[secagg.SurvivorSet](f, [][]byte{b})
+}
+
 func FuzzUnmaskResponse(f *testing.F) {
 	fuzzCanonical[secagg.UnmaskResponse](f, values(seedView(f).unmask))
 }
