@@ -110,6 +110,9 @@ func (sj *secureJoin) run(ctx context.Context, a *Announcement, u []float64) (*A
 			self = i
 		}
 	}
+	if sr.Seed != graphSeed(sj.fed, a.Seed, a.Round, a.Participants) {
+		return nil, sj.refuse(a, "the round", fmt.Errorf("%w: the round's graph seed is not the one its participants give", ErrFederation))
+	}
 	if self < 0 || len(sr.Identities) != len(ids) || sr.Identities[self] != sj.pub {
 		return nil, sj.refuse(a, "the round", fmt.Errorf("%w: the round's identities do not name this client's key", ErrFederation))
 	}

@@ -3,7 +3,8 @@ package network
 import (
 	"context"
 	"crypto/ed25519"
-	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding"
 	"fmt"
 	"maps"
@@ -47,6 +48,26 @@ const (
 // to it, so nothing of another federation, round or attempt is accepted.
 func secContext(fed string, t, a int) []byte {
 	return fmt.Appendf(nil, "fedcalib federation %q round %d attempt %d", fed, t, a)
+}
+
+// graphSeed returns the neighbour-graph seed of round t of federation
+// fed (secagg.Config.Seed): SHA-256 of a domain, the federation, the
+// run's seed, the round and its participants. Every client derives it
+// and refuses another, so the coordinator cannot change a round's graph
+// between attempts or show clients different graphs, and a restarted
+// coordinator finds the same one. It is fixed once the participants are:
+// colluding clients can compute it early, but not move in it.
+func graphSeed(fed string, runSeed uint64, t int, parts []int) [32]byte {
+	h := sha256.New()
+	fmt.Fprintf(h, "fedcalib/secagg graph seed\x00%q\x00%d\x00%d", fed, runSeed, t)
+	var b [8]byte
+	for _, p := range parts {
+		binary.BigEndian.PutUint64(b[:], uint64(p))
+		h.Write(b[:])
+	}
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
 }
 
 // identities decodes the NKey public keys of the participants ids (in
@@ -155,12 +176,9 @@ func (r *run) secureRound(ctx context.Context, t int, rep *RoundReport) error {
 		if r.sec.distributed() {
 			need = r.sec.survivors
 		}
-		// One graph seed for every attempt of the round: the clients
-		// refuse an attempt whose graph changed (secagg.Memory).
-		var seed [32]byte
-		if _, err := rand.Read(seed[:]); err != nil {
-			return err
-		}
+		// One graph seed for every attempt of the round, which the
+		// clients derive too (graphSeed).
+		seed := graphSeed(r.fed, r.cp.Seed, t, parts)
 		for rep.Attempts = 1; ; rep.Attempts++ {
 			res, end, err := r.secureAttempt(ctx, t, rep, seed, need)
 			if ctx.Err() != nil {

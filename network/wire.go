@@ -159,10 +159,10 @@ func (e *EvalRound) options() (federation.EvalOptions, error) {
 // ClientVariance (distributed noise; 0: none) and masks it. The zero
 // value is not a valid round.
 type SecureRound struct {
-	// Seed is the round's public seed (secagg.Config.Seed), drawn by the
-	// coordinator after the participants are fixed, the same in every
-	// attempt of the round (a client refuses an attempt whose graph
-	// differs from its earlier attempts', secagg.Memory).
+	// Seed is the round's public graph seed (secagg.Config.Seed): a hash
+	// of the federation, the run's seed, the round and its participants,
+	// the same in every attempt of the round; a client derives it and
+	// refuses another.
 	Seed [32]byte `json:"seed"`
 	// Neighbours and Threshold are k and t of the round.
 	Neighbours int `json:"neighbours"`
