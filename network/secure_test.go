@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -519,4 +520,60 @@ func TestSecureCentralRounding(t *testing.T) {
 		t.Errorf("blocks longer than the clip norm after rounding: %d unshrunk, %d shrunk; want some, none", over[0], over[1])
 	}
 	t.Logf("γ = 2^8, d = %v: %d of %d unshrunk blocks exceed the clip norm", d, over[0], 2000*2*C)
+}
+
+// TestSecureRetryCharged rebuilds point 1 of the review over NATS: K = 6,
+// --min-clients 6, distributed noise, and client 0 skipping its masked
+// input in the first attempt of round 1. The short attempt ends before
+// any survivor is asked to sign (5 < s_min): no client reveals a share in
+// it, so nothing of it is computable; the second attempt releases the sum
+// of all six. The ledger holds exactly one release per round, and the
+// recorded ε is that of two rounds of six survivors.
+func TestSecureRetryCharged(t *testing.T) {
+	const K, C = 6, 3
+	pop := population(t, 600, C, K)
+	r := federation.Rounds{T: 2, SampleRate: 1, Seed: 4}
+	spec := federation.Spec{Method: "bbq", Mexp: 3, Epsilon: 1, Accountant: "rdp"}
+	h := newHarness(t, K, t.TempDir())
+	rec := h.record(t, DefaultFederation)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var skipped atomic.Bool
+	wait := h.secureJoinAll(ctx, pop, func(k, round int, stage string) bool {
+		return k == 0 && round == 1 && stage == stageMasked && skipped.CompareAndSwap(false, true)
+	})
+	out, err := h.coordinate(ctx, t, Config{
+		Spec: spec, Rounds: r, MinClients: K, RoundTimeout: 10 * time.Second, EnrolTimeout: 20 * time.Second,
+		Secure: &SecureConfig{Noise: NoiseDistributed, StageTimeout: time.Second},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, errs := wait()
+	noErrors(t, errs)
+	if !skipped.Load() || out.Rounds[0].Attempts != 2 || out.Rounds[1].Attempts != 1 {
+		t.Fatalf("attempts %d, %d (skipped %v); want 2, 1", out.Rounds[0].Attempts, out.Rounds[1].Attempts, skipped.Load())
+	}
+	rec.mu.Lock()
+	for _, m := range rec.msgs {
+		h := m.Header
+		if h.Get(hdrRound) == "1" && h.Get(hdrAttempt) == "1" && (h.Get(hdrStage) == stageSigned || h.Get(hdrStage) == stageUnmask) {
+			t.Errorf("a client signed or revealed shares in the short attempt: %s %s", m.Subject, h.Get(hdrStage))
+		}
+	}
+	rec.mu.Unlock()
+	sa := out.Result.Privacy.SecureAggregation
+	if !reflect.DeepEqual(sa.Survivors, []int{K, K}) {
+		t.Fatalf("survivors %v, want [%d %d]", sa.Survivors, K, K)
+	}
+	var a dp.RDPAccountant
+	for range 2 {
+		if err := a.ComposeSkellam(dp.Skellam{Variance: float64(K-1) * sa.ClientVariance, L1: sa.L1, L2: sa.L2}, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eps, _, err := a.Epsilon(out.Result.Privacy.Delta)
+	if err != nil || math.Abs(eps-out.Result.Privacy.Epsilon) > 1e-9*eps || eps > spec.Epsilon*(1+1e-9) {
+		t.Errorf("recorded ε %v, two releases of %d survivors give %v (%v); want equal and ≤ %v", out.Result.Privacy.Epsilon, K, eps, err, spec.Epsilon)
+	}
 }
