@@ -65,6 +65,12 @@ type drops struct {
 type view struct {
 	keys, shares, masked, signed, unmask map[uint32][]byte
 	bytesPerClient                       map[uint32]int // sent and received
+	// unsigned counts what bytesPerClient would be without the
+	// signatures and the consistency check (wire version 1): keys
+	// without their signatures, no survivor set or signature, and an
+	// unmask request of two ID lists over the client's neighbours.
+	unsigned   map[uint32]int
+	serverSign time.Duration // wall time in ReceiveSignature and CloseSignatures
 	server                               time.Duration  // wall time spent in Server methods
 	serverCPU                            time.Duration  // thread CPU time spent in them
 }
@@ -99,7 +105,7 @@ func wire[M encoding.BinaryMarshaler](t testing.TB, m M, out encoding.BinaryUnma
 func run(t testing.TB, r *secagg.Round, inputs map[uint32][]uint64, d drops, seed uint64) ([]uint64, *secagg.Server, *view) {
 	t.Helper()
 	cfg := r.Config()
-	v := &view{keys: map[uint32][]byte{}, shares: map[uint32][]byte{}, masked: map[uint32][]byte{}, signed: map[uint32][]byte{}, unmask: map[uint32][]byte{}, bytesPerClient: map[uint32]int{}}
+	v := &view{keys: map[uint32][]byte{}, shares: map[uint32][]byte{}, masked: map[uint32][]byte{}, signed: map[uint32][]byte{}, unmask: map[uint32][]byte{}, bytesPerClient: map[uint32]int{}, unsigned: map[uint32]int{}}
 	clients := map[uint32]*secagg.Client{}
 	for _, id := range cfg.Participants {
 		c, err := secagg.NewClient(r, id, opts(seed, id))
@@ -117,6 +123,7 @@ func run(t testing.TB, r *secagg.Round, inputs map[uint32][]uint64, d drops, see
 		var got secagg.AdvertiseKeys
 		v.keys[id] = wire(t, m, &got)
 		v.bytesPerClient[id] += len(v.keys[id])
+		v.unsigned[id] += len(v.keys[id]) - secagg.SignatureSize
 		if err := timed(&v.server, &v.serverCPU, func() error { return s.ReceiveKeys(&got) }); err != nil {
 			t.Fatal(err)
 		}
@@ -130,7 +137,9 @@ func run(t testing.TB, r *secagg.Round, inputs map[uint32][]uint64, d drops, see
 	}
 	for _, id := range sorted(clients) {
 		var got secagg.NeighbourKeys
-		v.bytesPerClient[id] += len(wire(t, nk[id], &got))
+		nb := len(wire(t, nk[id], &got))
+		v.bytesPerClient[id] += nb
+		v.unsigned[id] += nb - secagg.SignatureSize*len(got.Keys)
 		m, err := clients[id].ShareKeys(&got)
 		if err != nil {
 			t.Fatal(err)
@@ -138,6 +147,7 @@ func run(t testing.TB, r *secagg.Round, inputs map[uint32][]uint64, d drops, see
 		var sk secagg.ShareKeys
 		v.shares[id] = wire(t, m, &sk)
 		v.bytesPerClient[id] += len(v.shares[id])
+		v.unsigned[id] += len(v.shares[id])
 		if err := timed(&v.server, &v.serverCPU, func() error { return s.ReceiveShares(&sk) }); err != nil {
 			t.Fatal(err)
 		}
@@ -151,7 +161,9 @@ func run(t testing.TB, r *secagg.Round, inputs map[uint32][]uint64, d drops, see
 	}
 	for _, id := range sorted(clients) {
 		var got secagg.RoutedShares
-		v.bytesPerClient[id] += len(wire(t, rs[id], &got))
+		nb := len(wire(t, rs[id], &got))
+		v.bytesPerClient[id] += nb
+		v.unsigned[id] += nb
 		m, err := clients[id].MaskedInput(&got, inputs[id])
 		if err != nil {
 			t.Fatal(err)
@@ -159,6 +171,7 @@ func run(t testing.TB, r *secagg.Round, inputs map[uint32][]uint64, d drops, see
 		var mi secagg.MaskedInput
 		v.masked[id] = wire(t, m, &mi)
 		v.bytesPerClient[id] += len(v.masked[id])
+		v.unsigned[id] += len(v.masked[id])
 		if err := timed(&v.server, &v.serverCPU, func() error { return s.ReceiveMasked(&mi) }); err != nil {
 			t.Fatal(err)
 		}
@@ -180,12 +193,18 @@ func run(t testing.TB, r *secagg.Round, inputs map[uint32][]uint64, d drops, see
 		var sig secagg.SurvivorSignature
 		v.signed[id] = wire(t, m, &sig)
 		v.bytesPerClient[id] += len(v.signed[id])
-		if err := timed(&v.server, &v.serverCPU, func() error { return s.ReceiveSignature(&sig) }); err != nil {
+		t0 := time.Now()
+		err = timed(&v.server, &v.serverCPU, func() error { return s.ReceiveSignature(&sig) })
+		v.serverSign += time.Since(t0)
+		if err != nil {
 			t.Fatal(err)
 		}
 	}
 	var reqs map[uint32]*secagg.UnmaskRequest
-	if err := timed(&v.server, &v.serverCPU, func() (err error) { reqs, err = s.CloseSignatures(); return }); err != nil {
+	t0 := time.Now()
+	err := timed(&v.server, &v.serverCPU, func() (err error) { reqs, err = s.CloseSignatures(); return })
+	v.serverSign += time.Since(t0)
+	if err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range d.beforeUnmask {
@@ -201,6 +220,9 @@ func run(t testing.TB, r *secagg.Round, inputs map[uint32][]uint64, d drops, see
 		var ur secagg.UnmaskResponse
 		v.unmask[id] = wire(t, m, &ur)
 		v.bytesPerClient[id] += len(v.unmask[id])
+		// Version 1's request: a header and two ID lists naming the
+		// neighbours whose shares the client reveals.
+		v.unsigned[id] += len(v.unmask[id]) + 2 + 8 + 4*(len(ur.SelfShares)+len(ur.KeyShares))
 		if err := timed(&v.server, &v.serverCPU, func() error { return s.ReceiveUnmask(&ur) }); err != nil {
 			t.Fatal(err)
 		}
