@@ -71,8 +71,8 @@ type view struct {
 	// unmask request of two ID lists over the client's neighbours.
 	unsigned   map[uint32]int
 	serverSign time.Duration // wall time in ReceiveSignature and CloseSignatures
-	server                               time.Duration  // wall time spent in Server methods
-	serverCPU                            time.Duration  // thread CPU time spent in them
+	server     time.Duration // wall time spent in Server methods
+	serverCPU  time.Duration // thread CPU time spent in them
 }
 
 // timed runs f and adds its wall and thread CPU durations to *d and
