@@ -577,3 +577,32 @@ func TestSecureRetryCharged(t *testing.T) {
 		t.Errorf("recorded ε %v, two releases of %d survivors give %v (%v); want equal and ≤ %v", out.Result.Privacy.Epsilon, K, eps, err, spec.Epsilon)
 	}
 }
+
+// TestSecureGraphEveryCount: for an allow-list of 30, every neighbour
+// count the coordinator accepts (0, the even ones, and 29) gives, for
+// every sampled count n from 3 to 30, odd or even, a k and t that
+// secagg builds a round with — so no sampled count stops a run.
+func TestSecureGraphEveryCount(t *testing.T) {
+	const K = 30
+	spec := federation.Spec{Method: "bin"}
+	for k := 0; k <= K; k++ {
+		sc, err := checkSecure(SecureConfig{Neighbours: k}, spec, K)
+		if accepted := k == 0 || (k%2 == 0 && k <= K-1) || k == K-1; (err == nil) != accepted {
+			t.Fatalf("--neighbours %d: error %v, want accepted %v", k, err, accepted)
+		}
+		if err != nil {
+			continue
+		}
+		p := &securePlan{cfg: sc}
+		for n := 3; n <= K; n++ {
+			kk, tt := p.graph(n)
+			parts := make([]uint32, n)
+			for i := range parts {
+				parts[i] = uint32(i)
+			}
+			if _, err := secagg.NewGraph([32]byte{byte(n)}, parts, kk); err != nil || 2*tt <= kk || tt > kk {
+				t.Errorf("--neighbours %d, %d sampled: k = %d, t = %d: %v", k, n, kk, tt, err)
+			}
+		}
+	}
+}

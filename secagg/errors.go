@@ -36,7 +36,7 @@ var (
 	// neighbours among its signers) or that carries a bad signature.
 	ErrRefused = errors.New("secagg: unmasking refused")
 	// ErrTooFewNeighbours is returned by a Client that has fewer than t
-	// neighbours left at some stage (keys, shares or survivors): going on
+	// neighbours left at the keys or the shares stage: going on
 	// could expose its input or could not finish.
 	ErrTooFewNeighbours = errors.New("secagg: fewer neighbours than the threshold")
 	// ErrTooFewClients reports a survivor set no client unmasks for
