@@ -274,8 +274,9 @@ func (s *Server) ReceiveSignature(m *SurvivorSignature) error {
 // CloseSignatures ends stage 4 and returns, for every survivor that
 // signed, its unmask request: S with every signature. It returns an error
 // wrapping ErrTooFewClients if some survivor has fewer than t neighbours
-// among the signers (the clients would refuse). From here on the sum is
-// computable: see Server.
+// among the signers (the clients would refuse), or some dropped client's
+// mask key, needed for the sum, fewer than t holders among them. From
+// here on the sum is computable: see Server.
 func (s *Server) CloseSignatures() (map[uint32]*UnmaskRequest, error) {
 	if err := s.at(serverSign, "CloseSignatures"); err != nil {
 		return nil, err
@@ -291,6 +292,25 @@ func (s *Server) CloseSignatures() (map[uint32]*UnmaskRequest, error) {
 		}
 		if d < t {
 			return nil, fmt.Errorf("%w: survivor %d has %d neighbours that signed the survivor set; threshold %d", ErrTooFewClients, v, d, t)
+		}
+	}
+	// A dropped client's mask key, if a survivor masked with it, needs t
+	// holders among the signers (the only clients asked to unmask):
+	// failing here keeps the sum uncomputable rather than computable and
+	// not computed.
+	for _, v := range sortedKeys(s.shares) {
+		if s.masked[v] {
+			continue
+		}
+		need, d := false, 0
+		for _, w := range g.Neighbours(v) {
+			need = need || s.masked[w]
+			if s.sigs[w] != nil {
+				d++
+			}
+		}
+		if need && d < t {
+			return nil, fmt.Errorf("%w: dropped client %d has %d neighbours that signed to hold its shares; threshold %d", ErrTooFewClients, v, d, t)
 		}
 	}
 	sigs := make([]SurvivorSignature, 0, len(s.sigs))
