@@ -2,6 +2,7 @@ package secagg_test
 
 import (
 	"errors"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -345,4 +346,52 @@ func TestComputableFindsLeaks(t *testing.T) {
 			t.Errorf("%s: input of %d alone computable = %v, want %v", c.name, v, got, c.want)
 		}
 	}
+}
+
+// TestRandomLies: a server that shows random survivor sets (the true set
+// less a few random clients, one to three different sets per attempt) to
+// random groups of clients, most to the first. In every trial every sum
+// the server can compute is the sum of one of the sets it showed, a valid
+// one (ValidSurvivors); never a part of one, a union, or a single input;
+// and some trials do compute a sum.
+func TestRandomLies(t *testing.T) {
+	cfg := withIDs(secagg.Config{Seed: roundSeed(11), Participants: ids(24), Neighbours: 6, Threshold: 4, MinSurvivors: 8, Bits: 16, Dim: 2})
+	r, err := secagg.NewRound(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := r.Config()
+	g := rand.New(rand.NewPCG(5, 6))
+	computed := 0
+	const trials = 60
+	for trial := range trials {
+		a := newAttempt(t, r, nil, uint64(trial), nil)
+		m := 1 + g.IntN(3)
+		sets := make([][]uint32, m)
+		show := make([][]uint32, m)
+		for i := range sets {
+			p := slices.Clone(c.Participants)
+			g.Shuffle(len(p), func(x, y int) { p[x], p[y] = p[y], p[x] })
+			sets[i] = without(c.Participants, p[:g.IntN(4)])
+		}
+		for _, id := range c.Participants {
+			i := 0
+			if g.Float64() < 0.1 {
+				i = g.IntN(m)
+			}
+			show[i] = append(show[i], id)
+		}
+		a.lie(sets, show)
+		for _, part := range a.computable() {
+			computed++
+			ok := slices.ContainsFunc(sets, func(s []uint32) bool { return slices.Equal(s, part) })
+			if !ok || r.Graph().ValidSurvivors(part, c.Threshold, c.MinSurvivors) != nil {
+				t.Fatalf("trial %d: the server can compute the sum of %v, not a valid set it showed", trial, part)
+			}
+		}
+	}
+	if computed == 0 {
+		t.Error("no trial computed a sum: the test shows nothing")
+	}
+	t.Logf("%d sums computable over %d trials", computed, trials)
 }
