@@ -395,7 +395,7 @@ func TestSecurePlanNoise(t *testing.T) {
 // TestSecureDistributed: with distributed noise, a round in which one
 // client drops out is charged with its real survivors: the privacy
 // record's ε is the RDP accountant's over Skellam releases of variance
-// survivors × v (to 1e-9), calib.Privacy.Check verifies it, and a record
+// (survivors − 1) × v, the shares of the others (to 1e-9), calib.Privacy.Check verifies it, and a record
 // edited to fewer rounds or more survivors is refused. With central noise
 // the record is the simulation's plus the secure-aggregation fields.
 func TestSecureDistributed(t *testing.T) {
