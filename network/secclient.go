@@ -26,7 +26,8 @@ var errStageTimeout = errors.New("no message from the coordinator before the rou
 type secureJoin struct {
 	nc         *nats.Conn
 	fed, pub   string
-	seed       []byte // the client's NKey seed: its signing key
+	seed       []byte   // the client's NKey seed: its signing key
+	allow      []string // the allow-list the client holds, nil: none
 	k          int
 	in         <-chan *nats.Msg // the client's secure-aggregation inbox
 	anns       <-chan *nats.Msg // the client's invitations and the end of the run
@@ -55,6 +56,33 @@ func (sj *secureJoin) memory(t int) *secagg.Memory {
 		sj.mem[t] = &secagg.Memory{}
 	}
 	return sj.mem[t]
+}
+
+// checkIdentities checks the identities a secure round announces: one
+// per participant, this client's own key for itself, and, when the client
+// holds the allow-list, line p of it for participant p. Errors wrap
+// ErrFederation.
+func checkIdentities(a *Announcement, allow []string, pub string, k int) error {
+	sr := a.Secure
+	if len(sr.Identities) != len(a.Participants) {
+		return fmt.Errorf("%w: %d identities for %d participants", ErrFederation, len(sr.Identities), len(a.Participants))
+	}
+	self := false
+	for i, p := range a.Participants {
+		if p == k {
+			self = true
+			if sr.Identities[i] != pub {
+				return fmt.Errorf("%w: the round's identity of this client is not its key", ErrFederation)
+			}
+		}
+		if allow != nil && (p < 0 || p >= len(allow) || allow[p] != sr.Identities[i]) {
+			return fmt.Errorf("%w: the round's identity of participant %d is not on the allow-list", ErrFederation, p)
+		}
+	}
+	if !self {
+		return fmt.Errorf("%w: the round does not name this client among its participants", ErrFederation)
+	}
+	return nil
 }
 
 // refuse records a refused request of the coordinator and returns it as
@@ -103,18 +131,14 @@ func (sj *secureJoin) run(ctx context.Context, a *Announcement, u []float64) (*A
 	}
 	q.AddNoise(input, sr.ClientVariance, rng)
 	ids := make([]uint32, len(a.Participants))
-	self := -1
 	for i, p := range a.Participants {
 		ids[i] = uint32(p)
-		if p == sj.k {
-			self = i
-		}
 	}
 	if sr.Seed != graphSeed(sj.fed, a.Seed, a.Round, a.Participants) {
 		return nil, sj.refuse(a, "the round", fmt.Errorf("%w: the round's graph seed is not the one its participants give", ErrFederation))
 	}
-	if self < 0 || len(sr.Identities) != len(ids) || sr.Identities[self] != sj.pub {
-		return nil, sj.refuse(a, "the round", fmt.Errorf("%w: the round's identities do not name this client's key", ErrFederation))
+	if err := checkIdentities(a, sj.allow, sj.pub, sj.k); err != nil {
+		return nil, sj.refuse(a, "the round", err)
 	}
 	idents, err := identities(sr.Identities, ids)
 	if err != nil {

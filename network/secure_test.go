@@ -20,15 +20,15 @@ import (
 	"github.com/fedcalib/fedcalib/secagg"
 )
 
-// secureJoinAll starts a client for each of h's keys over pop, client k
-// dropping out of a round where drop(k, t, stage) says; wait returns the
-// reports and errors.
+// secureJoinAll starts a client for each of h's keys over pop, each
+// holding the allow-list, client k dropping out of a round where
+// drop(k, t, stage) says; wait returns the reports and errors.
 func (h *harness) secureJoinAll(ctx context.Context, pop federation.Population, drop func(k, t int, stage string) bool) (wait func() ([]*ClientReport, []error)) {
 	var wg sync.WaitGroup
 	n := len(h.keys)
 	reps, errs := make([]*ClientReport, n), make([]error, n)
 	for k := range n {
-		cfg := ClientConfig{Key: h.keys[k], Data: func(w Welcome) (*calib.Set, error) { return pop.Client(w.Client) }}
+		cfg := ClientConfig{Key: h.keys[k], AllowList: h.pubs, Data: func(w Welcome) (*calib.Set, error) { return pop.Client(w.Client) }}
 		if drop != nil {
 			cfg.drop = func(t int, stage string) bool { return drop(k, t, stage) }
 		}
@@ -603,6 +603,36 @@ func TestSecureGraphEveryCount(t *testing.T) {
 			if _, err := secagg.NewGraph([32]byte{byte(n)}, parts, kk); err != nil || 2*tt <= kk || tt > kk {
 				t.Errorf("--neighbours %d, %d sampled: k = %d, t = %d: %v", k, n, kk, tt, err)
 			}
+		}
+	}
+}
+
+// TestCheckIdentities: a client refuses a secure round whose identities
+// do not match its participants, name another key for it, or — when it
+// holds the allow-list — name a key that is not the participant's line.
+func TestCheckIdentities(t *testing.T) {
+	allow := []string{"UA", "UB", "UC", "UD"}
+	ann := func(parts []int, ids ...string) *Announcement {
+		return &Announcement{Participants: parts, Secure: &SecureRound{Identities: ids}}
+	}
+	for _, c := range []struct {
+		name  string
+		a     *Announcement
+		allow []string
+		ok    bool
+	}{
+		{"true, with the allow-list", ann([]int{0, 2, 3}, "UA", "UC", "UD"), allow, true},
+		{"true, without", ann([]int{0, 2, 3}, "UA", "UC", "UD"), nil, true},
+		{"a made-up peer, with the allow-list", ann([]int{0, 2, 3}, "UA", "UX", "UD"), allow, false},
+		{"a made-up peer, without", ann([]int{0, 2, 3}, "UA", "UX", "UD"), nil, true},
+		{"peers swapped, with the allow-list", ann([]int{0, 2, 3}, "UA", "UD", "UC"), allow, false},
+		{"another key for this client", ann([]int{0, 2, 3}, "UB", "UC", "UD"), nil, false},
+		{"one identity short", ann([]int{0, 2, 3}, "UA", "UC"), nil, false},
+		{"this client not a participant", ann([]int{1, 2, 3}, "UB", "UC", "UD"), nil, false},
+		{"a participant beyond the allow-list", ann([]int{0, 2, 4}, "UA", "UC", "UE"), allow, false},
+	} {
+		if err := checkIdentities(c.a, c.allow, "UA", 0); (err == nil) != c.ok || (err != nil && !errors.Is(err, ErrFederation)) {
+			t.Errorf("%s: error %v, want ok %v", c.name, err, c.ok)
 		}
 	}
 }
