@@ -171,9 +171,13 @@ func TestRetryView(t *testing.T) {
 // self-mask seed and its neighbours' mask keys. Every strategy ends with
 // the honest clients refusing, and the server able to compute no sum
 // but, at most, one over a valid survivor set that contains no victim
-// alone.
+// alone. With -short, n = 40 only.
 func TestLyingServer(t *testing.T) {
-	for _, n := range []int{40, 100} {
+	sizes := []int{40, 100}
+	if testing.Short() {
+		sizes = sizes[:1]
+	}
+	for _, n := range sizes {
 		cfg := withIDs(secagg.Config{Seed: roundSeed(uint64(n)), Participants: ids(n), Bits: 16, Dim: 2})
 		r, err := secagg.NewRound(cfg)
 		if err != nil {
@@ -353,7 +357,7 @@ func TestComputableFindsLeaks(t *testing.T) {
 // random groups of clients, most to the first. In every trial every sum
 // the server can compute is the sum of one of the sets it showed, a valid
 // one (ValidSurvivors); never a part of one, a union, or a single input;
-// and some trials do compute a sum.
+// and some trials do compute a sum. With -short, 20 trials.
 func TestRandomLies(t *testing.T) {
 	cfg := withIDs(secagg.Config{Seed: roundSeed(11), Participants: ids(24), Neighbours: 6, Threshold: 4, MinSurvivors: 8, Bits: 16, Dim: 2})
 	r, err := secagg.NewRound(cfg)
@@ -363,7 +367,10 @@ func TestRandomLies(t *testing.T) {
 	c := r.Config()
 	g := rand.New(rand.NewPCG(5, 6))
 	computed := 0
-	const trials = 60
+	trials := 60
+	if testing.Short() {
+		trials = 20
+	}
 	for trial := range trials {
 		a := newAttempt(t, r, nil, uint64(trial), nil)
 		m := 1 + g.IntN(3)
