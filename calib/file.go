@@ -106,7 +106,7 @@ type SecureAggregation struct {
 	// added Skellam noise before masking).
 	Noise string `json:"noise"`
 	// Neighbours and Threshold are k and t as asked; 0 means the default
-	// of each round (secagg.DefaultNeighbours, secagg.DefaultThreshold).
+	// of each round (secagg.Parameters).
 	Neighbours int `json:"neighbours,omitempty"`
 	Threshold  int `json:"threshold,omitempty"`
 	// Bits is the modulus exponent b; Scale the quantisation scale γ
@@ -121,8 +121,9 @@ type SecureAggregation struct {
 	L1 float64 `json:"l1,omitempty"`
 	L2 float64 `json:"l2,omitempty"`
 	// Survivors counts, for each round, the clients whose noise reached
-	// the sum: the round's noise is Skellam of variance Survivors·v (0: the
-	// round released nothing). Distributed noise only.
+	// the sum: the round is charged as Skellam of variance
+	// dp.SkellamShares(Survivors)·v = (Survivors − 1)·v, the shares of the
+	// others (0: the round released nothing). Distributed noise only.
 	Survivors []int `json:"survivors,omitempty"`
 }
 
@@ -134,9 +135,10 @@ const (
 
 // DistributedSigma returns the σ a privacy record with distributed noise
 // holds: the standard deviation, in the units of an update block of clip
-// norm clip (C₊ for binning, C for scaling), of the noise of the round
-// with the fewest survivors that released: clip·√(s_min·v)/γ. It returns
-// 0 when no round released.
+// norm clip (C₊ for binning, C for scaling), of the noise that protects a
+// client in the round with the fewest survivors that released:
+// clip·√(dp.SkellamShares(s_min)·v)/γ. It returns 0 when no round
+// released.
 func DistributedSigma(sa *SecureAggregation, clip float64) float64 {
 	smin := 0
 	for _, s := range sa.Survivors {
@@ -144,10 +146,10 @@ func DistributedSigma(sa *SecureAggregation, clip float64) float64 {
 			smin = s
 		}
 	}
-	if smin == 0 || !(sa.Scale > 0) {
+	if smin < 2 || !(sa.Scale > 0) {
 		return 0
 	}
-	return clip * math.Sqrt(float64(smin)*sa.ClientVariance) / sa.Scale
+	return clip * math.Sqrt(float64(dp.SkellamShares(smin))*sa.ClientVariance) / sa.Scale
 }
 
 // PrivacyTolerance is the relative tolerance within which Check accepts a
@@ -347,8 +349,8 @@ func (sa *SecureAggregation) checkFields(rounds int) error {
 		return fmt.Errorf("%w: privacy.secure_aggregation.survivors has %d rounds, privacy.rounds is %d", dp.ErrInvalid, len(sa.Survivors), rounds)
 	}
 	for t, s := range sa.Survivors {
-		if s < 0 {
-			return fmt.Errorf("%w: privacy.secure_aggregation.survivors[%d] is %d: want ≥ 0", dp.ErrInvalid, t, s)
+		if s < 0 || s == 1 {
+			return fmt.Errorf("%w: privacy.secure_aggregation.survivors[%d] is %d: want 0 or ≥ 2", dp.ErrInvalid, t, s)
 		}
 	}
 	return nil
@@ -361,8 +363,8 @@ func (sa *SecureAggregation) checkFields(rounds int) error {
 // not hold the update's length, so the rounding term √dim of
 // dp.RoundedL2Bound, and L1, are checked only as lower bounds); ε is the
 // RDP accountant's over the rounds that released, each a Skellam of
-// variance Survivors[t]·v (dp.RDPAccountant.ComposeSkellam, no credit for
-// sampling), converted at Delta; ρ is Σ_t L2²/(2·Survivors[t]·v), the
+// variance dp.SkellamShares(Survivors[t])·v (dp.RDPAccountant.ComposeSkellam,
+// no credit for sampling), converted at Delta; ρ is Σ_t L2²/(2·that), the
 // Gaussian-equivalent term dp.Release.Rho records; and σ is
 // DistributedSigma.
 func (p *Privacy) checkDistributed(acc dp.Accountant, clip, mechs float64) error {
@@ -380,7 +382,7 @@ func (p *Privacy) checkDistributed(acc dp.Accountant, clip, mechs float64) error
 		if s == 0 {
 			continue
 		}
-		k := dp.Skellam{Variance: float64(s) * sa.ClientVariance, L1: sa.L1, L2: sa.L2}
+		k := dp.Skellam{Variance: float64(dp.SkellamShares(s)) * sa.ClientVariance, L1: sa.L1, L2: sa.L2}
 		if err := a.ComposeSkellam(k, 1); err != nil {
 			return fmt.Errorf("privacy.secure_aggregation: %w", err)
 		}
@@ -394,7 +396,7 @@ func (p *Privacy) checkDistributed(acc dp.Accountant, clip, mechs float64) error
 	if err != nil {
 		return fmt.Errorf("privacy.secure_aggregation: %w", err)
 	}
-	noise := fmt.Sprintf("Skellam of variance survivors × %v per round, survivors %v, L1 %v, L2 %v", sa.ClientVariance, sa.Survivors, sa.L1, sa.L2)
+	noise := fmt.Sprintf("Skellam of variance (survivors − 1) × %v per round, survivors %v, L1 %v, L2 %v", sa.ClientVariance, sa.Survivors, sa.L1, sa.L2)
 	if !near(p.Rho, rho) {
 		return fmt.Errorf("privacy.rho is %v but the recorded distributed noise (%s) gives ρ = %v: the record was edited or comes from another fit; refit the calibrator", p.Rho, noise, rho)
 	}

@@ -9,7 +9,9 @@ import (
 )
 
 // distributedRecord is a consistent privacy record of a FedTemp fit with
-// distributed Skellam noise: v per client, survivors by round.
+// distributed Skellam noise: v per client, survivors by round, each round
+// charged with the s − 1 shares of the others (written out here, not
+// through dp.SkellamShares).
 func distributedRecord(t *testing.T, v float64, survivors []int) *Privacy {
 	t.Helper()
 	const scale, l2, l1 = 1 << 20, 1<<20 + 1, (1<<20 + 1) * 1
@@ -20,10 +22,10 @@ func distributedRecord(t *testing.T, v float64, survivors []int) *Privacy {
 		if s == 0 {
 			continue
 		}
-		if err := a.ComposeSkellam(dp.Skellam{Variance: float64(s) * v, L1: l1, L2: l2}, 1); err != nil {
+		if err := a.ComposeSkellam(dp.Skellam{Variance: float64(s-1) * v, L1: l1, L2: l2}, 1); err != nil {
 			t.Fatal(err)
 		}
-		rho += l2 * l2 / (2 * float64(s) * v)
+		rho += l2 * l2 / (2 * float64(s-1) * v)
 		if minS == 0 || s < minS {
 			minS = s
 		}
@@ -33,7 +35,7 @@ func distributedRecord(t *testing.T, v float64, survivors []int) *Privacy {
 		t.Fatal(err)
 	}
 	return &Privacy{
-		Epsilon: eps, Delta: 1e-5, Rho: rho, Sigma: 0.5 * math.Sqrt(float64(minS)*v) / scale,
+		Epsilon: eps, Delta: 1e-5, Rho: rho, Sigma: 0.5 * math.Sqrt(float64(minS-1)*v) / scale,
 		Clip: 0.5, Accountant: "rdp", Rounds: len(survivors), SampleRate: 0.1,
 		SecureAggregation: &SecureAggregation{Noise: NoiseDistributed, Bits: 40, Scale: scale, ClientVariance: v, L1: l1, L2: l2, Survivors: survivors},
 	}
@@ -59,6 +61,7 @@ func TestPrivacyCheckDistributed(t *testing.T) {
 		{"zcdp", func(p *Privacy) { p.Accountant = "zcdp" }, dp.ErrInvalid},
 		{"survivors of another run length", func(p *Privacy) { p.SecureAggregation.Survivors = []int{5, 4} }, dp.ErrInvalid},
 		{"negative survivors", func(p *Privacy) { p.SecureAggregation.Survivors[1] = -1 }, dp.ErrInvalid},
+		{"one survivor", func(p *Privacy) { p.SecureAggregation.Survivors[1] = 1 }, dp.ErrInvalid},
 		{"sensitivity below the clip norm's", func(p *Privacy) { p.SecureAggregation.L2 = 10 }, dp.ErrInvalid},
 		{"no variance", func(p *Privacy) { p.SecureAggregation.ClientVariance = 0 }, dp.ErrInvalid},
 		{"unknown noise", func(p *Privacy) { p.SecureAggregation.Noise = "local" }, dp.ErrInvalid},

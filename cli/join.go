@@ -22,6 +22,7 @@ import (
 // joinFlags are the flags of fedcalib join.
 type joinFlags struct {
 	server, key, fingerprint, ca, federation string
+	allow                                    string
 	insecure, quiet                          bool
 	model, data                              string
 	logits, partition                        string
@@ -77,6 +78,7 @@ It exits when the coordinator announces the end of the run.`,
 	f.StringVar(&fl.ca, "ca", "", "PEM file of the certificate authority that signed the server's certificate")
 	f.BoolVar(&fl.insecure, "insecure", false, "allow a plaintext nats:// connection to a non-loopback server")
 	f.StringVar(&fl.federation, "federation", network.DefaultFederation, "name of the federation to join")
+	f.StringVar(&fl.allow, "clients", "", "the federation's allow-list (the file serve --clients reads), e.g. --clients allow.txt: under secure aggregation the client then refuses a round naming participant keys not on it; without it, it trusts the coordinator's list")
 	f.StringVar(&fl.model, "model", "", "ONNX model to run on --data")
 	f.StringVar(&fl.data, "data", "", "dataset spec of the local data (see \"fedcalib infer --help\")")
 	f.StringVar(&fl.logits, "logits", "", "logits file of the local data (.npz)")
@@ -136,7 +138,15 @@ func runJoin(cmd *cobra.Command, fl *joinFlags) error {
 	if fl.quiet {
 		level = slog.LevelWarn
 	}
+	var allow []string
+	if fl.allow != "" {
+		var err error
+		if allow, err = network.ReadAllowList(fl.allow); err != nil {
+			return fmt.Errorf("--clients: %w", err)
+		}
+	}
 	cfg := network.ClientConfig{
+		AllowList:    allow,
 		Federation:   fl.federation,
 		Key:          key,
 		EnrolTimeout: fl.enrolTimeout,

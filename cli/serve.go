@@ -130,7 +130,11 @@ by its clip norm (each histogram by its own), quantises it to integers
 modulo 2^b (--bits) and masks it with pairwise and self masks agreed with
 --neighbours others; the coordinator routes the encrypted Shamir shares
 (threshold --threshold) and unmasks the sum of the clients that sent their
-masked input, dropouts included up to k − t per neighbourhood. The
+masked input, dropouts included up to k − t per neighbourhood. Keys are
+signed with the clients' NKeys, and the survivors sign the survivor set:
+a client unmasks only a set of at least --min-clients (the noise's
+planned survivors), connected in the graph, with t signing neighbours per
+survivor, and signs one such set per round. The
 coordinator cannot check an update it never sees: clients clip their own.
 A scaling method needs a bound (--epsilon or --clip); a binning method
 without --epsilon sums exact counts (up to 65536 per bin and client).
@@ -194,8 +198,8 @@ and dropouts.`,
 	f.DurationVar(&fl.enrolTimeout, "enrol-timeout", 5*time.Minute, "how long to wait for every client to enrol before starting with those that did")
 	f.BoolVarP(&fl.cal.fed.quiet, "quiet", "q", false, "print no per-round progress")
 	f.BoolVar(&fl.secure, "secure-aggregation", false, "run every round under secure aggregation (SecAgg+): the coordinator sees only the sum of the round's updates")
-	f.IntVar(&fl.neighbours, "neighbours", 0, "with --secure-aggregation: neighbours k of each client in a round's graph; 0: the even number at or above 3·⌈log₂ n⌉ for n participants")
-	f.IntVar(&fl.threshold, "threshold", 0, "with --secure-aggregation: Shamir threshold t, in (k/2, k]; 0: ⌊k/2⌋ + 1")
+	f.IntVar(&fl.neighbours, "neighbours", 0, "with --secure-aggregation: neighbours k of each client in a round's graph, even (or K − 1: everyone), e.g. --neighbours 40; 0: derived per round from its n participants for 10% dropouts and 5% colluding clients (failure ≤ 2^−20, exposure ≤ 2^−40 a round; see docs/NETWORK.md)")
+	f.IntVar(&fl.threshold, "threshold", 0, "with --secure-aggregation: Shamir threshold t, in (k/2, k], e.g. --threshold 24; 0: derived with k, or ⌊k/2⌋ + 1 with --neighbours")
 	f.IntVar(&fl.bits, "bits", network.DefaultBits, "with --secure-aggregation: modulus 2^b of the masked sums, b in [2, 64]")
 	f.StringVar(&fl.noise, "noise", network.NoiseCentral, "with --secure-aggregation and --epsilon: central (the coordinator adds Gaussian noise to the sum) or distributed (each client adds Skellam noise before masking; needs --accountant rdp)")
 	fl.eval.register(f)

@@ -37,9 +37,17 @@ import (
 // Dropouts. Each client's share of noise is sized for the fewest clients
 // that may survive a round (SkellamPlan.Survivors): with per-client
 // variance v and s survivors the sum carries Sk(s·v). More survivors than
-// planned means more noise (and more privacy); fewer means less: the
-// guarantee of a round is that of Skellam{Variance: s·v}, which the driver
-// records in the ledger with the survivors it actually had.
+// planned means more noise (and more privacy); fewer means less.
+//
+// Shares. A round with s survivors is charged as Skellam{Variance:
+// SkellamShares(s)·v} = (s − 1)·v: the protected client's own share is
+// not counted. Under add/remove adjacency the neighbouring sum without
+// the protected client lacks its share, so the bound for s shares (which
+// assumes the same noise on both sides) would credit the client with
+// noise that only one of the two sums has; the s − 1 shares of the others
+// are on both sides. This is the more conservative of the two usual
+// conventions (Kairouz, Liu and Steinke 2021 count every share under
+// their replace-one analysis); it costs one client's share of noise.
 //
 // Rounding. A client's update, clipped to L2 norm C and scaled by γ, is
 // rounded to integers by stochastic rounding, which can lengthen it: the
@@ -197,15 +205,26 @@ type SkellamPlan struct {
 	// L1 and L2 are the sensitivities of one round's sum, > 0.
 	L1, L2 float64
 	// Survivors is the fewest clients whose noise is guaranteed to reach
-	// the sum of a round (the dropout tolerance of the plan); 0 means 1.
+	// the sum of a round (the dropout tolerance of the plan), at least 2
+	// (SkellamShares); 0 means 2.
 	Survivors int
 }
 
 func (p SkellamPlan) survivors() int {
 	if p.Survivors == 0 {
-		return 1
+		return 2
 	}
 	return p.Survivors
+}
+
+// SkellamShares returns the number of noise shares that protect one of s
+// survivors of a round: s − 1, every share but its own (see "Shares"
+// above). It panics for s < 2.
+func SkellamShares(s int) int {
+	if s < 2 {
+		panic(fmt.Sprintf("dp: SkellamShares(%d): a sum needs 2 survivors for a share to protect either", s))
+	}
+	return s - 1
 }
 
 // Variance returns the smallest total variance μ (to the last bit) of the
@@ -221,8 +240,8 @@ func (p SkellamPlan) Variance() (float64, error) {
 	if err := checkCount("rounds", p.Rounds); err != nil {
 		return 0, err
 	}
-	if err := checkCount("survivors", p.survivors()); err != nil {
-		return 0, err
+	if p.survivors() < 2 {
+		return 0, invalidf("survivors = %d; at least 2 are needed for a noise share to protect either (SkellamShares)", p.survivors())
 	}
 	if err := (Skellam{Variance: 1, L1: p.L1, L2: p.L2}).validate(); err != nil {
 		return 0, err
@@ -238,23 +257,24 @@ func (p SkellamPlan) Variance() (float64, error) {
 	return mu, nil
 }
 
-// ClientVariance returns the variance v = μ/Survivors of the Skellam
-// noise each client adds to every coordinate, so that any Survivors
-// clients together carry the planned μ.
+// ClientVariance returns the variance v = μ/SkellamShares(Survivors)
+// of the Skellam noise each client adds to every coordinate, so that the
+// shares protecting any one of Survivors clients carry the planned μ.
 func (p SkellamPlan) ClientVariance() (float64, error) {
 	mu, err := p.Variance()
 	if err != nil {
 		return 0, err
 	}
-	return mu / float64(p.survivors()), nil
+	return mu / float64(SkellamShares(p.survivors())), nil
 }
 
-// Round returns the mechanism of one round in which survivors clients,
-// each adding per-client variance clientVariance, reached the sum: the
-// Skellam of variance survivors·clientVariance with the plan's
-// sensitivities. Record it in the ledger with the round's real survivors.
+// Round returns the mechanism of one round in which survivors ≥ 2
+// clients, each adding per-client variance clientVariance, reached the
+// sum: the Skellam of variance SkellamShares(survivors)·clientVariance
+// with the plan's sensitivities. Record it in the ledger with the round's
+// real survivors.
 func (p SkellamPlan) Round(clientVariance float64, survivors int) Skellam {
-	return Skellam{Variance: float64(survivors) * clientVariance, L1: p.L1, L2: p.L2}
+	return Skellam{Variance: float64(SkellamShares(survivors)) * clientVariance, L1: p.L1, L2: p.L2}
 }
 
 // SamplePoisson returns a Poisson(mean) variate drawn with r, for a

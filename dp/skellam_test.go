@@ -155,14 +155,15 @@ func TestSkellamPlan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v != mu/80 {
-		t.Errorf("ClientVariance = %v, want μ/80 = %v", v, mu/80)
+	if v != mu/79 { // 79 shares protect each of 80 survivors
+
+		t.Errorf("ClientVariance = %v, want μ/79 = %v", v, mu/79)
 	}
 	// Dropouts: with fewer survivors than planned the round is weaker.
-	if full, fewer := p.Round(v, 80), p.Round(v, 60); fewer.Variance != 60*v || full.Variance != 80*v {
-		t.Errorf("Round variances %v, %v; want %v, %v", full.Variance, fewer.Variance, 80*v, 60*v)
+	if full, fewer := p.Round(v, 80), p.Round(v, 60); fewer.Variance != 59*v || full.Variance != 79*v {
+		t.Errorf("Round variances %v, %v; want %v, %v", full.Variance, fewer.Variance, 79*v, 59*v)
 	}
-	if e60 := eps(60 * v); !(e60 > p.Epsilon) {
+	if e60 := eps(59 * v); !(e60 > p.Epsilon) {
 		t.Errorf("60 of 80 planned survivors spend ε = %v, want > %v", e60, p.Epsilon)
 	}
 	for _, bad := range []dp.SkellamPlan{
@@ -170,6 +171,7 @@ func TestSkellamPlan(t *testing.T) {
 		{Epsilon: 1, Delta: 1e-5, Rounds: 0, L1: 1, L2: 1},
 		{Epsilon: 1, Delta: 1e-5, Rounds: 1, L1: 0, L2: 1},
 		{Epsilon: 1, Delta: 1e-5, Rounds: 1, L1: 1, L2: 1, Survivors: -1},
+		{Epsilon: 1, Delta: 1e-5, Rounds: 1, L1: 1, L2: 1, Survivors: 1},
 	} {
 		if _, err := bad.Variance(); !errors.Is(err, dp.ErrInvalid) {
 			t.Errorf("%+v: error %v, want ErrInvalid", bad, err)

@@ -86,6 +86,8 @@ func TestSecureAggregation(t *testing.T) {
 			want string
 		}{
 			{"threshold above neighbours", []string{"--method", "bin", "--secure-aggregation", "--neighbours", "4", "--threshold", "5"}, "threshold 5 is above the neighbour count 4"},
+			{"one neighbour", []string{"--method", "bin", "--secure-aggregation", "--neighbours", "1"}, "1 neighbour"},
+			{"odd neighbours", []string{"--method", "bin", "--secure-aggregation", "--neighbours", "3"}, "3 neighbours (odd)"},
 			{"bits too small", []string{"--method", "bin", "--secure-aggregation", "--bits", "16"}, "need b ≥"},
 			{"distributed under zcdp", []string{"--method", "temp", "--epsilon", "1", "--secure-aggregation", "--noise", "distributed"}, "--accountant rdp"},
 			{"bits without secure aggregation", []string{"--method", "bin", "--bits", "40"}, "--secure-aggregation"},
@@ -104,14 +106,17 @@ func TestSecureAggregation(t *testing.T) {
 	})
 }
 
-// serveAndJoin runs serve with sargs and K joins, and returns serve's exit
-// status (reporting failures).
+// serveAndJoin runs serve with sargs and K joins (each given the
+// allow-list, join --clients), and returns serve's exit status (reporting
+// failures).
 func serveAndJoin(t *testing.T, f *fed, K int, sargs []string) int {
 	t.Helper()
 	srv, url, fp := f.serve(t, t.TempDir(), "127.0.0.1:0", sargs...)
 	var joins []*proc
 	for i := range K {
-		joins = append(joins, f.join(t, url, fp, i))
+		// Each client holds the allow-list: it checks the identities
+		// the coordinator announces against it.
+		joins = append(joins, start(t, f.bin, "join", "--server", url, "--tls-fingerprint", fp, "--key", f.keys[i], "--logits", f.logits, "--partition", f.partition, "--clients", f.allow))
 	}
 	code := srv.wait(t, 90*time.Second)
 	if code != 0 {

@@ -40,6 +40,12 @@ type ClientConfig struct {
 	// Log receives one line per round the client answers; nil means
 	// none.
 	Log *slog.Logger
+	// AllowList, if not nil, is the federation's allow-list as the client
+	// holds it (ReadAllowList): under secure aggregation it refuses a
+	// round whose announced identity of participant k is not line k, so a
+	// coordinator cannot make up the other participants' keys. nil trusts
+	// the coordinator's announcement.
+	AllowList []string
 
 	// drop, in tests, makes the client drop out of round t just before
 	// it would send its message of the stage (secure aggregation).
@@ -61,9 +67,9 @@ type ClientReport struct {
 	// included.
 	Answered []int
 	// Refused lists the requests of the coordinator the client refused,
-	// with the reason: under secure aggregation, an unmask request for
-	// both shares of one peer (secagg.ErrBothShares) or naming too few
-	// survivors.
+	// with the reason: under secure aggregation, a survivor set it would
+	// not sign or an unmask request it would not answer (secagg.Client's
+	// SignSurvivors and Unmask).
 	Refused []string
 	// Sent and Received are the payload bytes the client sent (updates,
 	// every try of each, and secure-aggregation messages) and received (invitations, the end of
@@ -162,7 +168,7 @@ func Join(ctx context.Context, d Dial, cfg ClientConfig) (*ClientReport, error) 
 		return nil, fmt.Errorf("%w: subscribing to the inbox: %w", ErrNotAllowed, err)
 	}
 	defer ssub.Unsubscribe()
-	sj := &secureJoin{nc: nc, fed: fed, pub: pub, k: k, in: secIn, anns: anns, rep: rep, log: log, drop: cfg.drop}
+	sj := &secureJoin{nc: nc, fed: fed, pub: pub, seed: cfg.Key.Seed, allow: cfg.AllowList, k: k, in: secIn, anns: anns, rep: rep, log: log, drop: cfg.drop}
 	done, doneAttempt := 0, 0  // last round (and attempt) answered
 	var doneDeadline time.Time // the deadline of the invitation last answered (plain rounds)
 	var buf []float64

@@ -87,9 +87,10 @@ type Config struct {
 	// Progress, if not nil, is called after each round is committed.
 	Progress func(RoundReport)
 
-	// tamper, in tests, edits the unmask requests of round t before they
-	// are sent: a coordinator that asks for both shares of a peer.
-	tamper func(t int, reqs map[uint32]*secagg.UnmaskRequest)
+	// tamper, in tests, edits the survivor sets of attempt a of round t
+	// before they are sent to each client for signing: a coordinator
+	// that tells clients different survivors.
+	tamper func(t, a int, sets map[uint32]*secagg.SurvivorSet)
 }
 
 // RoundReport is what a coordinator reports after each round. The zero

@@ -26,6 +26,8 @@ var errStageTimeout = errors.New("no message from the coordinator before the rou
 type secureJoin struct {
 	nc         *nats.Conn
 	fed, pub   string
+	seed       []byte   // the client's NKey seed: its signing key
+	allow      []string // the allow-list the client holds, nil: none
 	k          int
 	in         <-chan *nats.Msg // the client's secure-aggregation inbox
 	anns       <-chan *nats.Msg // the client's invitations and the end of the run
@@ -33,10 +35,65 @@ type secureJoin struct {
 	log        *slog.Logger
 	drop       func(t int, stage string) bool
 	t, attempt int
+	// mem is the client's secagg.Memory of each round it took part in
+	// (rounds before the latest are forgotten: the coordinator never
+	// goes back).
+	mem map[int]*secagg.Memory
+}
+
+// memory returns the client's record of round t, forgetting earlier
+// rounds.
+func (sj *secureJoin) memory(t int) *secagg.Memory {
+	if sj.mem == nil {
+		sj.mem = map[int]*secagg.Memory{}
+	}
+	for r := range sj.mem {
+		if r < t {
+			delete(sj.mem, r)
+		}
+	}
+	if sj.mem[t] == nil {
+		sj.mem[t] = &secagg.Memory{}
+	}
+	return sj.mem[t]
+}
+
+// checkIdentities checks the identities a secure round announces: one
+// per participant, this client's own key for itself, and, when the client
+// holds the allow-list, line p of it for participant p. Errors wrap
+// ErrFederation.
+func checkIdentities(a *Announcement, allow []string, pub string, k int) error {
+	sr := a.Secure
+	if len(sr.Identities) != len(a.Participants) {
+		return fmt.Errorf("%w: %d identities for %d participants", ErrFederation, len(sr.Identities), len(a.Participants))
+	}
+	self := false
+	for i, p := range a.Participants {
+		if p == k {
+			self = true
+			if sr.Identities[i] != pub {
+				return fmt.Errorf("%w: the round's identity of this client is not its key", ErrFederation)
+			}
+		}
+		if allow != nil && (p < 0 || p >= len(allow) || allow[p] != sr.Identities[i]) {
+			return fmt.Errorf("%w: the round's identity of participant %d is not on the allow-list", ErrFederation, p)
+		}
+	}
+	if !self {
+		return fmt.Errorf("%w: the round does not name this client among its participants", ErrFederation)
+	}
+	return nil
+}
+
+// refuse records a refused request of the coordinator and returns it as
+// an error.
+func (sj *secureJoin) refuse(a *Announcement, what string, err error) error {
+	sj.rep.Refused = append(sj.rep.Refused, fmt.Sprintf("round %d attempt %d: %s: %v", a.Round, a.Attempt, what, err))
+	return fmt.Errorf("refused %s: %w", what, err)
 }
 
 // run takes part in one attempt a of a round with the client's update u:
-// quantise, noise, mask, unmask. It returns a newer invitation (a new
+// quantise, noise, mask, sign the survivors, unmask. It returns a newer invitation (a new
 // attempt or round) or the end of the run, read meanwhile, if any.
 func (sj *secureJoin) run(ctx context.Context, a *Announcement, u []float64) (*Announcement, error) {
 	sr := a.Secure
@@ -49,9 +106,17 @@ func (sj *secureJoin) run(ctx context.Context, a *Announcement, u []float64) (*A
 			return nil, fmt.Errorf("%w: the round announces clip norm %v", ErrFederation, c)
 		}
 	}
+	if !(sr.Shrink >= 0 && sr.Shrink <= 1) {
+		return nil, fmt.Errorf("%w: the round announces shrink factor %v", ErrFederation, sr.Shrink)
+	}
 	x := slices.Clone(u)
 	if err := normalise(x, sr.Clips, false); err != nil {
 		return nil, err
+	}
+	if sr.Shrink > 0 {
+		for i := range x {
+			x[i] *= sr.Shrink
+		}
 	}
 	for i, v := range x {
 		if math.Abs(v) > sr.Range {
@@ -69,13 +134,30 @@ func (sj *secureJoin) run(ctx context.Context, a *Announcement, u []float64) (*A
 	for i, p := range a.Participants {
 		ids[i] = uint32(p)
 	}
-	round, err := secagg.NewRound(secagg.Config{Seed: sr.Seed, Participants: ids, Neighbours: sr.Neighbours, Threshold: sr.Threshold, Bits: sr.Bits, Dim: len(u)})
+	if sr.Seed != graphSeed(sj.fed, a.Seed, a.Round, a.Participants) {
+		return nil, sj.refuse(a, "the round", fmt.Errorf("%w: the round's graph seed is not the one its participants give", ErrFederation))
+	}
+	if err := checkIdentities(a, sj.allow, sj.pub, sj.k); err != nil {
+		return nil, sj.refuse(a, "the round", err)
+	}
+	idents, err := identities(sr.Identities, ids)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrFederation, err)
 	}
-	cl, err := secagg.NewClient(round, uint32(sj.k), nil)
+	round, err := secagg.NewRound(secagg.Config{
+		Seed: sr.Seed, Participants: ids, Neighbours: sr.Neighbours, Threshold: sr.Threshold, MinSurvivors: sr.MinSurvivors,
+		Context: secContext(sj.fed, a.Round, a.Attempt), Identities: idents, Bits: sr.Bits, Dim: len(u),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrFederation, err)
+	}
+	key, err := signingKey(sj.seed)
 	if err != nil {
 		return nil, err
+	}
+	cl, err := secagg.NewClient(round, uint32(sj.k), secagg.ClientOptions{Key: key, Memory: sj.memory(a.Round)})
+	if err != nil {
+		return nil, sj.refuse(a, "the round", err)
 	}
 	adv, err := cl.AdvertiseKeys()
 	if err != nil {
@@ -107,14 +189,24 @@ func (sj *secureJoin) run(ctx context.Context, a *Announcement, u []float64) (*A
 		return nil, err
 	}
 	sj.rep.Answered = append(sj.rep.Answered, a.Round)
+	var set secagg.SurvivorSet
+	if next, err := sj.wait(ctx, a, stageSurvivors, &set); next != nil || err != nil {
+		return next, err
+	}
+	sig, err := cl.SignSurvivors(&set)
+	if err != nil {
+		return nil, sj.refuse(a, "the survivor set", err)
+	}
+	if stop, err := sj.send(stageSigned, sig); stop || err != nil {
+		return nil, err
+	}
 	var req secagg.UnmaskRequest
 	if next, err := sj.wait(ctx, a, stageRequest, &req); next != nil || err != nil {
 		return next, err
 	}
 	resp, err := cl.Unmask(&req)
 	if err != nil {
-		sj.rep.Refused = append(sj.rep.Refused, fmt.Sprintf("round %d attempt %d: %v", a.Round, a.Attempt, err))
-		return nil, fmt.Errorf("refused the unmask request: %w", err)
+		return nil, sj.refuse(a, "the unmask request", err)
 	}
 	_, err = sj.send(stageUnmask, resp)
 	return nil, err

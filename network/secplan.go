@@ -44,19 +44,31 @@ const CountRange = 1 << 16
 const maxClientVariance = 1 << 53
 
 // SecureConfig turns on secure aggregation (SecAgg+, package secagg) in
-// every round of a Coordinator. The zero value is SecAgg+ with secagg's
-// default neighbours and threshold for each round, DefaultBits and central
-// noise.
+// every round of a Coordinator. The zero value is SecAgg+ with k and t
+// derived for each round by secagg.Parameters from its participants,
+// secagg.DefaultDropoutRate and secagg.DefaultColluders, DefaultBits and
+// central noise.
 type SecureConfig struct {
-	// Neighbours is the degree k of each round's neighbour graph, at
-	// least 1; 0 means secagg.DefaultNeighbours of the round's
-	// participants. A round with n ≤ k participants uses n − 1 (one less
-	// when that is odd and n is odd).
+	// Neighbours is the degree k of each round's neighbour graph, an
+	// even number ≥ 2 (an odd degree lets dropouts split the survivors,
+	// secagg.NewGraph) or the allow-list's K − 1 (the complete graph); 0
+	// means secagg.Parameters of the round's
+	// participants. A round with n ≤ k participants uses the complete
+	// graph, k = n − 1.
 	Neighbours int `json:"neighbours"`
-	// Threshold is the Shamir threshold t ∈ (k/2, k]; 0 means
-	// secagg.DefaultThreshold(k). A round whose k is reduced below t
-	// uses secagg.DefaultThreshold of its k.
+	// Threshold is the Shamir threshold t ∈ (k/2, k]; 0 means the
+	// Parameters' t, or secagg.DefaultThreshold(k) with Neighbours set.
+	// A round whose k is reduced to t or below uses
+	// secagg.DefaultThreshold of its k.
 	Threshold int `json:"threshold"`
+	// DropoutRate is the fraction δ ∈ [0, 1) of a round's participants
+	// assumed to drop out when k and t are derived (Neighbours 0); 0
+	// means secagg.DefaultDropoutRate.
+	DropoutRate float64 `json:"dropout_rate,omitempty"`
+	// Colluders is the fraction of the clients assumed to collude (with
+	// each other or a deviating coordinator) when k and t are derived, in
+	// [0, 1); 0 means secagg.DefaultColluders (5%).
+	Colluders float64 `json:"colluders,omitempty"`
 	// Bits is the modulus exponent b ∈ [2, 64]; 0 means DefaultBits.
 	Bits int `json:"bits"`
 	// Noise is NoiseCentral or NoiseDistributed; empty means
@@ -64,7 +76,7 @@ type SecureConfig struct {
 	// accountant.
 	Noise string `json:"noise"`
 	// StageTimeout is how long the coordinator waits for the messages
-	// of each of the four stages of a round; zero means a quarter of
+	// of each of the five stages of a round; zero means a fifth of
 	// Config.RoundTimeout.
 	StageTimeout time.Duration `json:"-"`
 }
@@ -79,6 +91,7 @@ type securePlan struct {
 	skellam   dp.SkellamPlan   // distributed noise only
 	survivors int              // the fewest survivors of a round that releases (distributed noise)
 	sigmaUnit float64          // clip norm whose noise the privacy record's σ is (C₊ or C)
+	shrink    float64          // factor of each normalised block before quantising (central noise with privacy); 0: 1
 	binning   bool             // a binning method
 	priv      *federation.Spec // nil without privacy
 }
@@ -100,6 +113,14 @@ func checkSecure(sc SecureConfig, spec federation.Spec, clients int) (SecureConf
 		return sc, fmt.Errorf("%w: secure aggregation modulus of %d bits: want 2 to 64", ErrConfig, sc.Bits)
 	case sc.Neighbours < 0 || sc.Threshold < 0:
 		return sc, fmt.Errorf("%w: %d neighbours, threshold %d: want ≥ 1 (0: the default)", ErrConfig, sc.Neighbours, sc.Threshold)
+	case sc.Neighbours == 1:
+		return sc, fmt.Errorf("%w: 1 neighbour: each pair's sum would leak and each neighbour would hold the other's secrets in the clear (t = 1); want an even k ≥ 2 (0: the default)", ErrConfig)
+	case sc.Neighbours%2 == 1 && sc.Neighbours != clients-1:
+		return sc, fmt.Errorf("%w: %d neighbours (odd): dropouts could split the survivors of a graph of odd degree into parts the coordinator can sum alone; want an even k, such as %d, or %d (every client a neighbour of every other)", ErrConfig, sc.Neighbours, sc.Neighbours+1, clients-1)
+	case !(sc.DropoutRate >= 0 && sc.DropoutRate < 1):
+		return sc, fmt.Errorf("%w: dropout rate %v: want [0, 1)", ErrConfig, sc.DropoutRate)
+	case !(sc.Colluders >= 0 && sc.Colluders < 1):
+		return sc, fmt.Errorf("%w: colluding fraction %v: want [0, 1)", ErrConfig, sc.Colluders)
 	case sc.StageTimeout < 0:
 		return sc, fmt.Errorf("%w: negative stage timeout", ErrConfig)
 	case sc.Noise != NoiseCentral && sc.Noise != NoiseDistributed:
@@ -108,12 +129,12 @@ func checkSecure(sc SecureConfig, spec federation.Spec, clients int) (SecureConf
 		return sc, fmt.Errorf("%w: distributed noise needs a private fit: give ε (--epsilon)", ErrConfig)
 	case sc.Noise == NoiseDistributed && spec.Accountant != dp.RDP.String():
 		return sc, fmt.Errorf("%w: distributed (Skellam) noise is accounted only by the RDP accountant, whose bound holds at integer orders: pass --accountant rdp", ErrConfig)
-	case clients < 2:
-		return sc, fmt.Errorf("%w: secure aggregation needs at least 2 clients on the allow-list, not %d", ErrConfig, clients)
+	case clients < 3:
+		return sc, fmt.Errorf("%w: secure aggregation needs at least 3 clients on the allow-list, not %d (the sum of two tells each the other's input)", ErrConfig, clients)
 	}
 	k := sc.Neighbours
 	if k == 0 {
-		k = secagg.DefaultNeighbours(clients)
+		k, _ = (&securePlan{cfg: sc}).graph(clients) // the default of a round of everyone
 	} else if k > clients-1 {
 		return sc, fmt.Errorf("%w: %d neighbours but only %d clients: want at most %d", ErrConfig, k, clients, clients-1)
 	}
@@ -128,18 +149,26 @@ func checkSecure(sc SecureConfig, spec federation.Spec, clients int) (SecureConf
 	return sc, nil
 }
 
-// graph returns k and t of a round of n ≥ 2 participants.
+// graph returns k and t of a round of n ≥ 3 participants: the
+// configured ones (k capped at n − 1, the complete graph), or those
+// secagg.Parameters derives from n, the dropout rate and the colluders.
 func (p *securePlan) graph(n int) (k, t int) {
-	k = p.cfg.Neighbours
+	k, t = p.cfg.Neighbours, p.cfg.Threshold
 	if k == 0 {
-		k = secagg.DefaultNeighbours(n)
-	} else if k > n-1 {
-		k = n - 1
-		if k%2 == 1 && n%2 == 1 {
-			k--
+		c := p.cfg.Colluders
+		colluders := secagg.DefaultColluders(n)
+		if c > 0 {
+			colluders = min(int(math.Ceil(c*float64(n))), n-1)
+		}
+		par, err := secagg.Parameters(n, orF(p.cfg.DropoutRate, secagg.DefaultDropoutRate), colluders)
+		if err == nil { // checkSecure and n ≥ 3 keep the arguments in range
+			k = par.Neighbours
+			if t == 0 {
+				t = par.Threshold
+			}
 		}
 	}
-	t = p.cfg.Threshold
+	k = min(k, n-1)
 	if t == 0 || t > k || 2*t <= k {
 		t = secagg.DefaultThreshold(k)
 	}
@@ -156,7 +185,7 @@ func planSecure(sc SecureConfig, spec federation.Spec, clients, minClients, T, c
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	p := &securePlan{cfg: sc, dim: dim, binning: m.Family == calib.Binning, survivors: max(minClients, 1)}
+	p := &securePlan{cfg: sc, dim: dim, binning: m.Family == calib.Binning, survivors: max(minClients, 2)}
 	if spec.Private() {
 		p.priv = &spec
 	}
@@ -242,16 +271,28 @@ func planSecure(sc SecureConfig, spec federation.Spec, clients, minClients, T, c
 	if err := fits(lo); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
+	if p.priv != nil && !p.distributed() {
+		// Central noise is calibrated to the clip norm, but stochastic
+		// rounding can lengthen a block of d coordinates by up to √d
+		// quantised units: each block is shrunk by s = 1 − √d/γ first,
+		// so its rounded norm is at most s·γ + √d = γ, the clip norm.
+		d := float64(dim / len(p.clips))
+		p.shrink = 1 - math.Sqrt(d)/p.q.Scale
+		if !(p.shrink > 0) {
+			return nil, fmt.Errorf("%w: %w: a block of %v coordinates at scale %v: rounding could exceed the clip norm by more than it", ErrConfig, secagg.ErrBitsTooSmall, d, p.q.Scale)
+		}
+	}
 	return p, nil
 }
 
-// round returns the announced description of one attempt.
-func (p *securePlan) round(seed [32]byte, n int) *SecureRound {
+// round returns the announced description of a round of n participants
+// whose sum must have at least sMin survivors.
+func (p *securePlan) round(seed [32]byte, n, sMin int) *SecureRound {
 	k, t := p.graph(n)
 	return &SecureRound{
-		Seed: seed, Neighbours: k, Threshold: t,
+		Seed: seed, Neighbours: k, Threshold: t, MinSurvivors: sMin,
 		Bits: p.q.Bits, Range: p.q.Range, Scale: p.q.Scale, Norm: p.q.Norm,
-		Clips: p.clips, ClientVariance: p.clientVar,
+		Clips: p.clips, ClientVariance: p.clientVar, Shrink: p.shrink,
 	}
 }
 

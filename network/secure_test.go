@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,15 +20,15 @@ import (
 	"github.com/fedcalib/fedcalib/secagg"
 )
 
-// secureJoinAll starts a client for each of h's keys over pop, client k
-// dropping out of a round where drop(k, t, stage) says; wait returns the
-// reports and errors.
+// secureJoinAll starts a client for each of h's keys over pop, each
+// holding the allow-list, client k dropping out of a round where
+// drop(k, t, stage) says; wait returns the reports and errors.
 func (h *harness) secureJoinAll(ctx context.Context, pop federation.Population, drop func(k, t int, stage string) bool) (wait func() ([]*ClientReport, []error)) {
 	var wg sync.WaitGroup
 	n := len(h.keys)
 	reps, errs := make([]*ClientReport, n), make([]error, n)
 	for k := range n {
-		cfg := ClientConfig{Key: h.keys[k], Data: func(w Welcome) (*calib.Set, error) { return pop.Client(w.Client) }}
+		cfg := ClientConfig{Key: h.keys[k], AllowList: h.pubs, Data: func(w Welcome) (*calib.Set, error) { return pop.Client(w.Client) }}
 		if drop != nil {
 			cfg.drop = func(t int, stage string) bool { return drop(k, t, stage) }
 		}
@@ -205,11 +206,17 @@ func (h *harness) record(t *testing.T, fed string) *recorder {
 }
 
 // TestSecureView records everything the clients send the coordinator in a
-// secure FedBin run in which client 7 drops out of round 1 after masking: no plain update, masked inputs whose top bits are
-// uniform (chi-square), and a coordinator that asks client 0 for both
-// shares of a surviving peer gets a refusal (secagg.ErrBothShares) and no
-// unmask response from it — the sum is still recovered from the other
-// holders' shares and equals the plain one.
+// secure FedBin run in which client 7 drops out of round 1 after signing
+// the survivor set (its input is in the sum, its self mask rebuilt from
+// its neighbours' shares): no plain update, and masked inputs whose top
+// bits are uniform (chi-square). In round 2 the coordinator lies (through
+// the real NATS path): it tells client 0 that only three clients survived
+// and clients 1 to 3 that client 4 dropped, so as to collect client 4's
+// mask key from them while the others reveal its self-mask seed. Client 0
+// refuses to sign, the others' signatures of the false set do not verify,
+// some survivor is left with fewer than t signing neighbours, and the
+// round ends with no unmask request sent: it releases nothing, and every
+// sum computed equals the plain one.
 func TestSecureView(t *testing.T) {
 	const K, C = 8, 3
 	pop := population(t, 800, C, K)
@@ -219,22 +226,18 @@ func TestSecureView(t *testing.T) {
 	rec := h.record(t, DefaultFederation)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	// Client 7 drops out of round 1 after sending its masked input: its
-	// input is in the sum, its self mask rebuilt from its neighbours'
-	// shares.
 	wait := h.secureJoinAll(ctx, pop, func(k, round int, stage string) bool { return k == 7 && round == 1 && stage == stageUnmask })
-	var victim uint32
 	cfg := Config{
 		Spec: spec, Rounds: r, RoundTimeout: 10 * time.Second, EnrolTimeout: 20 * time.Second,
 		Secure: &SecureConfig{Neighbours: 7, Threshold: 4, StageTimeout: 1500 * time.Millisecond},
-		tamper: func(t int, reqs map[uint32]*secagg.UnmaskRequest) {
+		tamper: func(t, a int, sets map[uint32]*secagg.SurvivorSet) {
 			if t != 2 {
 				return
 			}
-			q := reqs[0]
-			victim = q.Survived[0] // ask for its mask key too: with both, its input alone
-			q.Dropped = append([]uint32{victim}, q.Dropped...)
-			slices.Sort(q.Dropped)
+			sets[0].Survivors = []uint32{0, 1, 2}
+			for _, id := range []uint32{1, 2, 3} {
+				sets[id].Survivors = slices.DeleteFunc(sets[id].Survivors, func(v uint32) bool { return v == 4 })
+			}
 		},
 	}
 	out, err := h.coordinate(ctx, t, cfg)
@@ -243,25 +246,31 @@ func TestSecureView(t *testing.T) {
 	}
 	reps, errs := wait()
 	noErrors(t, errs)
-	if len(reps[0].Refused) != 1 || !strings.Contains(reps[0].Refused[0], secagg.ErrBothShares.Error()) {
-		t.Fatalf("client 0 refused %q; want one refusal for both shares of client %d", reps[0].Refused, victim)
+	if len(reps[0].Refused) != 1 || !strings.Contains(reps[0].Refused[0], "survivor set") {
+		t.Fatalf("client 0 refused %q; want one refusal of the survivor set", reps[0].Refused)
 	}
 	if got := out.Rounds[0].Participants; !reflect.DeepEqual(got, upTo(K)) {
 		t.Errorf("round 1 aggregated %v; want every client, 7 included", got)
+	}
+	if got := out.Rounds[1].Participants; len(got) != 0 {
+		t.Errorf("round 2 aggregated %v; want nothing", got)
 	}
 	if want := reference(t, spec, pop, r, out.Rounds); !reflect.DeepEqual(want.Histograms, out.Result.Histograms) {
 		t.Errorf("the secure sums differ from the plain ones")
 	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
+	for _, m := range rec.msgs {
+		if m.Header.Get(hdrStage) == stageUnmask && m.Header.Get(hdrRound) == "2" {
+			t.Errorf("a client revealed shares in round 2: %s", m.Subject)
+		}
+	}
 	var counts [16]float64
 	n := 0
 	for _, m := range rec.msgs {
 		switch {
 		case strings.Contains(m.Subject, ".update."):
 			t.Errorf("a plain update reached the coordinator: %s", m.Subject)
-		case m.Header.Get(hdrStage) == stageUnmask && m.Header.Get(hdrRound) == "2" && m.Subject == subjSecAgg(DefaultFederation, h.pubs[0]):
-			t.Errorf("client 0 answered the request for both shares")
 		case m.Header.Get(hdrStage) == stageMasked:
 			var mi secagg.MaskedInput
 			if err := mi.UnmarshalBinary(m.Data); err != nil {
@@ -302,6 +311,10 @@ func TestSecureConfig(t *testing.T) {
 		{"scaling in 12 bits", federation.Spec{Method: "temp", Clip: 1}, SecureConfig{Bits: 12}, secagg.ErrBitsTooSmall},
 		{"distributed noise in 12 bits", private, SecureConfig{Bits: 12, Noise: NoiseDistributed}, secagg.ErrBitsTooSmall},
 		{"neighbours beyond the clients", federation.Spec{Method: "bin"}, SecureConfig{Neighbours: 20}, ErrConfig},
+		{"one neighbour", federation.Spec{Method: "bin"}, SecureConfig{Neighbours: 1}, ErrConfig},
+		{"odd neighbours", federation.Spec{Method: "bin"}, SecureConfig{Neighbours: 5}, ErrConfig},
+		{"dropout rate 1", federation.Spec{Method: "bin"}, SecureConfig{DropoutRate: 1}, ErrConfig},
+		{"negative colluders", federation.Spec{Method: "bin"}, SecureConfig{Colluders: -0.1}, ErrConfig},
 		{"distributed without privacy", federation.Spec{Method: "bin"}, SecureConfig{Noise: NoiseDistributed}, ErrConfig},
 		{"distributed under zCDP", federation.Spec{Method: "temp", Epsilon: 1}, SecureConfig{Noise: NoiseDistributed}, ErrConfig},
 		{"unbounded scaling", federation.Spec{Method: "temp"}, SecureConfig{}, ErrConfig},
@@ -329,7 +342,8 @@ func TestSecureConfig(t *testing.T) {
 }
 
 // TestSecurePlanNoise: the distributed plan's per-client variance, summed
-// over the planned survivors, is the variance dp.SkellamPlan gives for ε,
+// over the planned survivors but one (the shares that protect a client),
+// is the variance dp.SkellamPlan gives for ε,
 // whose RDP ε over T rounds is at most the target; the empirical variance
 // of the summed noise of 10^5 trials is within 2% of it; and the plan's
 // quantisation passes CheckFederation for all the allow-list.
@@ -345,8 +359,8 @@ func TestSecurePlanNoise(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := p.clientVar * surv; math.Abs(got-mu) > 1e-9*mu {
-		t.Errorf("survivors × client variance = %v, plan variance %v", got, mu)
+	if got := p.clientVar * (surv - 1); math.Abs(got-mu) > 1e-9*mu {
+		t.Errorf("(survivors − 1) × client variance = %v, plan variance %v", got, mu)
 	}
 	eps, _, err := dp.SkellamEpsilon(p.skellam.Round(p.clientVar, surv), T, dp.DefaultDelta)
 	if err != nil || eps > 1+1e-9 || eps < 0.99 {
@@ -355,14 +369,15 @@ func TestSecurePlanNoise(t *testing.T) {
 	if err := p.q.CheckFederation(K, dim, p.clientVar*K); err != nil {
 		t.Error(err)
 	}
-	// The summed noise of surv clients, one coordinate, 10^5 trials.
+	// The summed noise of the surv − 1 clients other than a protected
+	// one, one coordinate, 10^5 trials.
 	const trials = 100000
 	rng := dp.NewSeeded(1)
 	var s, ss float64
 	v := make([]uint64, 1)
 	for range trials {
 		total := int64(0)
-		for range surv {
+		for range surv - 1 {
 			v[0] = 0
 			p.q.AddNoise(v, p.clientVar, rng)
 			total += p.q.Signed(v[0])
@@ -380,7 +395,7 @@ func TestSecurePlanNoise(t *testing.T) {
 // TestSecureDistributed: with distributed noise, a round in which one
 // client drops out is charged with its real survivors: the privacy
 // record's ε is the RDP accountant's over Skellam releases of variance
-// survivors × v (to 1e-9), calib.Privacy.Check verifies it, and a record
+// (survivors − 1) × v, the shares of the others (to 1e-9), calib.Privacy.Check verifies it, and a record
 // edited to fewer rounds or more survivors is refused. With central noise
 // the record is the simulation's plus the secure-aggregation fields.
 func TestSecureDistributed(t *testing.T) {
@@ -422,7 +437,8 @@ func TestSecureDistributed(t *testing.T) {
 			}
 			var a dp.RDPAccountant
 			for _, s := range sa.Survivors {
-				if err := a.ComposeSkellam(dp.Skellam{Variance: float64(s) * sa.ClientVariance, L1: sa.L1, L2: sa.L2}, 1); err != nil {
+				// Each round charged with the s − 1 shares of the others.
+				if err := a.ComposeSkellam(dp.Skellam{Variance: float64(s-1) * sa.ClientVariance, L1: sa.L1, L2: sa.L2}, 1); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -446,5 +462,177 @@ func TestSecureDistributed(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSecureCentralRounding: with central noise, an update block of norm
+// equal to its clip norm can come out of stochastic rounding longer than
+// the clip norm the noise is calibrated to; shrunk by the plan's factor
+// 1 − √d/γ it never does (over 2000 worst-direction trials at γ = 2^8,
+// where unshrunk blocks do exceed it).
+func TestSecureCentralRounding(t *testing.T) {
+	spec := federation.Spec{Method: "bbq", Mexp: 5, Epsilon: 1}
+	const C = 3
+	dim := 2 * C * 32
+	p, err := planSecure(SecureConfig{Bits: 24}, spec, 20, 5, 4, C, dim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := float64(dim / len(p.clips))
+	if want := 1 - math.Sqrt(d)/p.q.Scale; p.shrink != want {
+		t.Fatalf("shrink %v, want 1 − √%v/%v = %v", p.shrink, d, p.q.Scale, want)
+	}
+	q := p.q
+	q.Scale = 1 << 8 // the coarsest scale, where rounding matters most
+	shrink := 1 - math.Sqrt(d)/q.Scale
+	rng := dp.NewSeeded(3)
+	over := [2]int{}
+	for trial := range 2000 {
+		x := make([]float64, dim)
+		for i := range x {
+			x[i] = 1 / math.Sqrt(d) // every block of norm 1
+			if (i+trial)%3 == 0 {
+				x[i] = -x[i]
+			}
+		}
+		for k, f := range []float64{1, shrink} {
+			y := slices.Clone(x)
+			for i := range y {
+				y[i] *= f
+			}
+			qy, err := q.Quantize(nil, y, rng)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for b := 0; b < dim; b += int(d) {
+				n := 0.0
+				for _, v := range qy[b : b+int(d)] {
+					f := float64(q.Signed(v))
+					n += f * f
+				}
+				if math.Sqrt(n) > q.Scale*(1+1e-12) {
+					over[k]++
+				}
+			}
+		}
+	}
+	if over[0] == 0 || over[1] != 0 {
+		t.Errorf("blocks longer than the clip norm after rounding: %d unshrunk, %d shrunk; want some, none", over[0], over[1])
+	}
+	t.Logf("γ = 2^8, d = %v: %d of %d unshrunk blocks exceed the clip norm", d, over[0], 2000*2*C)
+}
+
+// TestSecureRetryCharged rebuilds point 1 of the review over NATS: K = 6,
+// --min-clients 6, distributed noise, and client 0 skipping its masked
+// input in the first attempt of round 1. The short attempt ends before
+// any survivor is asked to sign (5 < s_min): no client reveals a share in
+// it, so nothing of it is computable; the second attempt releases the sum
+// of all six. The ledger holds exactly one release per round, and the
+// recorded ε is that of two rounds of six survivors.
+func TestSecureRetryCharged(t *testing.T) {
+	const K, C = 6, 3
+	pop := population(t, 600, C, K)
+	r := federation.Rounds{T: 2, SampleRate: 1, Seed: 4}
+	spec := federation.Spec{Method: "bbq", Mexp: 3, Epsilon: 1, Accountant: "rdp"}
+	h := newHarness(t, K, t.TempDir())
+	rec := h.record(t, DefaultFederation)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var skipped atomic.Bool
+	wait := h.secureJoinAll(ctx, pop, func(k, round int, stage string) bool {
+		return k == 0 && round == 1 && stage == stageMasked && skipped.CompareAndSwap(false, true)
+	})
+	out, err := h.coordinate(ctx, t, Config{
+		Spec: spec, Rounds: r, MinClients: K, RoundTimeout: 10 * time.Second, EnrolTimeout: 20 * time.Second,
+		Secure: &SecureConfig{Noise: NoiseDistributed, StageTimeout: time.Second},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, errs := wait()
+	noErrors(t, errs)
+	if !skipped.Load() || out.Rounds[0].Attempts != 2 || out.Rounds[1].Attempts != 1 {
+		t.Fatalf("attempts %d, %d (skipped %v); want 2, 1", out.Rounds[0].Attempts, out.Rounds[1].Attempts, skipped.Load())
+	}
+	rec.mu.Lock()
+	for _, m := range rec.msgs {
+		h := m.Header
+		if h.Get(hdrRound) == "1" && h.Get(hdrAttempt) == "1" && (h.Get(hdrStage) == stageSigned || h.Get(hdrStage) == stageUnmask) {
+			t.Errorf("a client signed or revealed shares in the short attempt: %s %s", m.Subject, h.Get(hdrStage))
+		}
+	}
+	rec.mu.Unlock()
+	sa := out.Result.Privacy.SecureAggregation
+	if !reflect.DeepEqual(sa.Survivors, []int{K, K}) {
+		t.Fatalf("survivors %v, want [%d %d]", sa.Survivors, K, K)
+	}
+	var a dp.RDPAccountant
+	for range 2 {
+		if err := a.ComposeSkellam(dp.Skellam{Variance: float64(K-1) * sa.ClientVariance, L1: sa.L1, L2: sa.L2}, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eps, _, err := a.Epsilon(out.Result.Privacy.Delta)
+	if err != nil || math.Abs(eps-out.Result.Privacy.Epsilon) > 1e-9*eps || eps > spec.Epsilon*(1+1e-9) {
+		t.Errorf("recorded ε %v, two releases of %d survivors give %v (%v); want equal and ≤ %v", out.Result.Privacy.Epsilon, K, eps, err, spec.Epsilon)
+	}
+}
+
+// TestSecureGraphEveryCount: for an allow-list of 30, every neighbour
+// count the coordinator accepts (0, the even ones, and 29) gives, for
+// every sampled count n from 3 to 30, odd or even, a k and t that
+// secagg builds a round with — so no sampled count stops a run.
+func TestSecureGraphEveryCount(t *testing.T) {
+	const K = 30
+	spec := federation.Spec{Method: "bin"}
+	for k := 0; k <= K; k++ {
+		sc, err := checkSecure(SecureConfig{Neighbours: k}, spec, K)
+		if accepted := k == 0 || (k%2 == 0 && k <= K-1) || k == K-1; (err == nil) != accepted {
+			t.Fatalf("--neighbours %d: error %v, want accepted %v", k, err, accepted)
+		}
+		if err != nil {
+			continue
+		}
+		p := &securePlan{cfg: sc}
+		for n := 3; n <= K; n++ {
+			kk, tt := p.graph(n)
+			parts := make([]uint32, n)
+			for i := range parts {
+				parts[i] = uint32(i)
+			}
+			if _, err := secagg.NewGraph([32]byte{byte(n)}, parts, kk); err != nil || 2*tt <= kk || tt > kk {
+				t.Errorf("--neighbours %d, %d sampled: k = %d, t = %d: %v", k, n, kk, tt, err)
+			}
+		}
+	}
+}
+
+// TestCheckIdentities: a client refuses a secure round whose identities
+// do not match its participants, name another key for it, or — when it
+// holds the allow-list — name a key that is not the participant's line.
+func TestCheckIdentities(t *testing.T) {
+	allow := []string{"UA", "UB", "UC", "UD"}
+	ann := func(parts []int, ids ...string) *Announcement {
+		return &Announcement{Participants: parts, Secure: &SecureRound{Identities: ids}}
+	}
+	for _, c := range []struct {
+		name  string
+		a     *Announcement
+		allow []string
+		ok    bool
+	}{
+		{"true, with the allow-list", ann([]int{0, 2, 3}, "UA", "UC", "UD"), allow, true},
+		{"true, without", ann([]int{0, 2, 3}, "UA", "UC", "UD"), nil, true},
+		{"a made-up peer, with the allow-list", ann([]int{0, 2, 3}, "UA", "UX", "UD"), allow, false},
+		{"a made-up peer, without", ann([]int{0, 2, 3}, "UA", "UX", "UD"), nil, true},
+		{"peers swapped, with the allow-list", ann([]int{0, 2, 3}, "UA", "UD", "UC"), allow, false},
+		{"another key for this client", ann([]int{0, 2, 3}, "UB", "UC", "UD"), nil, false},
+		{"one identity short", ann([]int{0, 2, 3}, "UA", "UC"), nil, false},
+		{"this client not a participant", ann([]int{1, 2, 3}, "UB", "UC", "UD"), nil, false},
+		{"a participant beyond the allow-list", ann([]int{0, 2, 4}, "UA", "UC", "UE"), allow, false},
+	} {
+		if err := checkIdentities(c.a, c.allow, "UA", 0); (err == nil) != c.ok || (err != nil && !errors.Is(err, ErrFederation)) {
+			t.Errorf("%s: error %v, want ok %v", c.name, err, c.ok)
+		}
 	}
 }

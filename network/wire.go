@@ -12,12 +12,14 @@ import (
 )
 
 // Version is the version of the wire protocol that hello requests carry;
-// the coordinator refuses other versions. Version 3 sends each update to
+// the coordinator refuses other versions. Version 4 runs secure
+// aggregation with signed keys and a consistency check (secagg wire
+// version 2, SecureRound.Identities and MinSurvivors). Version 3 sends each update to
 // the coordinator as a core NATS request, which the coordinator answers
 // (version 2 published it to a JetStream stream); version 2 invited each
 // round's participants on their own inboxes (version 1 announced every
 // round to every client).
-const Version = 3
+const Version = 4
 
 // Headers of an update message.
 const (
@@ -157,12 +159,22 @@ func (e *EvalRound) options() (federation.EvalOptions, error) {
 // ClientVariance (distributed noise; 0: none) and masks it. The zero
 // value is not a valid round.
 type SecureRound struct {
-	// Seed is the attempt's public round seed (secagg.Config.Seed),
-	// drawn by the coordinator after the participants are fixed.
+	// Seed is the round's public graph seed (secagg.Config.Seed): a hash
+	// of the federation, the run's seed, the round and its participants,
+	// the same in every attempt of the round; a client derives it and
+	// refuses another.
 	Seed [32]byte `json:"seed"`
-	// Neighbours and Threshold are k and t of the attempt.
+	// Neighbours and Threshold are k and t of the round.
 	Neighbours int `json:"neighbours"`
 	Threshold  int `json:"threshold"`
+	// MinSurvivors is s_min: a client signs, and helps unmask, only a
+	// survivor set of at least this many clients (secagg.Config).
+	MinSurvivors int `json:"min_survivors"`
+	// Identities are the participants' NKey public keys, in the order of
+	// Announcement.Participants: the keys their signatures of the round
+	// verify against. A client refuses a round whose entry for itself
+	// is not its own key.
+	Identities []string `json:"identities"`
 	// Bits, Range, Scale and Norm are the quantiser's (secagg.Quantizer).
 	Bits  int     `json:"bits"`
 	Range float64 `json:"range"`
@@ -174,6 +186,12 @@ type SecureRound struct {
 	// adds to every coordinate, in quantised units; 0 without
 	// distributed noise.
 	ClientVariance float64 `json:"client_variance,omitempty"`
+	// Shrink, in (0, 1], multiplies each block of an update after it is
+	// divided by its clip norm, so that its stochastically rounded norm
+	// stays within the clip norm the coordinator's central noise is
+	// calibrated to (1 − √d/γ for blocks of d coordinates at scale γ);
+	// 0 means 1 (no central noise).
+	Shrink float64 `json:"shrink,omitempty"`
 }
 
 // Update encodings: the first byte of an update message says which

@@ -2,10 +2,12 @@ package secagg
 
 import (
 	"crypto/ecdh"
+	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
 	"io"
+	"slices"
 )
 
 // clientStage is where a Client is in its round.
@@ -16,6 +18,7 @@ const (
 	clientAdvertised
 	clientShared
 	clientMasked
+	clientSigned
 	clientFailed
 )
 
@@ -34,17 +37,21 @@ type heldShares struct {
 	revealed  shareKind
 }
 
-// A Client is one participant's state machine for one round. Call, in
-// order, AdvertiseKeys, ShareKeys, MaskedInput and Unmask (Unmask may be
-// called again, for a repeated request). A method called out of order,
+// A Client is one participant's state machine for one attempt of a
+// round. Call, in order, AdvertiseKeys, ShareKeys, MaskedInput,
+// SignSurvivors and Unmask (Unmask may be called again, for a repeated
+// request). A method called out of order,
 // or after an error, returns an error wrapping ErrStage. A Client is not
 // safe for concurrent use; the zero value is not usable: create one with
 // NewClient.
 type Client struct {
-	round *Round
-	id    uint32
-	rnd   io.Reader
-	stage clientStage
+	round  *Round
+	id     uint32
+	key    ed25519.PrivateKey
+	mem    *Memory
+	rnd    io.Reader
+	stage  clientStage
+	signed []uint32 // the survivor set it signed
 
 	encKey, maskKey *ecdh.PrivateKey
 	peers           map[uint32]*AdvertiseKeys // neighbours that advertised
@@ -53,18 +60,44 @@ type Client struct {
 	held            map[uint32]*heldShares    // neighbours that shared
 }
 
-// NewClient returns participant id's state machine for round r. Its
-// secrets (key pairs, self-mask seed, Shamir coefficients) are read from
-// rnd; nil means crypto/rand.Reader, which any real round must use. It
-// returns an error wrapping ErrConfig if id is not a participant.
-func NewClient(r *Round, id uint32, rnd io.Reader) (*Client, error) {
+// ClientOptions are what a Client needs besides its round and ID. The
+// zero value has no identity and is not usable.
+type ClientOptions struct {
+	// Key is the client's Ed25519 identity, whose public half is its
+	// entry in Config.Identities.
+	Key ed25519.PrivateKey
+	// Memory is the client's record of the round over its attempts
+	// (Memory); nil means a fresh one, which is right only for a round
+	// that is never attempted again.
+	Memory *Memory
+	// Rand is the source of the client's secrets (key pairs, self-mask
+	// seed, Shamir coefficients); nil means crypto/rand.Reader, which any
+	// real round must use.
+	Rand io.Reader
+}
+
+// NewClient returns participant id's state machine for an attempt of
+// round r. It returns an error wrapping ErrConfig if id is not a
+// participant, its key is not its identity, or the attempt's graph
+// differs from an earlier attempt's in opts.Memory.
+func NewClient(r *Round, id uint32, opts ClientOptions) (*Client, error) {
 	if _, ok := r.graph.index(id); !ok {
 		return nil, fmt.Errorf("%w: client %d is not a participant of the round", ErrConfig, id)
 	}
-	if rnd == nil {
-		rnd = rand.Reader
+	pub, ok := opts.Key.Public().(ed25519.PublicKey)
+	if len(opts.Key) != ed25519.PrivateKeySize || !ok || !pub.Equal(r.cfg.Identities[id]) {
+		return nil, fmt.Errorf("%w: client %d: its key is not its identity in the round", ErrConfig, id)
 	}
-	return &Client{round: r, id: id, rnd: rnd}, nil
+	if opts.Memory == nil {
+		opts.Memory = &Memory{}
+	}
+	if err := opts.Memory.enter(r); err != nil {
+		return nil, err
+	}
+	if opts.Rand == nil {
+		opts.Rand = rand.Reader
+	}
+	return &Client{round: r, id: id, key: opts.Key, mem: opts.Memory, rnd: opts.Rand}, nil
 }
 
 // ID returns the client's ID.
@@ -111,6 +144,7 @@ func (c *Client) AdvertiseKeys() (*AdvertiseKeys, error) {
 	m := &AdvertiseKeys{Client: c.id}
 	copy(m.EncryptionKey[:], c.encKey.PublicKey().Bytes())
 	copy(m.MaskKey[:], c.maskKey.PublicKey().Bytes())
+	copy(m.Signature[:], ed25519.Sign(c.key, c.round.keysMessage(m)))
 	c.stage = clientAdvertised
 	return m, nil
 }
@@ -133,8 +167,10 @@ func agree(priv *ecdh.PrivateKey, pub *[32]byte, who uint32) ([]byte, error) {
 // draws the self-mask seed, Shamir-shares it and the mask private key
 // t-of-m among those m neighbours, and returns each neighbour's shares
 // sealed to it. It returns an error wrapping ErrBadMessage for a key from
-// a non-neighbour, a repeat or a low-order key, and ErrTooFewNeighbours if
-// fewer than t neighbours advertised.
+// a non-neighbour, a repeat, a low-order key or a key whose signature
+// does not verify against the neighbour's identity and the round's
+// session (a substituted key, or one of another round or attempt), and
+// ErrTooFewNeighbours if fewer than t neighbours advertised.
 func (c *Client) ShareKeys(m *NeighbourKeys) (*ShareKeys, error) {
 	if err := c.at(clientAdvertised, "ShareKeys"); err != nil {
 		return nil, err
@@ -149,6 +185,8 @@ func (c *Client) ShareKeys(m *NeighbourKeys) (*ShareKeys, error) {
 			return nil, c.fail(fmt.Errorf("%w: client %d got keys of %d, not a neighbour", ErrBadMessage, c.id, k.Client))
 		case c.peers[k.Client] != nil:
 			return nil, c.fail(fmt.Errorf("%w: client %d got keys of %d twice", ErrBadMessage, c.id, k.Client))
+		case !c.round.verify(k.Client, c.round.keysMessage(&k), &k.Signature):
+			return nil, c.fail(fmt.Errorf("%w: client %d: the keys of %d are not signed by %d for this round", ErrBadMessage, c.id, k.Client, k.Client))
 		}
 		c.peers[k.Client] = &k
 	}
@@ -211,7 +249,7 @@ func aad(from, to uint32) []byte {
 // sealKey returns the AEAD key of shares from → to, derived from the
 // agreement with peer's encryption key.
 func (c *Client) sealKey(peer, from, to uint32) *[32]byte {
-	k := derive(c.encShared[peer], &c.round.cfg.Seed, labelShare, from, to)
+	k := derive(c.encShared[peer], &c.round.session, labelShare, from, to)
 	return &k
 }
 
@@ -279,7 +317,7 @@ func (c *Client) MaskedInput(m *RoutedShares, input []uint64) (*MaskedInput, err
 	}
 	y := make([]uint64, cfg.Dim)
 	copy(y, input)
-	self := derive(c.seed[:], &cfg.Seed, labelSelf)
+	self := derive(c.seed[:], &c.round.session, labelSelf)
 	addMask(y, &self, false, lim)
 	for _, v := range c.round.graph.Neighbours(c.id) {
 		if c.held[v] == nil {
@@ -289,62 +327,124 @@ func (c *Client) MaskedInput(m *RoutedShares, input []uint64) (*MaskedInput, err
 		if err != nil {
 			return nil, c.fail(err)
 		}
-		k := derive(s, &cfg.Seed, labelPairwise)
+		k := derive(s, &c.round.session, labelPairwise)
 		addMask(y, &k, c.id > v, lim)
 	}
 	c.stage = clientMasked
 	return &MaskedInput{Client: c.id, Bits: cfg.Bits, Masked: y}, nil
 }
 
-// Unmask answers the server's request after stage 3: the self-mask seed
-// share of every neighbour in m.Survived and the mask-key share of every
-// neighbour in m.Dropped. It refuses, with an error wrapping
-// ErrBothShares, to reveal both kinds of share of one peer — in the same
-// request or over several — and, wrapping ErrTooFewNeighbours, to answer
-// a request that names fewer than t surviving neighbours. A peer it holds
-// no share of is an error wrapping ErrBadMessage. A refused request
-// reveals nothing; the client stays able to answer a proper one.
-func (c *Client) Unmask(m *UnmaskRequest) (*UnmaskResponse, error) {
-	if err := c.at(clientMasked, "Unmask"); err != nil {
+// SignSurvivors is the consistency check: it signs the survivor set the
+// server names, after checking that the client is in it, that it is a
+// set whose sum may be unmasked (Graph.ValidSurvivors: at least s_min
+// survivors, each with t surviving neighbours, connected), and that the
+// client has signed no other survivor set in the round (its Memory): an
+// error wrapping ErrBadMessage, ErrTooFewClients or ErrRefused
+// otherwise, after which the client only fails.
+func (c *Client) SignSurvivors(m *SurvivorSet) (*SurvivorSignature, error) {
+	if err := c.at(clientMasked, "SignSurvivors"); err != nil {
 		return nil, err
 	}
-	if !increasing(m.Survived) || !increasing(m.Dropped) {
-		return nil, fmt.Errorf("%w: client %d: unmask request lists not strictly increasing", ErrBadMessage, c.id)
+	cfg := &c.round.cfg
+	if _, in := slices.BinarySearch(m.Survivors, c.id); !in || !increasing(m.Survivors) {
+		return nil, c.fail(fmt.Errorf("%w: client %d: survivor set without it, or not increasing", ErrBadMessage, c.id))
 	}
-	t := c.round.cfg.Threshold
-	if len(m.Survived) < t {
-		return nil, fmt.Errorf("%w: client %d: %d surviving neighbours named, threshold %d", ErrTooFewNeighbours, c.id, len(m.Survived), t)
+	if err := c.round.graph.ValidSurvivors(m.Survivors, cfg.Threshold, cfg.MinSurvivors); err != nil {
+		return nil, c.fail(fmt.Errorf("client %d refuses the survivor set: %w", c.id, err))
 	}
-	ask := make(map[uint32]shareKind, len(m.Survived)+len(m.Dropped))
-	for _, l := range []struct {
-		ids  []uint32
-		kind shareKind
-	}{{m.Survived, revealedSelf}, {m.Dropped, revealedKey}} {
-		for _, v := range l.ids {
-			h := c.held[v]
-			switch {
-			case h == nil:
-				return nil, fmt.Errorf("%w: client %d holds no share of %d", ErrBadMessage, c.id, v)
-			case ask[v] != revealedNone:
-				return nil, fmt.Errorf("%w: client %d: peer %d is both survived and dropped in one request", ErrBothShares, c.id, v)
-			case h.revealed != revealedNone && h.revealed != l.kind:
-				return nil, fmt.Errorf("%w: client %d already revealed the other share of peer %d", ErrBothShares, c.id, v)
+	if c.mem.signed {
+		return nil, c.fail(fmt.Errorf("%w: client %d has signed a survivor set in an earlier attempt of the round", ErrRefused, c.id))
+	}
+	c.mem.signed = true
+	c.signed = slices.Clone(m.Survivors)
+	out := &SurvivorSignature{Client: c.id}
+	copy(out.Signature[:], ed25519.Sign(c.key, c.round.survivorsMessage(c.id, c.signed)))
+	c.stage = clientSigned
+	return out, nil
+}
+
+// Unmask answers the server's request after the consistency check. It
+// checks that the request's survivor set is the one the client signed,
+// that every signature verifies (signers in the set, each against its
+// identity and the round's session) and that every survivor has at least
+// t neighbours among the signers; then it reveals the self-mask seed
+// share of each neighbour in the set and the mask-key share of each other
+// neighbour it holds shares of. Otherwise it returns an error wrapping
+// ErrRefused and reveals nothing; the client stays able to answer a
+// proper request. It never reveals both kinds of share of one peer
+// (ErrBothShares).
+//
+// Why this is enough against a server that lies (Bonawitz et al. 2017
+// §6, Bell et al. 2020): an honest client signs one set per round, so two
+// different sets are signed by disjoint groups of honest clients. A
+// survivor v of a set S has t neighbours signing S; to learn v's input
+// the server needs, besides v's self-mask seed, the mask key of v or of
+// each neighbour w that v masked with, and some such w is in S with t
+// neighbours signing S. Its mask key's shares come only from t of its
+// neighbours who signed a set without it; with 2t > k, one neighbour
+// would have signed both. A colluding client can sign both: the guarantee
+// needs fewer than 2t − k colluders among any client's neighbours
+// (Params.Exposure).
+func (c *Client) Unmask(m *UnmaskRequest) (*UnmaskResponse, error) {
+	if err := c.at(clientSigned, "Unmask"); err != nil {
+		return nil, err
+	}
+	r := c.round
+	if !slices.Equal(m.Survivors, c.signed) {
+		return nil, fmt.Errorf("%w: client %d: the unmask request's survivors are not the set it signed", ErrRefused, c.id)
+	}
+	in := make(map[uint32]bool, len(c.signed))
+	for _, v := range c.signed {
+		in[v] = true
+	}
+	signers := make(map[uint32]bool, len(m.Signatures))
+	for i := range m.Signatures {
+		s := &m.Signatures[i]
+		switch {
+		case !in[s.Client] || signers[s.Client]:
+			return nil, fmt.Errorf("%w: client %d: a signature by %d, not a survivor or repeated", ErrRefused, c.id, s.Client)
+		case !r.verify(s.Client, r.survivorsMessage(s.Client, c.signed), &s.Signature):
+			return nil, fmt.Errorf("%w: client %d: the signature of %d does not verify", ErrRefused, c.id, s.Client)
+		}
+		signers[s.Client] = true
+	}
+	t := r.cfg.Threshold
+	for _, v := range c.signed {
+		d := 0
+		for _, w := range r.graph.Neighbours(v) {
+			if signers[w] {
+				d++
 			}
-			ask[v] = l.kind
+		}
+		if d < t {
+			return nil, fmt.Errorf("%w: client %d: survivor %d has %d neighbours that signed the survivor set; threshold %d", ErrRefused, c.id, v, d, t)
 		}
 	}
-	out := &UnmaskResponse{
-		Client:     c.id,
-		SelfShares: make([]Share, len(m.Survived)),
-		KeyShares:  make([]Share, len(m.Dropped)),
+	out := &UnmaskResponse{Client: c.id}
+	for _, v := range r.graph.Neighbours(c.id) {
+		h := c.held[v]
+		if h == nil {
+			continue
+		}
+		kind := revealedKey
+		if in[v] {
+			kind = revealedSelf
+		}
+		if h.revealed != revealedNone && h.revealed != kind {
+			return nil, fmt.Errorf("%w: client %d already revealed the other share of peer %d", ErrBothShares, c.id, v)
+		}
 	}
-	for i, v := range m.Survived {
-		c.held[v].revealed = revealedSelf
-		out.SelfShares[i] = Share{Of: v, Value: c.held[v].self}
-	}
-	for i, v := range m.Dropped {
-		c.held[v].revealed = revealedKey
-		out.KeyShares[i] = Share{Of: v, Value: c.held[v].key}
+	for _, v := range r.graph.Neighbours(c.id) {
+		h := c.held[v]
+		switch {
+		case h == nil:
+		case in[v]:
+			h.revealed = revealedSelf
+			out.SelfShares = append(out.SelfShares, Share{Of: v, Value: h.self})
+		default:
+			h.revealed = revealedKey
+			out.KeyShares = append(out.KeyShares, Share{Of: v, Value: h.key})
+		}
 	}
 	return out, nil
 }

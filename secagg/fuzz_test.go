@@ -64,6 +64,18 @@ func FuzzMaskedInput(f *testing.F) {
 	fuzzCanonical[secagg.MaskedInput](f, values(seedView(f).masked))
 }
 
+func FuzzSurvivorSignature(f *testing.F) {
+	fuzzCanonical[secagg.SurvivorSignature](f, values(seedView(f).signed))
+}
+
+func FuzzSurvivorSet(f *testing.F) {
+	b, err := (&secagg.SurvivorSet{Survivors: []uint32{1, 5, 9}}).MarshalBinary()
+	if err != nil {
+		f.Fatal(err)
+	}
+	fuzzCanonical[secagg.SurvivorSet](f, [][]byte{b})
+}
+
 func FuzzUnmaskResponse(f *testing.F) {
 	fuzzCanonical[secagg.UnmaskResponse](f, values(seedView(f).unmask))
 }
@@ -75,7 +87,7 @@ func serverMessages(f *testing.F) (keys, shares, reqs [][]byte) {
 	s := secagg.NewServer(r)
 	cl := map[uint32]*secagg.Client{}
 	for _, id := range r.Config().Participants {
-		c, err := secagg.NewClient(r, id, clientRand(1, id))
+		c, err := secagg.NewClient(r, id, opts(1, id))
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -127,7 +139,20 @@ func serverMessages(f *testing.F) (keys, shares, reqs [][]byte) {
 			f.Fatal(err)
 		}
 	}
-	rq, err := s.CloseMasked()
+	set, err := s.CloseMasked()
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, id := range set.Survivors {
+		m, err := cl[id].SignSurvivors(set)
+		if err != nil {
+			f.Fatal(err)
+		}
+		if err := s.ReceiveSignature(m); err != nil {
+			f.Fatal(err)
+		}
+	}
+	rq, err := s.CloseSignatures()
 	if err != nil {
 		f.Fatal(err)
 	}

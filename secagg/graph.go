@@ -25,8 +25,9 @@ const graphDomain = "fedcalib/secagg/v1 neighbour graph"
 // i = n−1 down to 1 swapping position i with a position j uniform in
 // [0, i] drawn by Lemire's multiply-and-reject from the generator's
 // Uint64; the result is the ring. Two participants are neighbours when
-// their ring positions are at circular distance 1, …, ⌊k/2⌋, or, for odd
-// k (which needs an even n), exactly n/2.
+// their ring positions are at circular distance 1, …, ⌊k/2⌋, or, for
+// k = n − 1 odd (n even: the complete graph), exactly n/2. The degree k
+// is even, or n − 1 (NewGraph).
 //
 // A Graph is immutable and safe for concurrent use; the zero value has no
 // participants and is not usable.
@@ -38,21 +39,27 @@ type Graph struct {
 
 // NewGraph returns the neighbour graph of degree k over participants
 // (distinct IDs, in any order) for the round seed. It returns an error
-// wrapping ErrConfig for fewer than two participants, a repeated ID, or a
-// degree outside [1, n−1] or odd with an odd n.
+// wrapping ErrConfig for fewer than three participants, a repeated ID, or
+// a degree that is not an even number in [2, n−1] and not n − 1 (the
+// complete graph). An odd degree below n − 1 is refused because its
+// Harary graph (the ring plus a diameter chord) can be split into two
+// components by dropouts that leave every survivor more than k/2
+// surviving neighbours (12 participants, k = 3: four dropouts isolate
+// four clients); with an even k it cannot (see ValidSurvivors), for any
+// n, odd or even.
 func NewGraph(seed [32]byte, participants []uint32, k int) (*Graph, error) {
 	n := len(participants)
 	ids := slices.Clone(participants)
 	slices.Sort(ids)
 	switch {
-	case n < 2:
-		return nil, fmt.Errorf("%w: %d participants; need at least 2", ErrConfig, n)
+	case n < 3:
+		return nil, fmt.Errorf("%w: %d participants; need at least 3 (the sum of two tells each the other's input)", ErrConfig, n)
 	case n > math.MaxInt32:
 		return nil, fmt.Errorf("%w: %d participants; at most 2^31−1", ErrConfig, n)
-	case k < 1 || k > n-1:
-		return nil, fmt.Errorf("%w: %d neighbours for %d participants; need 1 to %d", ErrConfig, k, n, n-1)
-	case k%2 == 1 && n%2 == 1:
-		return nil, fmt.Errorf("%w: %d neighbours (odd) for %d participants (odd): no %d-regular graph exists", ErrConfig, k, n, k)
+	case k < 2 || k > n-1:
+		return nil, fmt.Errorf("%w: %d neighbours for %d participants; need 2 to %d", ErrConfig, k, n, n-1)
+	case k%2 == 1 && k != n-1:
+		return nil, fmt.Errorf("%w: %d neighbours (odd) for %d participants: an odd degree below n − 1 lets dropouts split the survivors; use %d or %d", ErrConfig, k, n, k-1, k+1)
 	}
 	for i := 1; i < n; i++ {
 		if ids[i] == ids[i-1] {
@@ -129,29 +136,83 @@ func (g *Graph) point(id uint32) uint64 {
 	return uint64(i) + 1
 }
 
-// DefaultNeighbours returns the default degree k of the neighbour graph
-// for n participants: the even number at or above 3·⌈log₂ n⌉, capped at
-// n − 1 (made even-compatible with n). This is the O(log n) of Bell et
-// al. with a constant chosen, not derived: their Theorem 3.6 ties the
-// constant to the tolerated fractions of dropouts and corrupt clients,
-// which this package does not compute. For n = 100 it gives 22, for
-// n = 1000 it gives 30.
-func DefaultNeighbours(n int) int {
-	if n < 2 {
-		return 0
+// DefaultThreshold returns the smallest Shamir threshold for k
+// neighbours, ⌊k/2⌋ + 1, the smallest t > k/2. It tolerates
+// k − t = ⌈k/2⌉ − 1 neighbours dropping out of any one client's
+// neighbourhood and, against a deviating server, 2t − k − 1 colluding
+// clients among any client's neighbours (0 for even k: use Parameters to
+// tolerate colluders).
+func DefaultThreshold(k int) int { return k/2 + 1 }
+
+// Connected reports whether the clients in set (participants, in any
+// order, no repeats) induce a connected subgraph: whether no proper,
+// nonempty part of set is without neighbours in the rest of set. The sum
+// of the masked inputs of such a part would be free of the pairwise masks
+// of the rest, so a server holding the part's self-mask seeds could
+// compute it: a server can compute only sums over unions of the induced
+// components. An empty set is not connected.
+func (g *Graph) Connected(set []uint32) bool {
+	if len(set) == 0 {
+		return false
 	}
-	k := 3 * bits.Len(uint(n-1)) // 3·⌈log₂ n⌉
-	k += k % 2
-	if k > n-1 {
-		k = n - 1
-		if k%2 == 1 && n%2 == 1 {
-			k--
+	in := make(map[uint32]bool, len(set))
+	for _, v := range set {
+		in[v] = true
+	}
+	seen := map[uint32]bool{set[0]: true}
+	stack := []uint32{set[0]}
+	for len(stack) > 0 {
+		u := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		for _, v := range g.Neighbours(u) {
+			if in[v] && !seen[v] {
+				seen[v] = true
+				stack = append(stack, v)
+			}
 		}
 	}
-	return k
+	return len(seen) == len(in)
 }
 
-// DefaultThreshold returns the default Shamir threshold for k neighbours:
-// ⌊k/2⌋ + 1, the smallest t > k/2. It tolerates k − t = ⌈k/2⌉ − 1
-// neighbours dropping out of any one client's neighbourhood.
-func DefaultThreshold(k int) int { return k/2 + 1 }
+// ValidSurvivors returns nil if set, a strictly increasing list of
+// participants, is a survivor set a client may unmask for: at least
+// minSurvivors clients (and at least t + 1), each with at least t
+// neighbours in set (so each self-mask seed has t holders, and no client
+// can be in two survivor sets signed by disjoint groups of its
+// neighbours, since 2t > k), and connected (Connected: the only sum the
+// server can compute is the whole set's). Otherwise it returns an error
+// wrapping ErrTooFewClients. With an even k, every set whose members each
+// have more than k/2 neighbours in it is connected (a split needs a gap
+// of k/2 consecutive non-members on the ring, which leaves the member
+// next to it at most k/2 neighbours in the set); the connectivity check
+// is kept so that the rule holds by construction.
+func (g *Graph) ValidSurvivors(set []uint32, t, minSurvivors int) error {
+	if !increasing(set) {
+		return fmt.Errorf("%w: survivor list not strictly increasing", ErrBadMessage)
+	}
+	if len(set) < max(minSurvivors, t+1) {
+		return fmt.Errorf("%w: %d survivors; need at least %d", ErrTooFewClients, len(set), max(minSurvivors, t+1))
+	}
+	in := make(map[uint32]bool, len(set))
+	for _, v := range set {
+		if _, ok := g.index(v); !ok {
+			return fmt.Errorf("%w: survivor %d is not a participant", ErrBadMessage, v)
+		}
+		in[v] = true
+	}
+	for _, v := range set {
+		d := 0
+		for _, w := range g.Neighbours(v) {
+			if in[w] {
+				d++
+			}
+		}
+		if d < t {
+			return fmt.Errorf("%w: survivor %d has %d surviving neighbours; threshold %d", ErrTooFewClients, v, d, t)
+		}
+	}
+	if !g.Connected(set) {
+		return fmt.Errorf("%w: the survivors' neighbour graph is split: a part's sum could be computed alone", ErrTooFewClients)
+	}
+	return nil
+}

@@ -1,6 +1,7 @@
 package secagg_test
 
 import (
+	"crypto/ed25519"
 	"encoding"
 	"encoding/binary"
 	"math/rand/v2"
@@ -27,17 +28,51 @@ func roundSeed(seed uint64) [32]byte {
 	return s
 }
 
+// identity returns client id's deterministic Ed25519 key in tests.
+func identity(id uint32) ed25519.PrivateKey {
+	var seed [32]byte
+	binary.LittleEndian.PutUint32(seed[:], id)
+	seed[31] = 0x1d
+	return ed25519.NewKeyFromSeed(seed[:])
+}
+
+// identities returns the public keys of participants.
+func identities(participants []uint32) map[uint32]ed25519.PublicKey {
+	m := make(map[uint32]ed25519.PublicKey, len(participants))
+	for _, id := range participants {
+		m[id] = identity(id).Public().(ed25519.PublicKey)
+	}
+	return m
+}
+
+// withIDs returns cfg with the test identities of its participants.
+func withIDs(cfg secagg.Config) secagg.Config {
+	cfg.Identities = identities(cfg.Participants)
+	return cfg
+}
+
+// opts returns the options of client id with randomness from run seed.
+func opts(seed uint64, id uint32) secagg.ClientOptions {
+	return secagg.ClientOptions{Key: identity(id), Rand: clientRand(seed, id)}
+}
+
 // drops says which clients vanish before which stage.
 type drops struct {
-	beforeShare, beforeMask, beforeUnmask []uint32
+	beforeShare, beforeMask, beforeSign, beforeUnmask []uint32
 }
 
 // view is everything the server received in a round, as bytes.
 type view struct {
-	keys, shares, masked, unmask map[uint32][]byte
-	bytesPerClient               map[uint32]int // sent and received
-	server                       time.Duration  // wall time spent in Server methods
-	serverCPU                    time.Duration  // thread CPU time spent in them
+	keys, shares, masked, signed, unmask map[uint32][]byte
+	bytesPerClient                       map[uint32]int // sent and received
+	// unsigned counts what bytesPerClient would be without the
+	// signatures and the consistency check (wire version 1): keys
+	// without their signatures, no survivor set or signature, and an
+	// unmask request of two ID lists over the client's neighbours.
+	unsigned   map[uint32]int
+	serverSign time.Duration // wall time in ReceiveSignature and CloseSignatures
+	server     time.Duration // wall time spent in Server methods
+	serverCPU  time.Duration // thread CPU time spent in them
 }
 
 // timed runs f and adds its wall and thread CPU durations to *d and
@@ -70,10 +105,10 @@ func wire[M encoding.BinaryMarshaler](t testing.TB, m M, out encoding.BinaryUnma
 func run(t testing.TB, r *secagg.Round, inputs map[uint32][]uint64, d drops, seed uint64) ([]uint64, *secagg.Server, *view) {
 	t.Helper()
 	cfg := r.Config()
-	v := &view{keys: map[uint32][]byte{}, shares: map[uint32][]byte{}, masked: map[uint32][]byte{}, unmask: map[uint32][]byte{}, bytesPerClient: map[uint32]int{}}
+	v := &view{keys: map[uint32][]byte{}, shares: map[uint32][]byte{}, masked: map[uint32][]byte{}, signed: map[uint32][]byte{}, unmask: map[uint32][]byte{}, bytesPerClient: map[uint32]int{}, unsigned: map[uint32]int{}}
 	clients := map[uint32]*secagg.Client{}
 	for _, id := range cfg.Participants {
-		c, err := secagg.NewClient(r, id, clientRand(seed, id))
+		c, err := secagg.NewClient(r, id, opts(seed, id))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,6 +123,7 @@ func run(t testing.TB, r *secagg.Round, inputs map[uint32][]uint64, d drops, see
 		var got secagg.AdvertiseKeys
 		v.keys[id] = wire(t, m, &got)
 		v.bytesPerClient[id] += len(v.keys[id])
+		v.unsigned[id] += len(v.keys[id]) - secagg.SignatureSize
 		if err := timed(&v.server, &v.serverCPU, func() error { return s.ReceiveKeys(&got) }); err != nil {
 			t.Fatal(err)
 		}
@@ -101,7 +137,9 @@ func run(t testing.TB, r *secagg.Round, inputs map[uint32][]uint64, d drops, see
 	}
 	for _, id := range sorted(clients) {
 		var got secagg.NeighbourKeys
-		v.bytesPerClient[id] += len(wire(t, nk[id], &got))
+		nb := len(wire(t, nk[id], &got))
+		v.bytesPerClient[id] += nb
+		v.unsigned[id] += nb - secagg.SignatureSize*len(got.Keys)
 		m, err := clients[id].ShareKeys(&got)
 		if err != nil {
 			t.Fatal(err)
@@ -109,6 +147,7 @@ func run(t testing.TB, r *secagg.Round, inputs map[uint32][]uint64, d drops, see
 		var sk secagg.ShareKeys
 		v.shares[id] = wire(t, m, &sk)
 		v.bytesPerClient[id] += len(v.shares[id])
+		v.unsigned[id] += len(v.shares[id])
 		if err := timed(&v.server, &v.serverCPU, func() error { return s.ReceiveShares(&sk) }); err != nil {
 			t.Fatal(err)
 		}
@@ -122,7 +161,9 @@ func run(t testing.TB, r *secagg.Round, inputs map[uint32][]uint64, d drops, see
 	}
 	for _, id := range sorted(clients) {
 		var got secagg.RoutedShares
-		v.bytesPerClient[id] += len(wire(t, rs[id], &got))
+		nb := len(wire(t, rs[id], &got))
+		v.bytesPerClient[id] += nb
+		v.unsigned[id] += nb
 		m, err := clients[id].MaskedInput(&got, inputs[id])
 		if err != nil {
 			t.Fatal(err)
@@ -130,12 +171,40 @@ func run(t testing.TB, r *secagg.Round, inputs map[uint32][]uint64, d drops, see
 		var mi secagg.MaskedInput
 		v.masked[id] = wire(t, m, &mi)
 		v.bytesPerClient[id] += len(v.masked[id])
+		v.unsigned[id] += len(v.masked[id])
 		if err := timed(&v.server, &v.serverCPU, func() error { return s.ReceiveMasked(&mi) }); err != nil {
 			t.Fatal(err)
 		}
 	}
+	var set *secagg.SurvivorSet
+	if err := timed(&v.server, &v.serverCPU, func() (err error) { set, err = s.CloseMasked(); return }); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range d.beforeSign {
+		delete(clients, id)
+	}
+	for _, id := range sorted(clients) {
+		var got secagg.SurvivorSet
+		v.bytesPerClient[id] += len(wire(t, set, &got))
+		m, err := clients[id].SignSurvivors(&got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sig secagg.SurvivorSignature
+		v.signed[id] = wire(t, m, &sig)
+		v.bytesPerClient[id] += len(v.signed[id])
+		t0 := time.Now()
+		err = timed(&v.server, &v.serverCPU, func() error { return s.ReceiveSignature(&sig) })
+		v.serverSign += time.Since(t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 	var reqs map[uint32]*secagg.UnmaskRequest
-	if err := timed(&v.server, &v.serverCPU, func() (err error) { reqs, err = s.CloseMasked(); return }); err != nil {
+	t0 := time.Now()
+	err := timed(&v.server, &v.serverCPU, func() (err error) { reqs, err = s.CloseSignatures(); return })
+	v.serverSign += time.Since(t0)
+	if err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range d.beforeUnmask {
@@ -151,6 +220,9 @@ func run(t testing.TB, r *secagg.Round, inputs map[uint32][]uint64, d drops, see
 		var ur secagg.UnmaskResponse
 		v.unmask[id] = wire(t, m, &ur)
 		v.bytesPerClient[id] += len(v.unmask[id])
+		// Version 1's request: a header and two ID lists naming the
+		// neighbours whose shares the client reveals.
+		v.unsigned[id] += len(v.unmask[id]) + 2 + 8 + 4*(len(ur.SelfShares)+len(ur.KeyShares))
 		if err := timed(&v.server, &v.serverCPU, func() error { return s.ReceiveUnmask(&ur) }); err != nil {
 			t.Fatal(err)
 		}

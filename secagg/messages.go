@@ -16,17 +16,23 @@ import (
 //	client → server   ShareKeys         stage 2
 //	server → client   RoutedShares
 //	client → server   MaskedInput       stage 3
+//	server → client   SurvivorSet
+//	client → server   SurvivorSignature stage 4 (consistency check)
 //	server → client   UnmaskRequest
-//	client → server   UnmaskResponse    stage 4
+//	client → server   UnmaskResponse    stage 5
 //
-// Encoding: a version byte (1), a type byte, then the fields in order,
+// Version 2 added the signatures (AdvertiseKeys.Signature, the
+// consistency check's SurvivorSet and SurvivorSignature) and made the
+// UnmaskRequest carry the signed survivor set rather than two lists.
+//
+// Encoding: a version byte (2), a type byte, then the fields in order,
 // integers little-endian, lists prefixed by a uint32 count. Decoding
 // accepts only the canonical encoding (no trailing bytes, no unused bits
 // set, every field in range), so Unmarshal then Marshal gives back the
 // same bytes.
 
 const (
-	wireVersion = 1
+	wireVersion = 2
 
 	typeAdvertiseKeys  = 1
 	typeNeighbourKeys  = 2
@@ -35,7 +41,12 @@ const (
 	typeMaskedInput    = 5
 	typeUnmaskRequest  = 6
 	typeUnmaskResponse = 7
+	typeSurvivorSet    = 8
+	typeSurvivorSig    = 9
 )
+
+// SignatureSize is the length of an Ed25519 signature.
+const SignatureSize = 64
 
 // SealedShareSize is the length of an encrypted share: sender and
 // recipient (4 bytes each) and the two shares (5 field elements of 8
@@ -52,6 +63,10 @@ type AdvertiseKeys struct {
 	EncryptionKey [32]byte
 	// MaskKey is the public key of the pair that agrees pairwise masks.
 	MaskKey [32]byte
+	// Signature is the client's Ed25519 signature of the two keys, bound
+	// to the round's session (Round.Session): a key signed for another
+	// round, attempt or participant set does not verify.
+	Signature [SignatureSize]byte
 }
 
 // NeighbourKeys is what the server sends a client after stage 1: the
@@ -104,16 +119,37 @@ type MaskedInput struct {
 	Masked []uint64
 }
 
-// UnmaskRequest is what the server sends a surviving client after stage
-// 3: for each neighbour that sent a masked input, the self-mask seed
-// share (Survived); for each neighbour that shared but sent no masked
-// input, the mask-key share (Dropped). Both lists are in increasing
-// order. The zero value asks for nothing.
+// SurvivorSet is what the server sends every surviving client after
+// stage 3: the clients whose masked input it received, in increasing
+// order, for each to sign (the consistency check). The zero value names
+// nobody.
+type SurvivorSet struct {
+	// Survivors lists the survivors S.
+	Survivors []uint32
+}
+
+// SurvivorSignature is a client's stage-4 message: its Ed25519
+// signature of the survivor set, bound to the round's session. A client
+// signs at most one survivor set per round, over all its attempts
+// (Memory). The zero value holds client 0 and an invalid signature.
+type SurvivorSignature struct {
+	// Client is the signer.
+	Client uint32
+	// Signature signs (session, Client, S).
+	Signature [SignatureSize]byte
+}
+
+// UnmaskRequest is what the server sends each client that signed, after
+// stage 4: the survivor set and every signature of it it received, in
+// increasing order of signer. From them the client reveals the self-mask
+// seed share of each neighbour in Survivors and the mask-key share of
+// each other neighbour it holds shares of. The zero value asks for
+// nothing.
 type UnmaskRequest struct {
-	// Survived lists neighbours whose self-mask seed share is asked for.
-	Survived []uint32
-	// Dropped lists neighbours whose mask-key share is asked for.
-	Dropped []uint32
+	// Survivors is S, as signed.
+	Survivors []uint32
+	// Signatures are the signatures of S, in increasing Client order.
+	Signatures []SurvivorSignature
 }
 
 // Share is one Shamir share of a peer's secret as a holder reveals it.
@@ -249,15 +285,17 @@ func (m *AdvertiseKeys) append(e *encoder) {
 	e.u32(m.Client)
 	e.bytes(m.EncryptionKey[:])
 	e.bytes(m.MaskKey[:])
+	e.bytes(m.Signature[:])
 }
 
 func (m *AdvertiseKeys) read(d *decoder) {
 	m.Client = d.u32()
 	copy(m.EncryptionKey[:], d.take(32))
 	copy(m.MaskKey[:], d.take(32))
+	copy(m.Signature[:], d.take(SignatureSize))
 }
 
-const advertiseSize = 4 + 64
+const advertiseSize = 4 + 64 + SignatureSize
 
 // MarshalBinary returns the wire encoding of m.
 func (m *AdvertiseKeys) MarshalBinary() ([]byte, error) {
@@ -438,28 +476,85 @@ func (m *MaskedInput) UnmarshalBinary(b []byte) error {
 }
 
 // MarshalBinary returns the wire encoding of m.
+func (m *SurvivorSet) MarshalBinary() ([]byte, error) {
+	e := header(typeSurvivorSet, 4+4*len(m.Survivors))
+	appendIDs(&e, m.Survivors)
+	return e, nil
+}
+
+// UnmarshalBinary sets m from its wire encoding (a strictly increasing
+// list), or returns an error wrapping ErrDecode.
+func (m *SurvivorSet) UnmarshalBinary(b []byte) error {
+	d := newDecoder(b, typeSurvivorSet, "SurvivorSet")
+	s := d.ids("SurvivorSet: survivors")
+	if err := d.done(); err != nil {
+		return err
+	}
+	m.Survivors = s
+	return nil
+}
+
+func appendIDs(e *encoder, ids []uint32) {
+	e.count(len(ids))
+	for _, v := range ids {
+		e.u32(v)
+	}
+}
+
+const sigSize = 4 + SignatureSize
+
+// MarshalBinary returns the wire encoding of m.
+func (m *SurvivorSignature) MarshalBinary() ([]byte, error) {
+	e := header(typeSurvivorSig, sigSize)
+	e.u32(m.Client)
+	e.bytes(m.Signature[:])
+	return e, nil
+}
+
+// UnmarshalBinary sets m from its wire encoding, or returns an error
+// wrapping ErrDecode.
+func (m *SurvivorSignature) UnmarshalBinary(b []byte) error {
+	d := newDecoder(b, typeSurvivorSig, "SurvivorSignature")
+	var v SurvivorSignature
+	v.Client = d.u32()
+	copy(v.Signature[:], d.take(SignatureSize))
+	if err := d.done(); err != nil {
+		return err
+	}
+	*m = v
+	return nil
+}
+
+// MarshalBinary returns the wire encoding of m.
 func (m *UnmaskRequest) MarshalBinary() ([]byte, error) {
-	e := header(typeUnmaskRequest, 8+4*(len(m.Survived)+len(m.Dropped)))
-	for _, l := range [][]uint32{m.Survived, m.Dropped} {
-		e.count(len(l))
-		for _, v := range l {
-			e.u32(v)
-		}
+	e := header(typeUnmaskRequest, 8+4*len(m.Survivors)+sigSize*len(m.Signatures))
+	appendIDs(&e, m.Survivors)
+	e.count(len(m.Signatures))
+	for _, s := range m.Signatures {
+		e.u32(s.Client)
+		e.bytes(s.Signature[:])
 	}
 	return e, nil
 }
 
-// UnmaskRequest sets m from its wire encoding (each list strictly
-// increasing), or returns an error wrapping ErrDecode. Overlap between
-// the lists is a protocol matter: Client.Unmask refuses it.
+// UnmarshalBinary sets m from its wire encoding (survivors and signers
+// each strictly increasing), or returns an error wrapping ErrDecode.
 func (m *UnmaskRequest) UnmarshalBinary(b []byte) error {
 	d := newDecoder(b, typeUnmaskRequest, "UnmaskRequest")
 	s := d.ids("UnmaskRequest: survivors")
-	dr := d.ids("UnmaskRequest: dropped")
+	n := d.count(sigSize)
+	sigs := make([]SurvivorSignature, n)
+	for i := range sigs {
+		sigs[i].Client = d.u32()
+		copy(sigs[i].Signature[:], d.take(SignatureSize))
+		if i > 0 && sigs[i].Client <= sigs[i-1].Client {
+			d.fail("UnmaskRequest: signers not strictly increasing at %d", i)
+		}
+	}
 	if err := d.done(); err != nil {
 		return err
 	}
-	m.Survived, m.Dropped = s, dr
+	m.Survivors, m.Signatures = s, sigs
 	return nil
 }
 

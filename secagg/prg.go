@@ -10,7 +10,7 @@ import (
 )
 
 // Key derivation labels. Every key of a round is HKDF-SHA256 of a secret
-// with the round seed as salt and one of these labels (plus the sender and
+// with the round's session (Round.Session) as salt and one of these labels (plus the sender and
 // the recipient, for share encryption) as info.
 const (
 	labelPairwise = "fedcalib/secagg/v1 pairwise mask"
@@ -18,7 +18,7 @@ const (
 	labelShare    = "fedcalib/secagg/v1 share encryption"
 )
 
-// derive returns the 32-byte key HKDF-SHA256(secret, salt = seed, info =
+// derive returns the 32-byte key HKDF-SHA256(secret, salt = session, info =
 // label ‖ from ‖ to) (from and to big-endian, present when nonzero-length
 // ids is given).
 func derive(secret []byte, seed *[32]byte, label string, ids ...uint32) [32]byte {

@@ -15,7 +15,7 @@ import (
 
 func newRound(t testing.TB, n, k, thr, bits, dim int, seed uint64) *secagg.Round {
 	t.Helper()
-	r, err := secagg.NewRound(secagg.Config{Seed: roundSeed(seed), Participants: ids(n), Neighbours: k, Threshold: thr, Bits: bits, Dim: dim})
+	r, err := secagg.NewRound(withIDs(secagg.Config{Seed: roundSeed(seed), Participants: ids(n), Neighbours: k, Threshold: thr, Bits: bits, Dim: dim}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,33 +59,60 @@ func without(all, gone []uint32) []uint32 {
 	return slices.DeleteFunc(slices.Clone(all), func(id uint32) bool { return slices.Contains(gone, id) })
 }
 
+// spread returns count participants whose dropping leaves a survivor set
+// the clients accept (every survivor keeps t surviving neighbours), found
+// by a seeded search, or fails the test.
+func spread(t *testing.T, r *secagg.Round, count int) []uint32 {
+	t.Helper()
+	cfg := r.Config()
+	g := rand.New(rand.NewPCG(uint64(count), 7))
+	for range 10000 {
+		p := slices.Clone(cfg.Participants)
+		g.Shuffle(len(p), func(i, j int) { p[i], p[j] = p[j], p[i] })
+		gone := slices.Sorted(slices.Values(p[:count]))
+		if r.Graph().ValidSurvivors(without(cfg.Participants, gone), cfg.Threshold, cfg.MinSurvivors) == nil {
+			return gone
+		}
+	}
+	t.Fatalf("no %d dropouts leave a valid survivor set", count)
+	return nil
+}
+
 func TestSumExact(t *testing.T) {
-	// n = 16, k = 7, t = 4: any 3 = t − 1 = k − t dropouts leave every
-	// neighbourhood with t survivors.
+	// n = 16, k = 8, t = 5: 0, 1 and t − 1 = 4 dropouts (spread so that
+	// every survivor keeps t surviving neighbours) at each stage; and the
+	// complete graph, k = 15, t = 8, with t − 1 = 7 dropouts.
 	p := ids(16)
+	sparse := newRound(t, 16, 8, 5, 32, 50, 1)
+	four := spread(t, sparse, 4)
+	complete := newRound(t, 16, 15, 8, 20, 50, 1)
+	seven := p[2:9]
 	for _, c := range []struct {
-		name      string
-		bits, dim int
-		d         drops
+		name string
+		r    *secagg.Round
+		d    drops
 	}{
-		{"no dropout", 32, 50, drops{}},
-		{"1 dropout before masking", 32, 50, drops{beforeMask: p[3:4]}},
-		{"t−1 dropouts before masking", 32, 50, drops{beforeMask: []uint32{p[0], p[7], p[15]}}},
-		{"1 dropout before unmasking", 20, 50, drops{beforeUnmask: p[5:6]}},
-		{"t−1 dropouts before unmasking", 20, 50, drops{beforeUnmask: []uint32{p[1], p[2], p[3]}}},
-		{"mixed t−1 dropouts", 64, 33, drops{beforeShare: p[9:10], beforeMask: p[4:5], beforeUnmask: p[12:13]}},
-		{"b = 1", 1, 70, drops{beforeMask: p[2:3]}},
+		{"no dropout", sparse, drops{}},
+		{"1 dropout before masking", sparse, drops{beforeMask: p[3:4]}},
+		{"t−1 dropouts before masking", sparse, drops{beforeMask: four}},
+		{"t−1 dropouts before sharing", sparse, drops{beforeShare: four}},
+		{"1 dropout before signing", sparse, drops{beforeSign: p[5:6]}},
+		{"1 dropout before unmasking", sparse, drops{beforeUnmask: p[5:6]}},
+		{"t−1 dropouts before unmasking", sparse, drops{beforeUnmask: four}},
+		{"mixed dropouts", sparse, drops{beforeShare: four[:1], beforeMask: four[1:2], beforeSign: four[2:3], beforeUnmask: four[3:]}},
+		{"complete graph, t−1 dropouts before masking", complete, drops{beforeMask: seven}},
+		{"complete graph, t−1 dropouts before unmasking", complete, drops{beforeUnmask: seven}},
+		{"b = 1", newRound(t, 16, 8, 5, 1, 70, 1), drops{beforeMask: p[2:3]}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r := newRound(t, 16, 7, 4, c.bits, c.dim, 1)
-			in := randomInputs(r, 2)
-			got, s, _ := run(t, r, in, c.d, 3)
+			in := randomInputs(c.r, 2)
+			got, s, _ := run(t, c.r, in, c.d, 3)
 			// Survivors: everybody who sent a masked input.
 			want := without(p, slices.Concat(c.d.beforeShare, c.d.beforeMask))
 			if !slices.Equal(s.Survivors(), want) {
 				t.Fatalf("survivors %v, want %v", s.Survivors(), want)
 			}
-			if ws := plainSum(r, in, want); !slices.Equal(got, ws) {
+			if ws := plainSum(c.r, in, want); !slices.Equal(got, ws) {
 				t.Errorf("secure sum differs from the plain sum of the survivors' inputs:\n got %v\nwant %v", got[:5], ws[:5])
 			}
 		})
@@ -93,18 +120,25 @@ func TestSumExact(t *testing.T) {
 }
 
 func TestSumDefaults(t *testing.T) {
-	// n = 60 with the default k = 18 and t = 10; 8 = k − t dropouts among
-	// one client's neighbours still unmask.
-	r, err := secagg.NewRound(secagg.Config{Seed: roundSeed(9), Participants: ids(60), Bits: 24, Dim: 10})
+	// n = 60 with the defaults of Parameters(60, 0.1, 3); k − t dropouts
+	// among one client's neighbours still unmask.
+	r, err := secagg.NewRound(withIDs(secagg.Config{Seed: roundSeed(9), Participants: ids(60), Bits: 24, Dim: 10}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := r.Config()
-	if cfg.Neighbours != 18 || cfg.Threshold != 10 {
-		t.Fatalf("defaults k = %d, t = %d; want 18, 10", cfg.Neighbours, cfg.Threshold)
+	p, err := secagg.Parameters(60, secagg.DefaultDropoutRate, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Neighbours != p.Neighbours || cfg.Threshold != p.Threshold {
+		t.Fatalf("defaults k = %d, t = %d; want %d, %d", cfg.Neighbours, cfg.Threshold, p.Neighbours, p.Threshold)
 	}
 	victim := cfg.Participants[17]
-	gone := slices.Clone(r.Graph().Neighbours(victim)[:8])
+	gone := slices.Clone(r.Graph().Neighbours(victim)[:cfg.Neighbours-cfg.Threshold])
+	if err := r.Graph().ValidSurvivors(without(cfg.Participants, gone), cfg.Threshold, cfg.MinSurvivors); err != nil {
+		t.Skipf("this graph puts the dropouts too close together: %v", err)
+	}
 	in := randomInputs(r, 4)
 	got, _, _ := run(t, r, in, drops{beforeMask: gone}, 5)
 	if want := plainSum(r, in, without(cfg.Participants, gone)); !slices.Equal(got, want) {
@@ -113,15 +147,15 @@ func TestSumDefaults(t *testing.T) {
 }
 
 func TestTooManyDropouts(t *testing.T) {
-	// k − t + 1 = 4 dropouts among one client's 7 neighbours: its self
-	// mask has t − 1 holders left and the server must say so.
-	r := newRound(t, 16, 7, 4, 32, 8, 1)
+	// k − t + 1 = 4 dropouts among one client's 8 neighbours: it has
+	// t − 1 surviving neighbours and the server must say so before any
+	// signature.
+	r := newRound(t, 16, 8, 5, 32, 8, 1)
 	victim := r.Config().Participants[6]
 	gone := r.Graph().Neighbours(victim)[:4]
-	s, clients := throughMasking(t, r, gone, 3)
-	_ = clients
+	s, _ := throughMasking(t, r, gone, 3)
 	if _, err := s.CloseMasked(); !errors.Is(err, secagg.ErrTooFewClients) {
-		t.Errorf("CloseMasked with 4 of 7 neighbours gone: error %v, want ErrTooFewClients", err)
+		t.Errorf("CloseMasked with 4 of 8 neighbours gone: error %v, want ErrTooFewClients", err)
 	}
 }
 
@@ -130,11 +164,25 @@ func TestTooManyDropouts(t *testing.T) {
 // server and the live clients.
 func throughMasking(t *testing.T, r *secagg.Round, gone []uint32, seed uint64) (*secagg.Server, map[uint32]*secagg.Client) {
 	t.Helper()
+	return throughMaskingMem(t, r, gone, seed, nil)
+}
+
+// throughMaskingMem is throughMasking with each client's Memory of the
+// round taken from (and kept in) mem when not nil.
+func throughMaskingMem(t *testing.T, r *secagg.Round, gone []uint32, seed uint64, mem map[uint32]*secagg.Memory) (*secagg.Server, map[uint32]*secagg.Client) {
+	t.Helper()
 	cfg := r.Config()
 	s := secagg.NewServer(r)
 	cl := map[uint32]*secagg.Client{}
 	for _, id := range cfg.Participants {
-		c, err := secagg.NewClient(r, id, clientRand(seed, id))
+		o := opts(seed, id)
+		if mem != nil {
+			if mem[id] == nil {
+				mem[id] = &secagg.Memory{}
+			}
+			o.Memory = mem[id]
+		}
+		c, err := secagg.NewClient(r, id, o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -179,58 +227,6 @@ func throughMasking(t *testing.T, r *secagg.Round, gone []uint32, seed uint64) (
 	return s, cl
 }
 
-func TestClientRefusesBothShares(t *testing.T) {
-	r := newRound(t, 16, 7, 4, 32, 8, 1)
-	g := r.Graph()
-	dropped := r.Config().Participants[3]
-	s, cl := throughMasking(t, r, []uint32{dropped}, 3)
-	reqs, err := s.CloseMasked()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// u neighbours the dropped client; peer is one of u's survivors.
-	u := g.Neighbours(dropped)[0]
-	nb := g.Neighbours(u)
-	survivors := without(nb, []uint32{dropped})
-	peer := survivors[0]
-	if want := (secagg.UnmaskRequest{Survived: survivors, Dropped: []uint32{dropped}}); !slices.Equal(reqs[u].Survived, want.Survived) || !slices.Equal(reqs[u].Dropped, want.Dropped) {
-		t.Fatalf("server's request to %d = %+v, want %+v", u, reqs[u], want)
-	}
-	// One request naming a surviving peer both ways.
-	both := &secagg.UnmaskRequest{Survived: survivors, Dropped: []uint32{peer}}
-	if _, err := cl[u].Unmask(both); !errors.Is(err, secagg.ErrBothShares) {
-		t.Errorf("both shares of %d in one request: error %v, want ErrBothShares", peer, err)
-	}
-	// Two requests: first the self-mask shares of every neighbour (the
-	// server pretends the dropped one survived), then its key share.
-	if _, err := cl[u].Unmask(&secagg.UnmaskRequest{Survived: slices.Clone(nb)}); err != nil {
-		t.Fatalf("a request naming %d survivors was refused: %v", len(nb), err)
-	}
-	if _, err := cl[u].Unmask(reqs[u]); !errors.Is(err, secagg.ErrBothShares) {
-		t.Errorf("key share of %d after its self-mask share: error %v, want ErrBothShares", dropped, err)
-	}
-	// Fewer than t surviving neighbours named.
-	v := survivors[1]
-	if _, err := cl[v].Unmask(&secagg.UnmaskRequest{Survived: without(g.Neighbours(v), []uint32{dropped})[:3]}); !errors.Is(err, secagg.ErrTooFewNeighbours) {
-		t.Errorf("3 survivors named with t = 4: error %v, want ErrTooFewNeighbours", err)
-	}
-	// The server's own requests never ask for both and are answered.
-	for _, id := range sorted(cl) {
-		q := reqs[id]
-		for _, x := range q.Survived {
-			if slices.Contains(q.Dropped, x) {
-				t.Errorf("server asked %d for both shares of %d", id, x)
-			}
-		}
-		if id == u {
-			continue
-		}
-		if _, err := cl[id].Unmask(q); err != nil {
-			t.Errorf("client %d refused the server's request: %v", id, err)
-		}
-	}
-}
-
 func TestRoundConfigErrors(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -240,25 +236,36 @@ func TestRoundConfigErrors(t *testing.T) {
 		{"threshold above k", secagg.Config{Participants: ids(10), Neighbours: 4, Threshold: 5, Bits: 16, Dim: 1}, secagg.ErrThreshold},
 		{"threshold at k/2", secagg.Config{Participants: ids(10), Neighbours: 4, Threshold: 2, Bits: 16, Dim: 1}, secagg.ErrThreshold},
 		{"odd k, odd n", secagg.Config{Participants: ids(9), Neighbours: 3, Threshold: 2, Bits: 16, Dim: 1}, secagg.ErrConfig},
+		{"odd k below n − 1, even n", secagg.Config{Participants: ids(12), Neighbours: 3, Threshold: 2, Bits: 16, Dim: 1}, secagg.ErrConfig},
+		{"k = 1", secagg.Config{Participants: ids(12), Neighbours: 1, Threshold: 1, Bits: 16, Dim: 1}, secagg.ErrConfig},
+		{"two participants", secagg.Config{Participants: ids(2), Neighbours: 1, Threshold: 1, Bits: 16, Dim: 1}, secagg.ErrConfig},
+		{"s_min above n", secagg.Config{Participants: ids(6), Neighbours: 2, Threshold: 2, MinSurvivors: 7, Bits: 16, Dim: 1}, secagg.ErrConfig},
 		{"k ≥ n", secagg.Config{Participants: ids(5), Neighbours: 5, Threshold: 3, Bits: 16, Dim: 1}, secagg.ErrConfig},
 		{"one participant", secagg.Config{Participants: ids(1), Neighbours: 1, Threshold: 1, Bits: 16, Dim: 1}, secagg.ErrConfig},
 		{"repeated participant", secagg.Config{Participants: []uint32{1, 2, 2, 3}, Neighbours: 2, Threshold: 2, Bits: 16, Dim: 1}, secagg.ErrConfig},
 		{"65 bits", secagg.Config{Participants: ids(4), Bits: 65, Dim: 1}, secagg.ErrConfig},
 		{"no dimension", secagg.Config{Participants: ids(4), Bits: 8}, secagg.ErrConfig},
 	} {
-		if _, err := secagg.NewRound(c.cfg); !errors.Is(err, c.want) {
+		if _, err := secagg.NewRound(withIDs(c.cfg)); !errors.Is(err, c.want) {
 			t.Errorf("%s: error %v, want %v", c.name, err, c.want)
 		}
 	}
 	r := newRound(t, 6, 2, 2, 8, 1, 1)
-	if _, err := secagg.NewClient(r, 5, nil); !errors.Is(err, secagg.ErrConfig) {
+	if _, err := secagg.NewClient(r, 5, opts(1, 5)); !errors.Is(err, secagg.ErrConfig) {
 		t.Errorf("client outside the round: error %v, want ErrConfig", err)
+	}
+	p := r.Config().Participants
+	if _, err := secagg.NewClient(r, p[0], opts(1, p[1])); !errors.Is(err, secagg.ErrConfig) {
+		t.Errorf("client with another's key: error %v, want ErrConfig", err)
+	}
+	if _, err := secagg.NewRound(secagg.Config{Participants: ids(6), Neighbours: 2, Bits: 8, Dim: 1}); !errors.Is(err, secagg.ErrConfig) {
+		t.Errorf("round without identities: error %v, want ErrConfig", err)
 	}
 }
 
 func TestStageOrder(t *testing.T) {
 	r := newRound(t, 6, 2, 2, 8, 1, 1)
-	c, err := secagg.NewClient(r, r.Config().Participants[0], clientRand(1, 0))
+	c, err := secagg.NewClient(r, r.Config().Participants[0], opts(1, r.Config().Participants[0]))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +282,7 @@ func TestStageOrder(t *testing.T) {
 }
 
 func TestDeterministic(t *testing.T) {
-	r := newRound(t, 16, 7, 4, 32, 20, 1)
+	r := newRound(t, 16, 8, 5, 32, 20, 1)
 	in := randomInputs(r, 2)
 	d := drops{beforeMask: r.Config().Participants[2:3]}
 	s1, _, v1 := run(t, r, in, d, 3)
@@ -371,7 +378,7 @@ func TestDistributedNoiseThroughSum(t *testing.T) {
 	if err := q.CheckFederation(n, dim, n*variance); err != nil {
 		t.Fatal(err)
 	}
-	r := newRound(t, n, 7, 4, q.Bits, dim, 7)
+	r := newRound(t, n, 8, 5, q.Bits, dim, 7)
 	p := r.Config().Participants
 	gone := p[4:6]
 	xs := map[uint32][]float64{}

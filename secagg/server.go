@@ -14,6 +14,7 @@ const (
 	serverKeys serverStage = iota
 	serverShares
 	serverMasked
+	serverSign
 	serverUnmask
 	serverDone
 )
@@ -27,8 +28,14 @@ const (
 //  2. ReceiveShares for each ShareKeys, then CloseShares, which returns
 //     the RoutedShares to send to each client;
 //  3. ReceiveMasked for each MaskedInput, then CloseMasked, which returns
-//     the UnmaskRequest to send to each surviving client;
-//  4. ReceiveUnmask for each UnmaskResponse, then Sum.
+//     the SurvivorSet to send to every survivor;
+//  4. ReceiveSignature for each SurvivorSignature, then CloseSignatures,
+//     which returns the UnmaskRequest to send to each signer;
+//  5. ReceiveUnmask for each UnmaskResponse, then Sum.
+//
+// Once CloseSignatures has returned, the survivors' sum can be computed
+// (by this server or one that keeps the responses): a driver must count
+// it as released, whether or not Sum succeeds.
 //
 // The driver decides when a stage closes (all expected messages or a
 // deadline); clients that miss a stage have dropped out. Receive methods
@@ -45,7 +52,9 @@ type Server struct {
 	sum    []uint64                  // Σ masked inputs of U3
 	masked map[uint32]bool           // U3
 	resp   map[uint32]*UnmaskResponse
-	reqs   map[uint32]*UnmaskRequest
+	surv   []uint32                      // S
+	sigs   map[uint32]*SurvivorSignature // signers of S
+	reqs   map[uint32]*UnmaskRequest     // what each signer should answer
 	result []uint64
 }
 
@@ -57,6 +66,7 @@ func NewServer(r *Round) *Server {
 		shares: make(map[uint32]*ShareKeys),
 		masked: make(map[uint32]bool),
 		resp:   make(map[uint32]*UnmaskResponse),
+		sigs:   make(map[uint32]*SurvivorSignature),
 		sum:    make([]uint64, r.cfg.Dim),
 	}
 }
@@ -78,6 +88,9 @@ func (s *Server) ReceiveKeys(m *AdvertiseKeys) error {
 	}
 	if s.keys[m.Client] != nil {
 		return fmt.Errorf("%w: keys from %d twice", ErrBadMessage, m.Client)
+	}
+	if !s.round.verify(m.Client, s.round.keysMessage(m), &m.Signature) {
+		return fmt.Errorf("%w: keys from %d not signed by it for this round", ErrBadMessage, m.Client)
 	}
 	k := *m
 	s.keys[m.Client] = &k
@@ -204,48 +217,128 @@ func (s *Server) ReceiveMasked(m *MaskedInput) error {
 	return nil
 }
 
-// CloseMasked ends stage 3 and returns, for every client that sent a
-// masked input, its unmask request: among its neighbours that shared, the
-// survivors (self-mask seed share wanted) and the dropped (mask-key share
-// wanted). It returns an error wrapping ErrTooFewClients if some secret
-// the sum needs has fewer than t surviving holders.
-func (s *Server) CloseMasked() (map[uint32]*UnmaskRequest, error) {
+// CloseMasked ends stage 3 and returns the survivor set S (the clients
+// whose masked input it received), to send to each of them for signing.
+// It returns an error wrapping ErrTooFewClients if S is not a set the
+// clients unmask for (Graph.ValidSurvivors) or some dropped client's mask
+// key, needed to remove its masks, has fewer than t surviving holders:
+// the attempt ends there and nothing about the inputs can be computed.
+func (s *Server) CloseMasked() (*SurvivorSet, error) {
 	if err := s.at(serverMasked, "CloseMasked"); err != nil {
 		return nil, err
 	}
 	g := s.round.graph
-	t := s.round.cfg.Threshold
+	cfg := &s.round.cfg
+	surv := sortedKeys(s.masked)
+	if err := g.ValidSurvivors(surv, cfg.Threshold, cfg.MinSurvivors); err != nil {
+		return nil, err
+	}
 	for _, v := range sortedKeys(s.shares) {
-		need, holders := s.masked[v], 0
+		if s.masked[v] {
+			continue
+		}
+		need, holders := false, 0
 		for _, w := range g.Neighbours(v) {
 			if s.masked[w] {
 				holders++
 				need = true // a survivor masked with v
 			}
 		}
-		if need && holders < t {
-			return nil, fmt.Errorf("%w: client %d has %d surviving neighbours to hold its shares; threshold %d", ErrTooFewClients, v, holders, t)
+		if need && holders < cfg.Threshold {
+			return nil, fmt.Errorf("%w: dropped client %d has %d surviving neighbours to hold its shares; threshold %d", ErrTooFewClients, v, holders, cfg.Threshold)
 		}
 	}
-	s.reqs = make(map[uint32]*UnmaskRequest, len(s.masked))
-	for u := range s.masked {
-		r := &UnmaskRequest{}
-		for _, v := range g.Neighbours(u) {
-			switch {
-			case s.masked[v]:
-				r.Survived = append(r.Survived, v)
-			case s.shares[v] != nil:
-				r.Dropped = append(r.Dropped, v)
+	s.surv = surv
+	s.stage = serverSign
+	return &SurvivorSet{Survivors: slices.Clone(surv)}, nil
+}
+
+// ReceiveSignature records a survivor's signature of S (stage 4).
+func (s *Server) ReceiveSignature(m *SurvivorSignature) error {
+	if err := s.at(serverSign, "ReceiveSignature"); err != nil {
+		return err
+	}
+	switch {
+	case !s.masked[m.Client]:
+		return fmt.Errorf("%w: signature from %d, not a survivor", ErrBadMessage, m.Client)
+	case s.sigs[m.Client] != nil:
+		return fmt.Errorf("%w: signature from %d twice", ErrBadMessage, m.Client)
+	case !s.round.verify(m.Client, s.round.survivorsMessage(m.Client, s.surv), &m.Signature):
+		return fmt.Errorf("%w: signature from %d does not verify", ErrBadMessage, m.Client)
+	}
+	c := *m
+	s.sigs[m.Client] = &c
+	return nil
+}
+
+// CloseSignatures ends stage 4 and returns, for every survivor that
+// signed, its unmask request: S with every signature. It returns an error
+// wrapping ErrTooFewClients if some survivor has fewer than t neighbours
+// among the signers (the clients would refuse), or some dropped client's
+// mask key, needed for the sum, fewer than t holders among them. From
+// here on the sum is computable: see Server.
+func (s *Server) CloseSignatures() (map[uint32]*UnmaskRequest, error) {
+	if err := s.at(serverSign, "CloseSignatures"); err != nil {
+		return nil, err
+	}
+	g := s.round.graph
+	t := s.round.cfg.Threshold
+	for _, v := range s.surv {
+		d := 0
+		for _, w := range g.Neighbours(v) {
+			if s.sigs[w] != nil {
+				d++
 			}
 		}
-		s.reqs[u] = r
+		if d < t {
+			return nil, fmt.Errorf("%w: survivor %d has %d neighbours that signed the survivor set; threshold %d", ErrTooFewClients, v, d, t)
+		}
+	}
+	// A dropped client's mask key, if a survivor masked with it, needs t
+	// holders among the signers (the only clients asked to unmask):
+	// failing here keeps the sum uncomputable rather than computable and
+	// not computed.
+	for _, v := range sortedKeys(s.shares) {
+		if s.masked[v] {
+			continue
+		}
+		need, d := false, 0
+		for _, w := range g.Neighbours(v) {
+			need = need || s.masked[w]
+			if s.sigs[w] != nil {
+				d++
+			}
+		}
+		if need && d < t {
+			return nil, fmt.Errorf("%w: dropped client %d has %d neighbours that signed to hold its shares; threshold %d", ErrTooFewClients, v, d, t)
+		}
+	}
+	sigs := make([]SurvivorSignature, 0, len(s.sigs))
+	for _, id := range sortedKeys(s.sigs) {
+		sigs = append(sigs, *s.sigs[id])
+	}
+	s.reqs = make(map[uint32]*UnmaskRequest, len(s.sigs))
+	out := make(map[uint32]*UnmaskRequest, len(s.sigs))
+	for u := range s.sigs {
+		s.reqs[u] = &UnmaskRequest{}
+		out[u] = &UnmaskRequest{Survivors: slices.Clone(s.surv), Signatures: slices.Clone(sigs)}
 	}
 	s.stage = serverUnmask
-	out := make(map[uint32]*UnmaskRequest, len(s.reqs))
-	for u, r := range s.reqs {
-		out[u] = &UnmaskRequest{Survived: slices.Clone(r.Survived), Dropped: slices.Clone(r.Dropped)}
-	}
 	return out, nil
+}
+
+// expected returns what signer u reveals: the neighbours that shared,
+// survivors (self-mask seed shares) and not (mask-key shares).
+func (s *Server) expected(u uint32) (survived, dropped []uint32) {
+	for _, v := range s.round.graph.Neighbours(u) {
+		switch {
+		case s.masked[v]:
+			survived = append(survived, v)
+		case s.shares[v] != nil:
+			dropped = append(dropped, v)
+		}
+	}
+	return survived, dropped
 }
 
 // ReceiveUnmask records a client's shares (stage 4): exactly those its
@@ -277,7 +370,8 @@ func (s *Server) ReceiveUnmask(m *UnmaskResponse) error {
 		}
 		return true
 	}
-	if !match(m.SelfShares, r.Survived) || !match(m.KeyShares, r.Dropped) {
+	survived, dropped := s.expected(m.Client)
+	if !match(m.SelfShares, survived) || !match(m.KeyShares, dropped) {
 		return fmt.Errorf("%w: unmask response from %d does not answer its request", ErrBadMessage, m.Client)
 	}
 	c := *m
@@ -345,7 +439,6 @@ func (s *Server) Sum() ([]uint64, error) {
 	if err := s.at(serverUnmask, "Sum"); err != nil {
 		return nil, err
 	}
-	cfg := &s.round.cfg
 	g := s.round.graph
 	lim := s.round.mask()
 	y := slices.Clone(s.sum)
@@ -354,7 +447,7 @@ func (s *Server) Sum() ([]uint64, error) {
 		if err != nil {
 			return nil, err
 		}
-		k := derive(seed[:], &cfg.Seed, labelSelf)
+		k := derive(seed[:], &s.round.session, labelSelf)
 		addMask(y, &k, true, lim)
 	}
 	for _, v := range sortedKeys(s.shares) {
@@ -386,7 +479,7 @@ func (s *Server) Sum() ([]uint64, error) {
 			if err != nil {
 				return nil, err
 			}
-			k := derive(sh, &cfg.Seed, labelPairwise)
+			k := derive(sh, &s.round.session, labelPairwise)
 			// w added its mask with v with sign + if w < v: take it off.
 			addMask(y, &k, w < v, lim)
 		}
@@ -397,6 +490,6 @@ func (s *Server) Sum() ([]uint64, error) {
 }
 
 // Survivors returns, in increasing order, the clients whose masked input
-// is in the sum (those ReceiveMasked accepted): the clients whose noise
+// is in the sum (those ReceiveMasked accepted, S): the clients whose noise
 // reached the sum, to record in the privacy ledger.
 func (s *Server) Survivors() []uint32 { return sortedKeys(s.masked) }
