@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"cmp"
 	"fmt"
 	"path/filepath"
@@ -153,25 +154,19 @@ external files.`,
 					fmt.Fprintf(out, "wrote %s: %s calibrator for %d classes as ONNX (verified against Go to %g)\n", outPath, c.Method(), c.Classes(), export.Tolerance)
 				}
 			case sidecar:
-				sum, err := fileio.SHA256(modelPath)
+				sf, err := export.SidecarFile(ctx, modelPath, c, file, opt)
 				if err != nil {
 					return err
 				}
-				if err := export.CheckModel(ctx, modelPath, c, opt); err != nil {
+				var buf bytes.Buffer
+				if err := calib.EncodeFile(&buf, c, sf); err != nil {
 					return err
 				}
-				if err := export.CheckClassNames(modelPath, file); err != nil {
-					return err
-				}
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-				file.Provenance.ModelSHA256 = sum
-				if err := calib.WriteFile(outPath, c, file.Privacy, file.Provenance); err != nil {
+				if err := fileio.WriteContext(ctx, outPath, buf.Bytes()); err != nil {
 					return err
 				}
 				b.finish()
-				fmt.Fprintf(out, "wrote %s: %s calibrator sidecar for %s (sha256 %s…)\n", outPath, c.Method(), filepath.Base(modelPath), sum[:12])
+				fmt.Fprintf(out, "wrote %s: %s calibrator sidecar for %s (reads %s; sha256 %s…)\n", outPath, c.Method(), filepath.Base(modelPath), sf.Provenance.Input, sf.Provenance.ModelSHA256[:12])
 			case serving:
 				m, err = export.CalibrateContext(ctx, modelPath, c, file, opt)
 				if err != nil {

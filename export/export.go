@@ -99,7 +99,7 @@ func Append(m *onnx.Model, c calib.Calibrator, file *calib.File, opt Options) (l
 	if err := raiseOpset(m); err != nil {
 		return "", "", err
 	}
-	src, err := calibratorSource(m, logitsName, opt.Input)
+	src, err := calibratorSource(m, logitsName, opt.Input, fittedInput(file))
 	if err != nil {
 		return "", "", err
 	}
@@ -123,7 +123,9 @@ func Append(m *onnx.Model, c calib.Calibrator, file *calib.File, opt Options) (l
 	}
 	if file != nil {
 		var buf bytes.Buffer
-		if err := calib.Encode(&buf, c, file.Privacy, file.Provenance); err != nil {
+		f := *file
+		f.Provenance.Input = src.kind // what the output holds, now known
+		if err := calib.EncodeFile(&buf, c, &f); err != nil {
 			return "", "", err
 		}
 		m.SetMetadata(KeySidecar, strings.TrimSpace(buf.String()))
@@ -133,6 +135,14 @@ func Append(m *onnx.Model, c calib.Calibrator, file *calib.File, opt Options) (l
 		}
 	}
 	return logitsName, outName, nil
+}
+
+// fittedInput returns the input kind file records, "" for a nil file.
+func fittedInput(file *calib.File) string {
+	if file == nil {
+		return ""
+	}
+	return file.Provenance.Input
 }
 
 // logitsOutput returns the named output, or the first float32 one.
