@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/infer/logits"
 )
 
@@ -94,4 +95,19 @@ func readColumnsFirst(path string, in inputKind, partition func(*logits.File) er
 	}
 	boundHeap(f)
 	return f, nil
+}
+
+// fittedInput returns the input kind to read rows as for the calibrator
+// file at path, file: --input when given (in), refused when it
+// contradicts the kind the file records (provenance.input), else the
+// file's kind, else logits.
+func fittedInput(in inputKind, path string, file *calib.File) (inputKind, error) {
+	rec := file.Provenance.Input
+	switch {
+	case in != "" && rec != "" && string(in) != rec:
+		return "", fmt.Errorf("--input %s, but %s was fitted on %s (its provenance.input): drop --input, or use a calibrator fitted on %s", in, path, rec, in)
+	case in != "":
+		return in, nil
+	}
+	return inputKind(rec), nil
 }

@@ -46,7 +46,13 @@ type source struct {
 // An output made by a Softmax is refused for a calibrator fitted on
 // logits, unless logits were asked for explicitly (the calibrator was
 // fitted on that output's raw values).
+//
+// output "" names the model's first float32 output.
 func InputKind(m *onnx.Model, output, requested, fitted string) (string, error) {
+	output, err := logitsOutput(m, output)
+	if err != nil {
+		return "", err
+	}
 	src, err := calibratorSource(m, output, requested, fitted)
 	return src.kind, err
 }
