@@ -43,21 +43,30 @@ and the whole model on random inputs. Its probabilities must equal the Go
 calibrator's to 1e-5, or nothing is written. The write is atomic and the
 input model is never modified.
 
-A model that ends in a Softmax (its calibrated output made by a Softmax
-over the classes) is detected: the calibrator then reads the log of its
-probabilities, max(log softmax(z), log 1e-12) computed from the Softmax's
-logits input z, which is what "fedcalib calibrate --input probabilities"
-fits on that model's outputs; the metadata key
-fedcalib.calibration.input says "probabilities" and "fedcalib check"
-judges accordingly. --input probabilities does the same for an output
-that holds probabilities without a final Softmax node (log max(p,
-1e-12)); --input logits calibrates the output as logits whatever made it.
+The calibrator is fed what it was fitted on, as its file records
+(provenance.input, written by "fedcalib calibrate --input"). A model that
+ends in a Softmax (its calibrated output made by a Softmax, directly or
+through Identity, Cast to float, Reshape, Flatten, Squeeze or Unsqueeze)
+is detected: a calibrator fitted on probabilities then reads
+max(log softmax(z), log 1e-12) computed from the Softmax's logits input
+z; the metadata key fedcalib.calibration.input says "probabilities" and
+"fedcalib check" judges accordingly. A calibrator fitted on logits is
+refused for such an output (name the logits output with
+--logits-output). --input probabilities does the same for an output that
+holds probabilities without a Softmax node (log max(p, 1e-12)); --input
+logits calibrates the output as logits whatever made it; an --input that
+contradicts the file's provenance.input is refused. keeps_top_class is
+"true" only when the method keeps the top class and the calibrator, on
+its probe set, does (ties count as changes).
 
 --sidecar writes no ONNX: it runs the model on random inputs, checks the
-calibrator against the logits it really gives (shape, classes, finite
-values), and writes the calibrator file (with the model's sha256 in
-its provenance) to --out, for serving stacks that apply it themselves (Go:
-package export/sidecar). --standalone writes an ONNX model of the
+calibrator against the outputs it really gives (shape, classes, finite
+values) and, as ONNX export does, that the calibrator's probabilities are
+finite distributions on its probe set and on those outputs, and writes
+the calibrator file (with the model's sha256 and the input kind to feed
+it, logits or probabilities, in its provenance; rounds records kept) to
+--out, for serving stacks that apply it themselves (Go: package
+export/sidecar; the rule in docs/SIDECAR.md). --standalone writes an ONNX model of the
 calibrator alone (input "logits" [batch, classes], output "probabilities").
 
 --triton REPO writes the verified model into a Triton model repository:
@@ -212,7 +221,7 @@ external files.`,
 	f.StringVar(&outPath, "out", "", "where to write the calibrated model (or the sidecar, or the standalone model)")
 	f.StringVar(&logitsOut, "logits-output", "", "the model output holding the logits (default: the first float32 output)")
 	f.StringVar(&probsOut, "output-name", export.DefaultOutput, "name of the added probabilities output")
-	f.StringVar(&inKind, "input", "", "what the calibrated output holds: logits or probabilities (default: probabilities when a final Softmax makes it, else logits)")
+	f.StringVar(&inKind, "input", "", "what the calibrated output holds: logits or probabilities (default: what the calibrator file's provenance.input records, else probabilities when a Softmax makes it, else logits)")
 	f.BoolVar(&sidecar, "sidecar", false, "write the calibrator file for serving beside the model instead of editing the graph")
 	f.BoolVar(&standalone, "standalone", false, "write an ONNX model of the calibrator alone (logits in, probabilities out)")
 	seed = 1

@@ -114,7 +114,7 @@ func Append(m *onnx.Model, c calib.Calibrator, file *calib.File, opt Options) (l
 	m.SetMetadata(KeyLogits, logitsName)
 	m.SetMetadata(KeyOutput, outName)
 	m.SetMetadata(KeyInput, src.kind)
-	props, err := servingMetadata(c, file)
+	props, err := servingMetadata(c, file, opt.Seed)
 	if err != nil {
 		return "", "", err
 	}
