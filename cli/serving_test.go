@@ -64,7 +64,29 @@ func TestExportServing(t *testing.T) {
 		t.Errorf("check --model: exit %d: %s", code, stderr)
 	}
 
+	// A recorded file missing is bad input (exit 2), not a pass: the last
+	// output, or the first with the second left.
+	out1 := filepath.Join(vec, "test_data_set_0", "output_1.pb")
+	kept, err := os.ReadFile(out1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(out1)
+	if code, _, stderr := fedcalib("check", "--test-vectors", vec); code != ExitUsage || !strings.Contains(stderr, "output_1.pb is missing") {
+		t.Errorf("output_1.pb removed: exit %d, %q", code, stderr)
+	}
+	if err := os.WriteFile(out1, kept, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	out0 := filepath.Join(vec, "test_data_set_0", "output_0.pb")
+	b0, _ := os.ReadFile(out0)
+	os.Remove(out0)
+	if code, _, stderr := fedcalib("check", "--test-vectors", vec); code != ExitUsage || !strings.Contains(stderr, "output_0.pb is missing but output_1.pb exists") {
+		t.Errorf("output_0.pb removed: exit %d, %q", code, stderr)
+	}
+	if err := os.WriteFile(out0, b0, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	onnxtest.FlipFloat(t, out0)
 	if code, _, stderr := fedcalib("check", "--test-vectors", vec); code != ExitFailed || !strings.Contains(stderr, "output_0.pb (logits) value 0") {
 		t.Errorf("flipped byte: exit %d, %q", code, stderr)
