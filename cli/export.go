@@ -87,7 +87,9 @@ verification ran (a batch of 4, from --seed; the probe logits for
 --test-vectors DIR" replays them, each value within 1e-5·(1 + |value|).
 DIR must not exist, or be empty.
 
---out may be left out when --triton or --test-vectors is given. Neither
+--out may be left out when --triton or --test-vectors is given. With
+several forms, each is made and checked in memory first and written only
+when all can be: an export writes all its forms or none. Neither
 goes with --sidecar, and neither takes a model that keeps its weights in
 external files.`,
 		Example: `  fedcalib export --model mnist.onnx --calibrator bbq.json --out mnist.calibrated.onnx
@@ -155,7 +157,7 @@ external files.`,
 				if err := export.Verify(c, export.Probe(c, seed), opt); err != nil {
 					return err
 				}
-				if outPath != "" {
+				if !serving {
 					if err := fileio.WriteContext(ctx, outPath, m.Bytes()); err != nil {
 						return err
 					}
@@ -181,13 +183,6 @@ external files.`,
 				if err != nil {
 					return err
 				}
-				if outPath != "" {
-					if err := fileio.WriteContext(ctx, outPath, m.Bytes()); err != nil {
-						return err
-					}
-					b.finish()
-					fmt.Fprintf(out, "wrote %s: %s with a %s calibrator appended (verified in ONNX Runtime against Go to %g)\n", outPath, filepath.Base(modelPath), c.Method(), export.Tolerance)
-				}
 			default:
 				if err := export.ExportContext(ctx, modelPath, outPath, c, file, opt); err != nil {
 					return err
@@ -196,21 +191,34 @@ external files.`,
 				fmt.Fprintf(out, "wrote %s: %s with a %s calibrator appended (verified in ONNX Runtime against Go to %g)\n", outPath, filepath.Base(modelPath), c.Method(), export.Tolerance)
 			}
 			b.finish()
-			if vectorsDir != "" {
-				if err := writeVectors(ctx, out, vectorsDir, m, c, standalone, opt); err != nil {
-					return err
+			if !serving {
+				return nil
+			}
+			// Every form is made in memory first, and written only when
+			// all are: all of them or none.
+			if standalone {
+				triton.Labels = file.Provenance.ClassNames
+			}
+			forms, err := prepareForms(m, c, standalone, opt, outPath, vectorsDir, tritonRepo, triton)
+			if err != nil {
+				return err
+			}
+			if err := forms.write(ctx); err != nil {
+				return err
+			}
+			if outPath != "" {
+				what := fmt.Sprintf("%s with a %s calibrator appended (verified in ONNX Runtime against Go to %g)", filepath.Base(modelPath), c.Method(), export.Tolerance)
+				if standalone {
+					what = fmt.Sprintf("%s calibrator for %d classes as ONNX (verified against Go to %g)", c.Method(), c.Classes(), export.Tolerance)
 				}
+				fmt.Fprintf(out, "wrote %s: %s\n", outPath, what)
+			}
+			if vectorsDir != "" {
+				fmt.Fprintf(out, "wrote %s: %s and %s0 (%d input(s), %d output(s) from ONNX Runtime); replay: fedcalib check --test-vectors %s\n",
+					vectorsDir, export.TestVectorModel, export.TestSetPrefix, len(forms.set.Inputs), len(forms.set.Outputs), vectorsDir)
 			}
 			if tritonRepo != "" {
-				if standalone {
-					triton.Labels = file.Provenance.ClassNames
-				}
-				cfg, err := export.WriteTriton(ctx, tritonRepo, m, triton)
-				if err != nil {
-					return err
-				}
-				b.finish()
-				fmt.Fprintf(out, "wrote %s: Triton model %q (%s, max_batch_size %d)\n", filepath.Join(tritonRepo, triton.Name), cfg.Name, cfg.Platform, cfg.MaxBatchSize)
+				fmt.Fprintf(out, "wrote %s: Triton model %q (%s, max_batch_size %d)\n", filepath.Join(tritonRepo, triton.Name), forms.triton.Name, forms.triton.Platform, forms.triton.MaxBatchSize)
 			}
 			return nil
 		},

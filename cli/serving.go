@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 
@@ -13,6 +12,7 @@ import (
 
 	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/export"
+	"github.com/fedcalib/fedcalib/internal/fileio"
 	"github.com/fedcalib/fedcalib/onnx"
 )
 
@@ -45,27 +45,95 @@ func checkTriton(repo string, opt export.TritonOptions, inputs ...string) error 
 	return nil
 }
 
-// writeVectors writes the test vectors of the verified model m into dir:
-// the random inputs of the verification, or the probe set of calibrator c
-// when m is its standalone model.
-func writeVectors(ctx context.Context, out io.Writer, dir string, m *onnx.Model, c calib.Calibrator, standalone bool, opt export.Options) error {
-	var (
-		set *export.TestSet
-		err error
-	)
-	if standalone {
-		set, err = export.ProbeTestSet(c, opt)
-	} else {
-		set, err = export.ModelTestSet(m, opt)
+// forms are the files of a multi-form export (--out with --triton and
+// --test-vectors), made in memory before any is written.
+type forms struct {
+	m                  *onnx.Model
+	out, vectors, repo string
+	set                *export.TestSet
+	tritonName         string
+	triton             *export.TritonConfig
+	tritonFiles        []fileio.DirFile
+}
+
+// prepareForms makes every form the flags ask for from the verified
+// model m: the test set of the vectors (the random inputs of the
+// verification, or the probe set of calibrator c when m is its
+// standalone model) and the Triton directory's files. Empty paths ask
+// for no such form. It writes nothing.
+func prepareForms(m *onnx.Model, c calib.Calibrator, standalone bool, opt export.Options, out, vectors, repo string, topt export.TritonOptions) (*forms, error) {
+	f := &forms{m: m, out: out, vectors: vectors, repo: repo, tritonName: topt.Name}
+	var err error
+	if vectors != "" {
+		if standalone {
+			f.set, err = export.ProbeTestSet(c, opt)
+		} else {
+			f.set, err = export.ModelTestSet(m, opt)
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
-	if err != nil {
-		return err
+	if repo != "" {
+		if f.triton, f.tritonFiles, err = export.TritonFiles(m, topt); err != nil {
+			return nil, err
+		}
 	}
-	if err := export.WriteTestVectors(ctx, dir, m, set); err != nil {
-		return err
+	return f, nil
+}
+
+// write writes the forms, each atomically: the vectors, the Triton
+// directory, then the model file. When one fails, those already written
+// are removed (a directory that existed empty is left empty), so the
+// export writes all its forms or none.
+func (f *forms) write(ctx context.Context) (err error) {
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+	// removeDir undoes the write of dir, which was missing or empty.
+	removeDir := func(dir string) func() {
+		_, statErr := os.Stat(dir)
+		existed := statErr == nil
+		return func() {
+			os.RemoveAll(dir)
+			if existed {
+				os.Mkdir(dir, 0o755)
+			}
+		}
 	}
-	fmt.Fprintf(out, "wrote %s: %s and %s0 (%d input(s), %d output(s) from ONNX Runtime); replay: fedcalib check --test-vectors %s\n",
-		dir, export.TestVectorModel, export.TestSetPrefix, len(set.Inputs), len(set.Outputs), dir)
+	if f.vectors != "" {
+		u := removeDir(f.vectors)
+		if err := export.WriteTestVectors(ctx, f.vectors, f.m, f.set); err != nil {
+			return err
+		}
+		undo = append(undo, u)
+	}
+	if f.repo != "" {
+		dir := filepath.Join(f.repo, f.tritonName)
+		_, statErr := os.Stat(f.repo)
+		repoExisted := statErr == nil
+		u := removeDir(dir)
+		if err := os.MkdirAll(f.repo, 0o755); err != nil {
+			return fmt.Errorf("triton: %w", err)
+		}
+		if !repoExisted {
+			undo = append(undo, func() { os.Remove(f.repo) })
+		}
+		if err := fileio.WriteDir(ctx, dir, f.tritonFiles); err != nil {
+			return err
+		}
+		undo = append(undo, u)
+	}
+	if f.out != "" {
+		if err := fileio.WriteContext(ctx, f.out, f.m.Bytes()); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -8,8 +8,12 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/internal/onnxtest"
+	"github.com/fedcalib/fedcalib/onnx"
+	"github.com/fedcalib/fedcalib/onnx/onnxpb"
 )
 
 // TestExportServing exports the tiny model (classes zero, one, two) into
@@ -162,5 +166,53 @@ func TestExportStandaloneVectors(t *testing.T) {
 	}
 	if code, stdout, stderr := fedcalib("check", "--test-vectors", vec); code != ExitOK || !strings.Contains(stdout, "PASS") {
 		t.Errorf("check: exit %d: %s%s", code, stdout, stderr)
+	}
+}
+
+// TestExportAllFormsOrNone exports, with --out, --test-vectors and
+// --triton in one run, a model whose logits output declares no shape:
+// the model and the vectors can be written, the Triton entry cannot
+// (Triton needs every output's rank). It used to write --out and the
+// vectors and then fail; now it fails writing nothing.
+func TestExportAllFormsOrNone(t *testing.T) {
+	requireORT(t)
+	m, err := onnx.ReadFile("../infer/testdata/tiny.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb := proto.Clone(m.Proto()).(*onnxpb.ModelProto)
+	for _, o := range pb.Graph.Output {
+		o.Type.GetTensorType().Shape = nil
+	}
+	noShape, err := onnx.FromProto(pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	model := filepath.Join(dir, "noshape.onnx")
+	if err := noShape.WriteFile(model); err != nil {
+		t.Fatal(err)
+	}
+	tc := calib.NewTemperature(3)
+	tc.T = 1.5
+	cf := writeCalibrator(t, tc)
+	out, vec, repo := filepath.Join(dir, "out.onnx"), filepath.Join(dir, "vec"), filepath.Join(dir, "repo")
+	code, _, stderr := fedcalib("export", "--model", model, "--calibrator", cf, "--out", out, "--test-vectors", vec, "--triton", repo)
+	if code != ExitUsage || !strings.Contains(stderr, "declares no shape") {
+		t.Fatalf("exit %d, %q; want 2 and the Triton refusal", code, stderr)
+	}
+	for _, p := range []string{out, vec, repo} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s was written", p)
+		}
+	}
+	// Without --triton both forms are written.
+	if code, _, stderr := fedcalib("export", "--model", model, "--calibrator", cf, "--out", out, "--test-vectors", vec); code != ExitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, p := range []string{out, filepath.Join(vec, "model.onnx")} {
+		if _, err := os.Stat(p); err != nil {
+			t.Error(err)
+		}
 	}
 }

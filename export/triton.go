@@ -257,35 +257,14 @@ func ClassNames(m *onnx.Model) []string {
 }
 
 // WriteTriton writes model m into the Triton model repository repo as
-// the model opt.Name: repo/NAME/config.pbtxt (NewTritonConfig),
-// repo/NAME/1/model.onnx and, when there are class names and outputs of
-// [batch, classes] to name them, repo/NAME/labels.txt. repo is created when missing; repo/NAME must not
-// exist (or be empty), and is written atomically (fileio.WriteDir). It
-// returns the configuration written.
+// the model opt.Name: the files of TritonFiles, in repo/NAME. repo is
+// created when missing; repo/NAME must not exist (or be empty), and is
+// written atomically (fileio.WriteDir). It returns the configuration
+// written.
 func WriteTriton(ctx context.Context, repo string, m *onnx.Model, opt TritonOptions) (*TritonConfig, error) {
-	labels := opt.Labels
-	if labels == nil {
-		labels = ClassNames(m)
-	}
-	for _, l := range labels {
-		if l == "" || strings.ContainsAny(l, "\r\n") {
-			return nil, fmt.Errorf("triton: class name %q: a labels file holds one non-empty name a line", l)
-		}
-	}
-	cfg, err := NewTritonConfig(m, opt, len(labels) > 0)
+	cfg, files, err := TritonFiles(m, opt)
 	if err != nil {
 		return nil, err
-	}
-	if k := outputClasses(m, firstLabelled(cfg)); len(labels) > 0 && k > 0 && k != len(labels) {
-		return nil, fmt.Errorf("triton: %d class names for %d classes", len(labels), k)
-	}
-	text, err := cfg.MarshalText()
-	if err != nil {
-		return nil, err
-	}
-	files := []fileio.DirFile{{Name: TritonConfigFile, Data: text}, {Name: TritonModelFile, Data: m.Bytes()}}
-	if firstLabelled(cfg) != "" {
-		files = append(files, fileio.DirFile{Name: TritonLabelsFile, Data: []byte(strings.Join(labels, "\n") + "\n")})
 	}
 	if err := os.MkdirAll(repo, 0o755); err != nil {
 		return nil, fmt.Errorf("triton: %w", err)
@@ -294,6 +273,39 @@ func WriteTriton(ctx context.Context, repo string, m *onnx.Model, opt TritonOpti
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// TritonFiles returns the configuration of model m under opt and the
+// files of its Triton model directory, relative to it: config.pbtxt
+// (NewTritonConfig), 1/model.onnx and, when there are class names and
+// outputs of [batch, classes] to name them, labels.txt. It writes
+// nothing, so a caller writing several forms can find every error first.
+func TritonFiles(m *onnx.Model, opt TritonOptions) (*TritonConfig, []fileio.DirFile, error) {
+	labels := opt.Labels
+	if labels == nil {
+		labels = ClassNames(m)
+	}
+	for _, l := range labels {
+		if l == "" || strings.ContainsAny(l, "\r\n") {
+			return nil, nil, fmt.Errorf("triton: class name %q: a labels file holds one non-empty name a line", l)
+		}
+	}
+	cfg, err := NewTritonConfig(m, opt, len(labels) > 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	if k := outputClasses(m, firstLabelled(cfg)); len(labels) > 0 && k > 0 && k != len(labels) {
+		return nil, nil, fmt.Errorf("triton: %d class names for %d classes", len(labels), k)
+	}
+	text, err := cfg.MarshalText()
+	if err != nil {
+		return nil, nil, err
+	}
+	files := []fileio.DirFile{{Name: TritonConfigFile, Data: text}, {Name: TritonModelFile, Data: m.Bytes()}}
+	if firstLabelled(cfg) != "" {
+		files = append(files, fileio.DirFile{Name: TritonLabelsFile, Data: []byte(strings.Join(labels, "\n") + "\n")})
+	}
+	return cfg, files, nil
 }
 
 // firstLabelled returns the name of the first output of cfg with a labels
