@@ -21,7 +21,7 @@ func newExportCmd() *cobra.Command {
 		tritonRepo, tritonName, vectorsDir                                 string
 		sidecar, standalone                                                bool
 		seed                                                               uint64
-		maxBatch                                                           int
+		maxBatch, version                                                  int
 	)
 	cmd := &cobra.Command{
 		Use:   "export --model M.onnx --calibrator C.json --out M.calibrated.onnx",
@@ -75,9 +75,15 @@ with its type and dims, max_batch_size --max-batch, default 64, with
 dynamic batching; a model without a variable first axis gets
 max_batch_size 0), REPO/NAME/1/model.onnx and, when the classes have
 names, REPO/NAME/labels.txt, named by label_filename on the [batch,
-classes] outputs (Triton's classification extension). NAME is --name,
+classes] outputs (the [N, classes] ones of a fixed-batch model; Triton's
+classification extension). NAME is --name,
 default the model file's name without extension, characters other than
-letters, digits, '-' and '_' replaced by '_'. REPO/NAME must not exist.
+letters, digits, '-' and '_' replaced by '_'. REPO/NAME must not exist,
+unless --version N adds version N to it: REPO/NAME/N/model.onnx, refused
+when its config.pbtxt or labels.txt is not the one this model gives.
+An output of the batch axis alone (or a scalar) gets dims [1] and
+reshape { shape: [ ] }, as Triton refuses empty dims; --max-batch is 1
+to 2^31−1.
 
 --test-vectors DIR writes DIR/model.onnx (the verified model) and
 DIR/test_data_set_0/input_0.pb ... output_0.pb ..., serialised
@@ -95,7 +101,9 @@ external files.`,
 		Example: `  fedcalib export --model mnist.onnx --calibrator bbq.json --out mnist.calibrated.onnx
   fedcalib export --model mnist.onnx --calibrator temp.json --sidecar --out mnist.calibration.json
   fedcalib export --calibrator temp.json --standalone --out temp.onnx
-  fedcalib export --model mnist.onnx --calibrator temp.json --triton models --name mnist --test-vectors mnist-vectors`,
+  fedcalib export --model mnist.onnx --calibrator temp.json --triton models --name mnist --test-vectors mnist-vectors
+  # swap the calibrator: version 2 of the same Triton model
+  fedcalib export --model mnist.onnx --calibrator bbq.json --triton models --name mnist --version 2`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			serving := tritonRepo != "" || vectorsDir != ""
@@ -117,7 +125,10 @@ external files.`,
 					return err
 				}
 			}
-			triton := export.TritonOptions{Name: tritonName, MaxBatch: maxBatch}
+			triton := export.TritonOptions{Name: tritonName, MaxBatch: maxBatch, Version: version}
+			if cmd.Flags().Changed("version") && (version < 1 || tritonRepo == "") {
+				return fmt.Errorf("--version is %d: want a version >= 1, with --triton", version)
+			}
 			if tritonRepo != "" {
 				if triton.Name == "" {
 					triton.Name = export.TritonName(cmp.Or(modelPath, calibPath))
@@ -218,7 +229,8 @@ external files.`,
 					vectorsDir, export.TestVectorModel, export.TestSetPrefix, len(forms.set.Inputs), len(forms.set.Outputs), vectorsDir)
 			}
 			if tritonRepo != "" {
-				fmt.Fprintf(out, "wrote %s: Triton model %q (%s, max_batch_size %d)\n", filepath.Join(tritonRepo, triton.Name), forms.triton.Name, forms.triton.Platform, forms.triton.MaxBatchSize)
+				cfg := forms.triton.Config
+				fmt.Fprintf(out, "wrote %s: Triton model %q (%s, max_batch_size %d)\n", forms.triton.Dir, cfg.Name, cfg.Platform, cfg.MaxBatchSize)
 			}
 			return nil
 		},
@@ -237,7 +249,8 @@ external files.`,
 	f.StringVar(&ortLib, "ort-lib", "", `path to libonnxruntime.so (default: $ONNXRUNTIME_SHARED_LIBRARY_PATH, then the cache of "fedcalib setup")`)
 	f.StringVar(&tritonRepo, "triton", "", "also write the verified model into this Triton model repository (REPO/NAME/config.pbtxt, 1/model.onnx, labels.txt)")
 	f.StringVar(&tritonName, "name", "", "the model's name in the Triton repository (default: the model file's name, sanitised)")
-	f.IntVar(&maxBatch, "max-batch", export.DefaultMaxBatch, "max_batch_size of the Triton configuration (dynamic batching)")
+	f.IntVar(&maxBatch, "max-batch", export.DefaultMaxBatch, "max_batch_size of the Triton configuration (dynamic batching), 1 to 2^31−1")
+	f.IntVar(&version, "version", 0, "with --triton: the model version to write, REPO/NAME/N/model.onnx (default 1); a model directory that exists gains version N when its config.pbtxt and labels.txt are this model's (e.g. --version 2 to swap the calibrator)")
 	f.StringVar(&vectorsDir, "test-vectors", "", "also write DIR/model.onnx and DIR/test_data_set_0/{input,output}_N.pb for ONNX test runners")
 	cmd.MarkFlagsMutuallyExclusive("sidecar", "standalone")
 	return cmd

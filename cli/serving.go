@@ -39,8 +39,8 @@ func checkTriton(repo string, opt export.TritonOptions, inputs ...string) error 
 		return err
 	}
 	dir := filepath.Join(repo, opt.Name)
-	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
-		return fmt.Errorf("--triton: %s already holds a model %q: choose another --name or remove it", repo, opt.Name)
+	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 && opt.Version == 0 {
+		return fmt.Errorf("--triton: %s already holds a model %q: choose another --name, remove it, or add a version to it with --version N", repo, opt.Name)
 	}
 	return nil
 }
@@ -51,9 +51,7 @@ type forms struct {
 	m                  *onnx.Model
 	out, vectors, repo string
 	set                *export.TestSet
-	tritonName         string
-	triton             *export.TritonConfig
-	tritonFiles        []fileio.DirFile
+	triton             *export.TritonEntry
 }
 
 // prepareForms makes every form the flags ask for from the verified
@@ -62,7 +60,7 @@ type forms struct {
 // standalone model) and the Triton directory's files. Empty paths ask
 // for no such form. It writes nothing.
 func prepareForms(m *onnx.Model, c calib.Calibrator, standalone bool, opt export.Options, out, vectors, repo string, topt export.TritonOptions) (*forms, error) {
-	f := &forms{m: m, out: out, vectors: vectors, repo: repo, tritonName: topt.Name}
+	f := &forms{m: m, out: out, vectors: vectors, repo: repo}
 	var err error
 	if vectors != "" {
 		if standalone {
@@ -75,7 +73,7 @@ func prepareForms(m *onnx.Model, c calib.Calibrator, standalone bool, opt export
 		}
 	}
 	if repo != "" {
-		if f.triton, f.tritonFiles, err = export.TritonFiles(m, topt); err != nil {
+		if f.triton, err = export.PrepareTriton(repo, m, topt); err != nil {
 			return nil, err
 		}
 	}
@@ -114,20 +112,27 @@ func (f *forms) write(ctx context.Context) (err error) {
 		undo = append(undo, u)
 	}
 	if f.repo != "" {
-		dir := filepath.Join(f.repo, f.tritonName)
-		_, statErr := os.Stat(f.repo)
-		repoExisted := statErr == nil
-		u := removeDir(dir)
-		if err := os.MkdirAll(f.repo, 0o755); err != nil {
-			return fmt.Errorf("triton: %w", err)
+		// The directories above the entry that this write creates.
+		var made []string
+		for d := filepath.Dir(f.triton.Dir); ; d = filepath.Dir(d) {
+			if _, err := os.Stat(d); err == nil || d == filepath.Dir(d) {
+				break
+			}
+			made = append(made, d)
 		}
-		if !repoExisted {
-			undo = append(undo, func() { os.Remove(f.repo) })
-		}
-		if err := fileio.WriteDir(ctx, dir, f.tritonFiles); err != nil {
+		u := removeDir(f.triton.Dir)
+		if err := f.triton.Write(ctx); err != nil {
+			for _, d := range made {
+				os.Remove(d)
+			}
 			return err
 		}
-		undo = append(undo, u)
+		undo = append(undo, func() {
+			u()
+			for _, d := range made {
+				os.Remove(d)
+			}
+		})
 	}
 	if f.out != "" {
 		if err := fileio.WriteContext(ctx, f.out, f.m.Bytes()); err != nil {

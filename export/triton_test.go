@@ -245,7 +245,8 @@ func TestTritonConfigParsesBack(t *testing.T) {
 			DynamicBatching: true}, ""},
 		{"fixed batch", "tiny_fixed.onnx", TritonOptions{Name: "fixed", MaxBatch: 8}, TritonConfig{Name: "fixed", Platform: "onnxruntime_onnx", MaxBatchSize: 0,
 			Inputs:  []TritonTensor{{Name: "x", DataType: fp32, Dims: []int64{1, 1, 4, 4}}},
-			Outputs: []TritonTensor{{Name: "logits", DataType: fp32, Dims: []int64{1, 3}}, {Name: "probabilities", DataType: fp32, Dims: []int64{-1, 3}}}}, ""},
+			Outputs: []TritonTensor{{Name: "logits", DataType: fp32, Dims: []int64{1, 3}, LabelFilename: "labels.txt"},
+				{Name: "probabilities", DataType: fp32, Dims: []int64{-1, 3}, LabelFilename: "labels.txt"}}}, "zero\none\ntwo\n"},
 	} {
 		m := calibratedTiny(t, tc.model)
 		repo := filepath.Join(t.TempDir(), "repo")
@@ -286,7 +287,9 @@ func TestTritonRefuses(t *testing.T) {
 		opt  TritonOptions
 		want string
 	}{
-		{TritonOptions{Name: "tiny"}, "exists and is not empty"},
+		{TritonOptions{Name: "tiny"}, "holds a model already"},
+		{TritonOptions{Name: "big", MaxBatch: 1 << 31}, "max batch size 2147483648"},
+		{TritonOptions{Name: "ver", Version: -1}, "version -1"},
 		{TritonOptions{Name: "a/b"}, "want letters, digits"},
 		{TritonOptions{Name: ""}, "want letters, digits"},
 		{TritonOptions{Name: "neg", MaxBatch: -1}, "max batch size -1"},
