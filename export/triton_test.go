@@ -349,3 +349,53 @@ func FuzzTritonConfigText(f *testing.F) {
 		}
 	})
 }
+
+// TestTritonVersion adds versions to a model directory: version 2 of the
+// same model with another calibrator is written beside version 1 (the
+// configuration and labels kept as they were), version 2 again is
+// refused, and so is a model whose configuration differs (another
+// max_batch_size), each writing nothing.
+func TestTritonVersion(t *testing.T) {
+	repo := t.TempDir()
+	v1 := calibratedTiny(t, "tiny.onnx")
+	if _, err := WriteTriton(context.Background(), repo, v1, TritonOptions{Name: "tiny"}); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(repo, "tiny")
+	config, _ := os.ReadFile(filepath.Join(dir, TritonConfigFile))
+	m, err := onnx.ReadFile("../infer/testdata/tiny.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := calib.NewTemperature(3)
+	c.T = 0.5
+	if _, _, err := Append(m, c, nil, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := WriteTriton(context.Background(), repo, m, TritonOptions{Name: "tiny", Version: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(dir, "2", "model.onnx")); err != nil || string(got) != string(m.Bytes()) {
+		t.Errorf("2/model.onnx is not the new model (%v)", err)
+	}
+	if got, err := os.ReadFile(filepath.Join(dir, "1", "model.onnx")); err != nil || string(got) != string(v1.Bytes()) {
+		t.Errorf("1/model.onnx changed (%v)", err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, TritonConfigFile)); string(got) != string(config) {
+		t.Errorf("config.pbtxt changed:\n%s", got)
+	}
+	for _, tc := range []struct {
+		opt  TritonOptions
+		want string
+	}{
+		{TritonOptions{Name: "tiny", Version: 2}, "has a version 2 already"},
+		{TritonOptions{Name: "tiny", Version: 3, MaxBatch: 8}, "config.pbtxt is not the config.pbtxt this model gives"},
+	} {
+		if _, err := WriteTriton(context.Background(), repo, m, tc.opt); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want %q", tc.opt, err, tc.want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "3")); err == nil {
+		t.Errorf("version 3 was written")
+	}
+}
