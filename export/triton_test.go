@@ -244,7 +244,7 @@ func TestTritonConfigParsesBack(t *testing.T) {
 			Outputs:         []TritonTensor{{Name: "logits", DataType: fp32, Dims: []int64{3}}, {Name: "probabilities", DataType: fp32, Dims: []int64{3}}},
 			DynamicBatching: true}, ""},
 		{"fixed batch", "tiny_fixed.onnx", TritonOptions{Name: "fixed", MaxBatch: 8}, TritonConfig{Name: "fixed", Platform: "onnxruntime_onnx", MaxBatchSize: 0,
-			Inputs:  []TritonTensor{{Name: "x", DataType: fp32, Dims: []int64{1, 1, 4, 4}}},
+			Inputs: []TritonTensor{{Name: "x", DataType: fp32, Dims: []int64{1, 1, 4, 4}}},
 			Outputs: []TritonTensor{{Name: "logits", DataType: fp32, Dims: []int64{1, 3}, LabelFilename: "labels.txt"},
 				{Name: "probabilities", DataType: fp32, Dims: []int64{-1, 3}, LabelFilename: "labels.txt"}}}, "zero\none\ntwo\n"},
 	} {
