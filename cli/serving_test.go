@@ -127,6 +127,9 @@ func TestExportServingRefuses(t *testing.T) {
 		{[]string{"--model", model, "--calibrator", cf, "--triton", taken}, `already holds a model "tiny"`},
 		{[]string{"--model", model, "--calibrator", cf, "--triton", filepath.Join(dir, "r"), "--name", "a/b"}, "model name"},
 		{[]string{"--model", model, "--calibrator", cf, "--triton", filepath.Join(dir, "r"), "--max-batch", "-1"}, "max batch size"},
+		{[]string{"--model", model, "--calibrator", cf, "--triton", filepath.Join(dir, "r"), "--max-batch", "2147483648"}, "max batch size 2147483648"},
+		{[]string{"--model", model, "--calibrator", cf, "--triton", filepath.Join(dir, "r"), "--version", "0"}, "--version is 0"},
+		{[]string{"--model", model, "--calibrator", cf, "--out", filepath.Join(dir, "o.onnx"), "--version", "2"}, "with --triton"},
 		{[]string{"--model", model, "--calibrator", cf, "--test-vectors", taken}, "not empty"},
 	} {
 		code, _, stderr := fedcalib(append([]string{"export"}, tt.args...)...)
