@@ -18,7 +18,7 @@ import (
 func newExportCmd() *cobra.Command {
 	var (
 		modelPath, calibPath, outPath, logitsOut, probsOut, ortLib, inKind string
-		tritonRepo, tritonName, vectorsDir                                 string
+		tritonRepo, tritonName, vectorsDir, vectorsData                    string
 		sidecar, standalone                                                bool
 		seed                                                               uint64
 		maxBatch, version                                                  int
@@ -89,7 +89,9 @@ to 2^31−1.
 DIR/test_data_set_0/input_0.pb ... output_0.pb ..., serialised
 TensorProtos as ONNX's test runners read them: the random inputs the
 verification ran (a batch of 4, from --seed; the probe logits for
---standalone) and every output ONNX Runtime gave. "fedcalib check
+--standalone), or with --test-vectors-data real ones (the first 4 records
+of a dataset spec, preprocessed as infer feeds them; for --standalone the
+first 4 rows of a logits file), and every output ONNX Runtime gave. "fedcalib check
 --test-vectors DIR" replays them, each value within 1e-5·(1 + |value|).
 DIR must not exist, or be empty.
 
@@ -112,6 +114,9 @@ external files.`,
 			}
 			if modelPath == "" && !standalone {
 				return fmt.Errorf("export needs --model M.onnx (or --standalone for the calibrator alone)")
+			}
+			if vectorsData != "" && vectorsDir == "" {
+				return fmt.Errorf("--test-vectors-data needs --test-vectors DIR")
 			}
 			if sidecar && serving {
 				return fmt.Errorf("--triton and --test-vectors need an ONNX graph: drop --sidecar")
@@ -210,7 +215,11 @@ external files.`,
 			if standalone {
 				triton.Labels = file.Provenance.ClassNames
 			}
-			forms, err := prepareForms(m, c, standalone, opt, outPath, vectorsDir, tritonRepo, triton)
+			var vf *vectorsFrom
+			if vectorsData != "" {
+				vf = &vectorsFrom{data: vectorsData, model: modelPath}
+			}
+			forms, err := prepareForms(ctx, m, c, file, standalone, opt, outPath, vectorsDir, tritonRepo, triton, vf)
 			if err != nil {
 				return err
 			}
@@ -252,6 +261,7 @@ external files.`,
 	f.IntVar(&maxBatch, "max-batch", export.DefaultMaxBatch, "max_batch_size of the Triton configuration (dynamic batching), 1 to 2^31−1")
 	f.IntVar(&version, "version", 0, "with --triton: the model version to write, REPO/NAME/N/model.onnx (default 1); a model directory that exists gains version N when its config.pbtxt and labels.txt are this model's (e.g. --version 2 to swap the calibrator)")
 	f.StringVar(&vectorsDir, "test-vectors", "", "also write DIR/model.onnx and DIR/test_data_set_0/{input,output}_N.pb for ONNX test runners")
+	f.StringVar(&vectorsData, "test-vectors-data", "", "with --test-vectors: record real inputs instead of random ones, the first 4 records (or the model's fixed batch) of a dataset spec FORMAT:PATH[:OPTION], preprocessed as infer feeds them; with --standalone, the first 4 rows of a logits file (.npz)")
 	cmd.MarkFlagsMutuallyExclusive("sidecar", "standalone")
 	return cmd
 }

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/infer/logits"
 	"github.com/fedcalib/fedcalib/internal/onnxtest"
 	"github.com/fedcalib/fedcalib/onnx"
 	"github.com/fedcalib/fedcalib/onnx/onnxpb"
@@ -216,6 +218,70 @@ func TestExportAllFormsOrNone(t *testing.T) {
 	for _, p := range []string{out, filepath.Join(vec, "model.onnx")} {
 		if _, err := os.Stat(p); err != nil {
 			t.Error(err)
+		}
+	}
+}
+
+// TestExportVectorsData records real inputs: the first 4 records of an
+// IDX dataset for the tiny model, whose recorded logits must be the
+// first 4 rows `fedcalib infer` writes for the same data (computed
+// independently, in batches of 256), and the first 4 rows of that
+// logits file for the standalone calibrator. Both replay; the wrong kind
+// of data for each is refused.
+func TestExportVectorsData(t *testing.T) {
+	requireORT(t)
+	const model = "../infer/testdata/tiny.onnx"
+	images, _ := writeIDX(t, 10, 4, 4)
+	dir := t.TempDir()
+	lf := filepath.Join(dir, "l.npz")
+	if code, _, stderr := fedcalib("infer", "--model", model, "--data", "idx:"+images, "--out", lf, "--quiet"); code != 0 {
+		t.Fatalf("infer: exit %d: %s", code, stderr)
+	}
+	f, err := logits.Read(lf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := calib.NewTemperature(3)
+	tc.T = 1.5
+	cf := writeCalibrator(t, tc)
+	read := func(path string) *onnx.Tensor {
+		t.Helper()
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, err := onnx.ParseTensor(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	vec, alone := filepath.Join(dir, "vec"), filepath.Join(dir, "alone")
+	for _, args := range [][]string{
+		{"export", "--model", model, "--calibrator", cf, "--test-vectors", vec, "--test-vectors-data", "idx:" + images},
+		{"export", "--calibrator", cf, "--standalone", "--test-vectors", alone, "--test-vectors-data", lf},
+		{"check", "--test-vectors", vec},
+		{"check", "--test-vectors", alone},
+	} {
+		if code, _, stderr := fedcalib(args...); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, stderr)
+		}
+	}
+	in := read(filepath.Join(vec, "test_data_set_0", "input_0.pb"))
+	got := read(filepath.Join(vec, "test_data_set_0", "output_0.pb"))
+	if !slices.Equal(in.Dims, []int64{4, 1, 4, 4}) || !slices.Equal(got.Dims, []int64{4, 3}) || !slices.Equal(got.Float, f.Logits[:12]) {
+		t.Errorf("model vectors: input %v, logits %v %v; want the first 4 rows infer wrote, %v", in.Dims, got.Dims, got.Float, f.Logits[:12])
+	}
+	if in := read(filepath.Join(alone, "test_data_set_0", "input_0.pb")); !slices.Equal(in.Float, f.Logits[:12]) {
+		t.Errorf("standalone vectors: input %v, want %v", in.Float, f.Logits[:12])
+	}
+	for _, args := range [][]string{
+		{"--model", model, "--calibrator", cf, "--test-vectors", filepath.Join(dir, "a"), "--test-vectors-data", lf},
+		{"--calibrator", cf, "--standalone", "--test-vectors", filepath.Join(dir, "b"), "--test-vectors-data", "idx:" + images},
+		{"--model", model, "--calibrator", cf, "--out", filepath.Join(dir, "c.onnx"), "--test-vectors-data", lf},
+	} {
+		if code, _, stderr := fedcalib(append([]string{"export"}, args...)...); code != ExitUsage || !strings.Contains(stderr, "--test-vectors-data") {
+			t.Errorf("%v: exit %d, %q", args, code, stderr)
 		}
 	}
 }
