@@ -305,6 +305,13 @@ func openEvalInput(path string, input inputKind, partPath, split string, whole b
 	if in.split, in.want, err = evalSplit(a.Has("split"), split, path); err == nil {
 		in.names, err = a.ClassNames()
 	}
+	var recorded string
+	if err == nil {
+		recorded, err = a.Input()
+	}
+	if err == nil {
+		input, err = recordedInput(input, recorded, path)
+	}
 	var blocks *logits.Blocks
 	if err == nil {
 		blocks, err = a.Blocks()
