@@ -5,7 +5,10 @@
 // docs/SIDECAR.md): "format" is "fedcalib.calibrator/v1", "method" names
 // the calibrator, "classes" the number of classes, "params" its numbers,
 // and "privacy" and "provenance" how it was made. Unknown future versions
-// are refused.
+// are refused. provenance.input says what Apply reads: the model's logits,
+// or its probabilities (Calibrator.Input); Apply never returns a
+// probability that is not finite. docs/sidecar_apply.py is the same
+// applier in NumPy, written from docs/SIDECAR.md.
 //
 // A Calibrator is safe for concurrent use.
 package sidecar
