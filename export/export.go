@@ -47,9 +47,11 @@ type Options struct {
 	// Input says what that output holds: logits.InputLogits, or
 	// logits.InputProbabilities (a model ending in a softmax), whose log
 	// max(p, logits.ProbabilityFloor) the calibrator then reads, as
-	// `calibrate --input probabilities` fitted it. Empty means detect: an
-	// output made by a final Softmax is probabilities, read through the
-	// Softmax's logits input; any other output is logits.
+	// `calibrate --input probabilities` fitted it. Empty means what the
+	// calibrator file records (provenance.input), else detect: an output
+	// made by a Softmax (through value-preserving nodes) is
+	// probabilities, read through the Softmax's logits input; any other
+	// output is logits. See InputKind for the mismatches refused.
 	Input string
 	// Output names the added probabilities output. Empty means
 	// DefaultOutput.
