@@ -121,13 +121,7 @@ else the cache "fedcalib setup" fills.
 				return err
 			}
 			file := res.File()
-			// A Softmax makes the output: the file records that it holds
-			// probabilities, which calibrate, eval and check then read as such.
-			if m, err := onnx.ReadFile(model); err == nil {
-				if kind, err := export.InputKind(m, opt.Output, "", ""); err == nil && kind == logits.InputProbabilities {
-					file.Input = kind
-				}
-			}
+			recordInput(file, model, opt.Output)
 			if err := logits.Write(out, file); err != nil {
 				return err
 			}
@@ -315,4 +309,19 @@ func dropTime(groups []string, a slog.Attr) slog.Attr {
 		return slog.Attr{}
 	}
 	return a
+}
+
+// recordInput sets f.Input, for the outputs of the named output of the
+// model at path ("" for its first float32 output), to
+// logits.InputProbabilities when a Softmax makes that output
+// (export.InputKind), so that whoever reads f reads them as such; it
+// leaves f.Input as it is otherwise.
+func recordInput(f *logits.File, path, output string) {
+	m, err := onnx.ReadFile(path)
+	if err != nil {
+		return
+	}
+	if kind, err := export.InputKind(m, output, "", ""); err == nil && kind == logits.InputProbabilities {
+		f.Input = kind
+	}
 }
