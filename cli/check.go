@@ -240,9 +240,11 @@ func printIntervals(out io.Writer, v calib.Verdict) {
 }
 
 // checkLogits reads logits and a calibrator file.
-// The rows are read as the kind the calibrator was fitted on (see
-// fittedInput).
+// The rows are read as --input says, else as the logits file records,
+// else as the calibrator was fitted (provenance.input); a calibrator
+// fitted on the other kind is refused (checkFitted).
 func checkLogits(logitsPath, calibPath, split string, input inputKind) (*calib.Set, []float64, string, error) {
+	explicit := input != ""
 	c, file, err := calib.ReadFile(calibPath)
 	if err != nil {
 		return nil, nil, "", err
@@ -250,8 +252,17 @@ func checkLogits(logitsPath, calibPath, split string, input inputKind) (*calib.S
 	if input, err = fittedInput(input, calibPath, file); err != nil {
 		return nil, nil, "", err
 	}
-	f, err := readLogits(logitsPath, input)
+	f, err := logits.Read(logitsPath)
 	if err != nil {
+		return nil, nil, "", err
+	}
+	if f.Input != "" && !explicit {
+		input = "" // what the file records, checked against the calibrator below
+	}
+	if err := convertInput(f, logitsPath, input); err != nil {
+		return nil, nil, "", err
+	}
+	if err := checkFitted(calibPath, file, f.Input, logitsPath); err != nil {
 		return nil, nil, "", err
 	}
 	_, rows, err := evalRows(f, split, logitsPath)

@@ -334,6 +334,15 @@ func TestInputKindRecorded(t *testing.T) {
 			t.Errorf("%s: provenance.input %q, want %q", filepath.Base(path), f.Provenance.Input, want)
 		}
 	}
+	for _, args := range [][]string{
+		{"eval", "--logits", lf, "--calibrator", cp},
+		{"eval", "--logits", raw, "--calibrator", cl},
+		{"check", "--logits", raw, "--calibrator", cp, "--min-cwece-improvement", "-1", "--max-accuracy-drop", "1"}, // read as the calibrator was fitted
+	} {
+		if code, _, stderr := fedcalib(args...); code != 0 {
+			t.Errorf("%v: exit %d: %s", args, code, stderr)
+		}
+	}
 	gate := []string{"check", "--data", "idx:" + images, "--json", "--threads", "1", "--min-cwece-improvement", "-1", "--max-accuracy-drop", "1", "--model", model, "--calibrator", cp}
 	_, recorded, _ := fedcalib(gate...)
 	_, explicit, _ := fedcalib(append(gate, "--input", "probabilities")...)
@@ -345,6 +354,9 @@ func TestInputKindRecorded(t *testing.T) {
 		want string
 	}{
 		{[]string{"check", "--logits", raw, "--calibrator", cp, "--input", "logits"}, "was fitted on probabilities"},
+		{[]string{"check", "--logits", lf, "--calibrator", cl}, "is read as probabilities"},
+		{[]string{"eval", "--logits", raw, "--calibrator", cp}, "is read as logits: pass --input probabilities"},
+		{[]string{"eval", "--logits", raw, "--calibrator", cl, "--calibrator", cp}, "is read as logits"},
 		{[]string{"calibrate", "--central", "--method", "temp", "--logits", lf, "--input", "logits", "--out", filepath.Join(dir, "z.json")}, "the file records that it holds probabilities"},
 		{[]string{"check", "--model", model, "--data", "idx:" + images, "--calibrator", cl}, "made by a Softmax"},
 		{[]string{"export", "--model", model, "--calibrator", cl, "--out", filepath.Join(dir, "x.onnx")}, "made by a Softmax"},

@@ -121,6 +121,16 @@ func readColumnsFirst(path string, in inputKind, partition func(*logits.File) er
 	return f, nil
 }
 
+// checkFitted refuses to apply the calibrator file at calibPath, file, to
+// the rows of the logits file at logitsPath read as kind when the
+// calibrator records that it was fitted on the other kind.
+func checkFitted(calibPath string, file *calib.File, kind, logitsPath string) error {
+	if rec := file.Provenance.Input; rec != "" && rec != kind {
+		return fmt.Errorf("%s was fitted on %s (its provenance.input) but %s is read as %s: pass --input %s if it holds %s, or use a calibrator fitted on %s", calibPath, rec, logitsPath, kind, rec, rec, kind)
+	}
+	return nil
+}
+
 // fittedInput returns the input kind to read rows as for the calibrator
 // file at path, file: --input when given (in), refused when it
 // contradicts the kind the file records (provenance.input), else the
