@@ -148,7 +148,7 @@ external files.`,
 				}
 			}
 			if inKind != "" && inKind != logits.InputLogits && inKind != logits.InputProbabilities {
-				return fmt.Errorf("--input is %q: want %s or %s (default: detect a final Softmax)", inKind, logits.InputLogits, logits.InputProbabilities)
+				return fmt.Errorf("--input is %q: want %s or %s (default: what the calibrator file records, else detect a Softmax)", inKind, logits.InputLogits, logits.InputProbabilities)
 			}
 			c, file, err := calib.ReadFile(calibPath)
 			if err != nil {
