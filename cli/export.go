@@ -104,6 +104,8 @@ external files.`,
   fedcalib export --model mnist.onnx --calibrator temp.json --sidecar --out mnist.calibration.json
   fedcalib export --calibrator temp.json --standalone --out temp.onnx
   fedcalib export --model mnist.onnx --calibrator temp.json --triton models --name mnist --test-vectors mnist-vectors
+  # test vectors of real inputs: the first 4 test images
+  fedcalib export --model mnist.onnx --calibrator temp.json --test-vectors mnist-vectors --test-vectors-data mnist:data/mnist:test
   # swap the calibrator: version 2 of the same Triton model
   fedcalib export --model mnist.onnx --calibrator bbq.json --triton models --name mnist --version 2`,
 		Args: cobra.NoArgs,
