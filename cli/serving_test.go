@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/export"
 	"github.com/fedcalib/fedcalib/infer/logits"
 	"github.com/fedcalib/fedcalib/internal/onnxtest"
 	"github.com/fedcalib/fedcalib/onnx"
@@ -283,5 +285,44 @@ func TestExportVectorsData(t *testing.T) {
 		if code, _, stderr := fedcalib(append([]string{"export"}, args...)...); code != ExitUsage || !strings.Contains(stderr, "--test-vectors-data") {
 			t.Errorf("%v: exit %d, %q", args, code, stderr)
 		}
+	}
+}
+
+// TestFormsWriteUndo checks the rollback of a multi-form write: the
+// model file cannot be written (its directory does not exist), so the
+// test vectors and the Triton entry written before it are removed — an
+// empty vectors directory that existed is left empty, the repository
+// created for the entry is removed.
+func TestFormsWriteUndo(t *testing.T) {
+	m, err := onnx.ReadFile("../infer/testdata/tiny.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := calib.NewTemperature(3)
+	c.T = 2
+	if _, _, err := export.Append(m, c, nil, export.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	vec, repo := filepath.Join(dir, "vec"), filepath.Join(dir, "repo")
+	if err := os.Mkdir(vec, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	entry, err := export.PrepareTriton(repo, m, export.TritonOptions{Name: "tiny"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := &onnx.Tensor{Name: "x", Elem: onnx.Float, Dims: []int64{1, 1, 4, 4}, Float: make([]float32, 16)}
+	y := &onnx.Tensor{Name: "logits", Elem: onnx.Float, Dims: []int64{1, 3}, Float: make([]float32, 3)}
+	f := &forms{m: m, out: filepath.Join(dir, "missing", "out.onnx"), vectors: vec, repo: repo,
+		set: &export.TestSet{Inputs: []*onnx.Tensor{x}, Outputs: []*onnx.Tensor{y, y}}, triton: entry}
+	if err := f.write(context.Background()); err == nil {
+		t.Fatal("the model file was written into a missing directory")
+	}
+	if entries, err := os.ReadDir(vec); err != nil || len(entries) != 0 {
+		t.Errorf("%s: %d entries (%v), want it left empty", vec, len(entries), err)
+	}
+	if _, err := os.Stat(repo); !os.IsNotExist(err) {
+		t.Errorf("%s is left behind (%v)", repo, err)
 	}
 }
