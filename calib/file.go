@@ -432,6 +432,28 @@ type Provenance struct {
 	// after calibration, as calibrate measured them; nil when they were
 	// not measured (a networked fit, whose coordinator holds no data).
 	FitMetrics *FitMetrics `json:"fit_metrics,omitempty"`
+	// Input is what the rows the calibrator was fitted on held: InputLogits,
+	// or InputProbabilities (a model ending in a softmax, whose log
+	// max(p, 1e-12) the calibrator read). Whoever applies the calibrator
+	// must feed it the same kind. Empty (files written before it was
+	// recorded) means unknown.
+	Input string `json:"input,omitempty"`
+}
+
+// Input kinds of Provenance.Input: what a calibrator reads.
+const (
+	InputLogits        = "logits"        // logits
+	InputProbabilities = "probabilities" // probabilities, read as log max(p, 1e-12)
+)
+
+// checkInput refuses an input kind other than "", InputLogits and
+// InputProbabilities.
+func checkInput(kind string) error {
+	switch kind {
+	case "", InputLogits, InputProbabilities:
+		return nil
+	}
+	return fmt.Errorf("input %q: want %q or %q", kind, InputLogits, InputProbabilities)
 }
 
 // FitMetrics are the metrics of the calibration rows a calibrator was
@@ -482,6 +504,9 @@ func Encode(w io.Writer, c Calibrator, priv *Privacy, prov Provenance) error {
 	}
 	if err := CheckClassNames(prov.ClassNames, c.Classes()); err != nil {
 		return fmt.Errorf("encode %s calibrator: provenance.class_names: %w", c.Method(), err)
+	}
+	if err := checkInput(prov.Input); err != nil {
+		return fmt.Errorf("encode %s calibrator: provenance.%w", c.Method(), err)
 	}
 	if m := prov.FitMetrics; m != nil {
 		if err := m.check(c.Classes()); err != nil {
@@ -572,6 +597,9 @@ func Decode(r io.Reader) (Calibrator, *File, error) {
 	if err := CheckClassNames(f.Provenance.ClassNames, f.Classes); err != nil {
 		return nil, nil, fmt.Errorf("calibrator file's provenance.class_names: %w", err)
 	}
+	if err := checkInput(f.Provenance.Input); err != nil {
+		return nil, nil, fmt.Errorf("calibrator file's provenance.%w", err)
+	}
 	if m := f.Provenance.FitMetrics; m != nil {
 		if err := m.check(f.Classes); err != nil {
 			return nil, nil, fmt.Errorf("calibrator file's provenance.fit_metrics: %w", err)
@@ -597,4 +625,22 @@ func ReadFile(path string) (Calibrator, *File, error) {
 		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return c, f, nil
+}
+
+// EncodeFile is Encode keeping every record of f beside c's parameters:
+// its privacy, provenance and rounds (and whatever else File holds).
+// Format, method, classes and params come from c.
+func EncodeFile(w io.Writer, c Calibrator, f *File) error {
+	if err := Encode(io.Discard, c, f.Privacy, f.Provenance); err != nil {
+		return err
+	}
+	params, err := json.Marshal(c)
+	if err != nil {
+		return fmt.Errorf("encode %s calibrator: %w", c.Method(), err)
+	}
+	g := *f
+	g.Format, g.Method, g.Classes, g.Params = FormatV1, c.Method(), c.Classes(), params
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(&g)
 }

@@ -91,9 +91,12 @@ type Method struct {
 	Family Family
 	// Summary is a one-line description for help texts.
 	Summary string
-	// KeepsTopClass reports that the calibrated probabilities never
-	// change the most probable class (the order-preserving scalers and
-	// temperature scaling).
+	// KeepsTopClass reports that the method's map never changes the most
+	// probable class in exact arithmetic (the order-preserving scalers and
+	// temperature scaling). A fitted calibrator can still tie classes
+	// that were not tied (a rank weight softplus(·) that underflows to 0,
+	// a temperature so large that float32 probabilities round equal):
+	// export measures it (export.KeepsTopClass).
 	KeepsTopClass bool
 
 	zero     func() Calibrator
@@ -187,7 +190,7 @@ var methods = [...]Method{
 	},
 	{
 		Name: MethodOPVector, Protocol: "FedOPVector", Family: Scaling, KeepsTopClass: true,
-		Summary: "order-preserving vector scaling (never changes the top class)",
+		Summary: "order-preserving vector scaling (keeps the order of the classes; a collapsed fit can tie them)",
 		zero:    func() Calibrator { return new(OPVector) },
 		central: func(Settings) Calibrator { return new(OPVector) },
 		scaler:  func(c int, _ *rand.Rand) Scaler { return NewOPVector(c) },
@@ -195,7 +198,7 @@ var methods = [...]Method{
 	},
 	{
 		Name: MethodFedCal, Protocol: "FedCal", Family: Scaling, KeepsTopClass: true,
-		Summary: "the FedCal order-preserving MLP scaler (never changes the top class)",
+		Summary: "the FedCal order-preserving MLP scaler (keeps the order of the classes; a collapsed fit can tie them)",
 		zero:    func() Calibrator { return new(FedCalMLP) },
 		central: func(s Settings) Calibrator { return &FedCalMLP{Seed: s.Seed} },
 		// The server's initial network and each client's example order

@@ -175,6 +175,7 @@ func runCalibrate(cmd *cobra.Command, fl *calibrateFlags) error {
 		Seed:     calib.Seed(fl.seed),
 		Tool:     Version(),
 	}
+	prov.Input = f.Input // the kind read: --input, or what the file records
 	prov.ClassNames = f.ClassNames
 	prov.FitMetrics = &calib.FitMetrics{Rows: n, Before: before, After: after}
 	if err := calib.WriteFile(fl.out, c, nil, prov); err != nil {

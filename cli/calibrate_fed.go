@@ -281,6 +281,7 @@ func (ff *fedFlags) run(cmd *cobra.Command, fl *calibrateFlags) error {
 		Seed:     calib.Seed(fl.seed),
 		Tool:     Version(),
 	}
+	prov.Input = f.Input // the kind read: --input, or what the file records
 	prov.ClassNames = f.ClassNames
 	if binningMethod(fl.method) {
 		prov.Weighting = ff.weighting

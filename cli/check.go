@@ -254,16 +254,32 @@ func printIntervals(out io.Writer, v calib.Verdict) {
 }
 
 // checkLogits reads logits and a calibrator file.
+// The rows are read as --input says, else as the logits file records,
+// else as the calibrator was fitted (provenance.input); a calibrator
+// fitted on the other kind is refused (checkFitted).
 func checkLogits(logitsPath, calibPath, split string, input inputKind) (*calib.Set, []float64, string, error) {
-	f, err := readLogits(logitsPath, input)
+	explicit := input != ""
+	c, file, err := calib.ReadFile(calibPath)
 	if err != nil {
+		return nil, nil, "", err
+	}
+	if input, err = fittedInput(input, calibPath, file); err != nil {
+		return nil, nil, "", err
+	}
+	f, err := logits.Read(logitsPath)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	if f.Input != "" && !explicit {
+		input = "" // what the file records, checked against the calibrator below
+	}
+	if err := convertInput(f, logitsPath, input); err != nil {
+		return nil, nil, "", err
+	}
+	if err := checkFitted(calibPath, file, f.Input, logitsPath); err != nil {
 		return nil, nil, "", err
 	}
 	_, rows, err := evalRows(f, split, logitsPath)
-	if err != nil {
-		return nil, nil, "", err
-	}
-	c, file, err := calib.ReadFile(calibPath)
 	if err != nil {
 		return nil, nil, "", err
 	}
@@ -296,10 +312,26 @@ func checkModel(cmd *cobra.Command, modelPath, calibPath, spec string, opt infer
 	if calibrated && input.String() != logits.InputLogits {
 		return nil, nil, "", fmt.Errorf("--input %s: %s is calibrated (%s) and gives its own probabilities: drop --input", input.String(), modelPath, method)
 	}
+	var (
+		c    calib.Calibrator
+		file *calib.File
+	)
 	if calibrated {
 		opt.Output, _ = m.MetadataValue(export.KeyLogits)
 		probsName, _ := m.MetadataValue(export.KeyOutput)
 		opt.Extra = []string{probsName}
+	} else {
+		// The model's output is read as the calibrator was fitted: its
+		// recorded kind, --input, or a Softmax that makes the output; a
+		// mismatch is refused as export refuses it.
+		if c, file, err = calib.ReadFile(calibPath); err != nil {
+			return nil, nil, "", err
+		}
+		kind, err := export.InputKind(m, opt.Output, string(input), file.Provenance.Input)
+		if err != nil {
+			return nil, nil, "", fmt.Errorf("%s with %s: %w", modelPath, calibPath, err)
+		}
+		input = inputKind(kind)
 	}
 	res, err := runInfer(cmd.Context(), modelPath, spec, opt)
 	if err != nil {
@@ -315,10 +347,6 @@ func checkModel(cmd *cobra.Command, modelPath, calibPath, spec string, opt infer
 	}
 	s := f.Set(nil)
 	if !calibrated {
-		c, file, err := calib.ReadFile(calibPath)
-		if err != nil {
-			return nil, nil, "", err
-		}
 		if c.Classes() != s.Classes {
 			return nil, nil, "", fmt.Errorf("%s is for %d classes but %s has %d", calibPath, c.Classes(), modelPath, s.Classes)
 		}

@@ -282,3 +282,90 @@ func TestCheckRunsModelOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestInputKindRecorded checks that infer records that a Softmax model's
+// outputs are probabilities (the logits file's input array), that
+// calibrate reads them so and records what it fitted on
+// (provenance.input), and that check and export honour it: check without
+// --input reads the Softmax model's output as the calibrator was fitted,
+// a contradicting --input is refused in one line, export refuses a
+// calibrator fitted on logits for an output a Softmax makes (it used to
+// feed it log-probabilities and call that verified), and the sidecar
+// says it reads probabilities.
+func TestInputKindRecorded(t *testing.T) {
+	requireORT(t)
+	const model = "../infer/testdata/tiny_softmax.onnx"
+	images, _ := writeIDX(t, 200, 4, 4)
+	dir := t.TempDir()
+	lf, raw := filepath.Join(dir, "p.npz"), filepath.Join(dir, "raw.npz")
+	cp, cr, cl, sc := filepath.Join(dir, "probs.json"), filepath.Join(dir, "recorded.json"), filepath.Join(dir, "logits.json"), filepath.Join(dir, "sidecar.json")
+	if code, _, stderr := fedcalib("infer", "--model", model, "--data", "idx:"+images, "--out", lf, "--quiet"); code != 0 {
+		t.Fatalf("infer: exit %d: %s", code, stderr)
+	}
+	// infer records that the Softmax model's outputs are probabilities;
+	// a copy without the record stands for a file of unknown origin.
+	f, err := logits.Read(lf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Input != logits.InputProbabilities {
+		t.Errorf("infer on a Softmax model records input %q, want probabilities", f.Input)
+	}
+	f.Input = ""
+	if err := logits.Write(raw, f); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"calibrate", "--central", "--method", "temp", "--input", "probabilities", "--logits", lf, "--out", cp},
+		{"calibrate", "--central", "--method", "temp", "--logits", lf, "--out", cr},
+		{"calibrate", "--central", "--method", "temp", "--logits", raw, "--out", cl},
+		{"export", "--model", model, "--calibrator", cp, "--sidecar", "--out", sc},
+	} {
+		if code, _, stderr := fedcalib(args...); code != 0 {
+			t.Fatalf("%s: exit %d: %s", args[0], code, stderr)
+		}
+	}
+	for path, want := range map[string]string{cp: "probabilities", cr: "probabilities", cl: "logits", sc: "probabilities"} {
+		_, f, err := calib.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Provenance.Input != want {
+			t.Errorf("%s: provenance.input %q, want %q", filepath.Base(path), f.Provenance.Input, want)
+		}
+	}
+	for _, args := range [][]string{
+		{"eval", "--logits", lf, "--calibrator", cp},
+		{"eval", "--logits", raw, "--calibrator", cl},
+		{"check", "--logits", raw, "--calibrator", cp, "--min-cwece-improvement", "-1", "--max-accuracy-drop", "1"}, // read as the calibrator was fitted
+	} {
+		if code, _, stderr := fedcalib(args...); code != 0 {
+			t.Errorf("%v: exit %d: %s", args, code, stderr)
+		}
+	}
+	gate := []string{"check", "--data", "idx:" + images, "--json", "--threads", "1", "--min-cwece-improvement", "-1", "--max-accuracy-drop", "1", "--model", model, "--calibrator", cp}
+	_, recorded, _ := fedcalib(gate...)
+	_, explicit, _ := fedcalib(append(gate, "--input", "probabilities")...)
+	if recorded == "" || recorded != explicit {
+		t.Errorf("check without --input:\n%s\nwith --input probabilities:\n%s", recorded, explicit)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"check", "--logits", raw, "--calibrator", cp, "--input", "logits"}, "was fitted on probabilities"},
+		{[]string{"check", "--logits", lf, "--calibrator", cl}, "is read as probabilities"},
+		{[]string{"eval", "--logits", raw, "--calibrator", cp}, "is read as logits: pass --input probabilities"},
+		{[]string{"eval", "--logits", raw, "--calibrator", cl, "--calibrator", cp}, "is read as logits"},
+		{[]string{"calibrate", "--central", "--method", "temp", "--logits", lf, "--input", "logits", "--out", filepath.Join(dir, "z.json")}, "the file records that it holds probabilities"},
+		{[]string{"check", "--model", model, "--data", "idx:" + images, "--calibrator", cl}, "made by a Softmax"},
+		{[]string{"export", "--model", model, "--calibrator", cl, "--out", filepath.Join(dir, "x.onnx")}, "made by a Softmax"},
+		{[]string{"export", "--model", model, "--calibrator", cl, "--sidecar", "--out", filepath.Join(dir, "x.json")}, "made by a Softmax"},
+		{[]string{"export", "--model", model, "--calibrator", cp, "--input", "logits", "--out", filepath.Join(dir, "y.onnx")}, "was fitted on probabilities"},
+	} {
+		code, _, stderr := fedcalib(tc.args...)
+		if code != ExitUsage || !strings.Contains(stderr, tc.want) || strings.Count(strings.TrimSpace(stderr), "\n") > 0 {
+			t.Errorf("%v: exit %d, %q; want %d and one line with %q", tc.args, code, stderr, ExitUsage, tc.want)
+		}
+	}
+}

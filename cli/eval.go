@@ -158,6 +158,9 @@ percentile intervals at --level for every metric, and the equal-mass
 				if err := names.add(calibPaths[0], file.Provenance.ClassNames); err != nil {
 					return err
 				}
+				if err := checkFitted(calibPaths[0], file, string(in.kind), logitsPath); err != nil {
+					return err
+				}
 				cals = append(cals, c)
 			}
 			accs, err := in.measure(cmd.Context(), cals, bins)
@@ -271,6 +274,9 @@ type evalInput struct {
 	f       *logits.File
 	sel     rowSel
 	close   func() error
+	// kind is what the rows are read as: --input, or what the file
+	// records (recordedInput).
+	kind inputKind
 }
 
 // openEvalInput opens the logits file at path, holding input, for
@@ -293,7 +299,7 @@ func openEvalInput(path string, input inputKind, partPath, split string, whole b
 		if in.split, in.want, err = evalSplit(f.Split != nil, split, path); err != nil {
 			return nil, err
 		}
-		in.f, in.sel, in.classes, in.names = f, selectSplit(in.want), f.Classes, f.ClassNames
+		in.f, in.sel, in.classes, in.names, in.kind = f, selectSplit(in.want), f.Classes, f.ClassNames, inputKind(f.Input)
 		in.src = newFileChunks(f, in.sel)
 		return in, nil
 	}
@@ -305,6 +311,13 @@ func openEvalInput(path string, input inputKind, partPath, split string, whole b
 	if in.split, in.want, err = evalSplit(a.Has("split"), split, path); err == nil {
 		in.names, err = a.ClassNames()
 	}
+	var recorded string
+	if err == nil {
+		recorded, err = a.Input()
+	}
+	if err == nil {
+		input, err = recordedInput(input, recorded, path)
+	}
 	var blocks *logits.Blocks
 	if err == nil {
 		blocks, err = a.Blocks()
@@ -315,6 +328,7 @@ func openEvalInput(path string, input inputKind, partPath, split string, whole b
 	}
 	in.close = func() error { return errors.Join(blocks.Close(), a.Close()) }
 	in.classes = a.NumClasses()
+	in.kind = input
 	in.src = &streamChunks{blocks: blocks, classes: in.classes, split: in.want, input: input}
 	return in, nil
 }
@@ -392,6 +406,9 @@ func compareCalibrators(ctx context.Context, w io.Writer, b *bar, in *evalInput,
 			return fmt.Errorf("%s is for %d classes but %s has %d", path, c.Classes(), logitsPath, in.classes)
 		}
 		if err := names.add(path, file.Provenance.ClassNames); err != nil {
+			return err
+		}
+		if err := checkFitted(path, file, string(in.kind), logitsPath); err != nil {
 			return err
 		}
 		cals = append(cals, c)

@@ -15,9 +15,11 @@ import (
 	"golang.org/x/term"
 
 	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/export"
 	"github.com/fedcalib/fedcalib/infer"
 	"github.com/fedcalib/fedcalib/infer/data"
 	"github.com/fedcalib/fedcalib/infer/logits"
+	"github.com/fedcalib/fedcalib/onnx"
 )
 
 // inferOverrides maps the infer command's preprocessing flags to the
@@ -65,7 +67,10 @@ without any needs at least --layout. A value v of channel c is fed as
 It fails, writing nothing, on a model or dataset it cannot read, data that
 does not fit the model input, labels outside the model's classes, or
 NaN/Inf outputs; it warns when outputs look like probabilities, since
-calibrators want logits. A progress bar is drawn on stderr when it is a
+calibrators want logits. When a Softmax makes the output (directly or
+through Identity, Cast, Reshape, Flatten, Squeeze or Unsqueeze), the file
+records that it holds probabilities (its "input" array), and calibrate,
+eval and check read it as --input probabilities does. A progress bar is drawn on stderr when it is a
 terminal, unless --quiet.
 
 ONNX Runtime is loaded from --ort-lib, else $` + infer.RuntimeEnv + `,
@@ -115,7 +120,9 @@ else the cache "fedcalib setup" fills.
 			if err != nil {
 				return err
 			}
-			if err := logits.Write(out, res.File()); err != nil {
+			file := res.File()
+			recordInput(file, model, opt.Output)
+			if err := logits.Write(out, file); err != nil {
 				return err
 			}
 			if quiet {
@@ -124,6 +131,9 @@ else the cache "fedcalib setup" fills.
 			clients := ""
 			if res.Client != nil {
 				clients = fmt.Sprintf(", %d clients", len(res.ClientNames))
+			}
+			if file.Input != "" {
+				clients += "; probabilities of a Softmax, recorded in the file's input array"
 			}
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: %d records, %d classes%s\n", out, res.Len(), res.Classes, clients)
 			return err
@@ -299,4 +309,19 @@ func dropTime(groups []string, a slog.Attr) slog.Attr {
 		return slog.Attr{}
 	}
 	return a
+}
+
+// recordInput sets f.Input, for the outputs of the named output of the
+// model at path ("" for its first float32 output), to
+// logits.InputProbabilities when a Softmax makes that output
+// (export.InputKind), so that whoever reads f reads them as such; it
+// leaves f.Input as it is otherwise.
+func recordInput(f *logits.File, path, output string) {
+	m, err := onnx.ReadFile(path)
+	if err != nil {
+		return
+	}
+	if kind, err := export.InputKind(m, output, "", ""); err == nil && kind == logits.InputProbabilities {
+		f.Input = kind
+	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/infer/logits"
 )
 
@@ -41,8 +42,9 @@ func (in *inputKind) Set(v string) error {
 func (in *inputKind) Type() string { return "logits|probabilities" }
 
 // readLogits reads the logits file at path (logits.Read) holding input of
-// kind in, and turns probabilities into log-probabilities
-// (logits.File.ConvertInput).
+// kind in (see recordedInput), and turns probabilities into
+// log-probabilities (logits.File.ConvertInput). f.Input then says which
+// kind it read.
 func readLogits(path string, in inputKind) (*logits.File, error) {
 	f, err := logits.Read(path)
 	if err != nil {
@@ -54,12 +56,35 @@ func readLogits(path string, in inputKind) (*logits.File, error) {
 	return f, nil
 }
 
-// convertInput turns f, the logits file at path holding input of kind in,
-// into logits (logits.File.ConvertInput).
+// recordedInput returns the kind of input to read the logits file at
+// path as: --input when given (in), refused when it contradicts the kind
+// the file records (recorded, its "input" array: infer records
+// probabilities for a model whose output a Softmax makes), else the
+// recorded kind, else logits.
+func recordedInput(in inputKind, recorded, path string) (inputKind, error) {
+	switch {
+	case in != "" && recorded != "" && string(in) != recorded:
+		return "", fmt.Errorf("%s: --input %s, but the file records that it holds %s (its input array, written by infer): drop --input", path, in, recorded)
+	case in != "":
+		return in, nil
+	case recorded != "":
+		return inputKind(recorded), nil
+	}
+	return logits.InputLogits, nil
+}
+
+// convertInput turns f, the logits file at path holding input of kind in
+// (see recordedInput), into logits (logits.File.ConvertInput) and sets
+// f.Input to the kind read.
 func convertInput(f *logits.File, path string, in inputKind) error {
+	in, err := recordedInput(in, f.Input, path)
+	if err != nil {
+		return err
+	}
 	if err := f.ConvertInput(in.String()); err != nil {
 		return fmt.Errorf("%s: --input %s: %w", path, in.String(), err)
 	}
+	f.Input = in.String()
 	return nil
 }
 
@@ -94,4 +119,29 @@ func readColumnsFirst(path string, in inputKind, partition func(*logits.File) er
 	}
 	boundHeap(f)
 	return f, nil
+}
+
+// checkFitted refuses to apply the calibrator file at calibPath, file, to
+// the rows of the logits file at logitsPath read as kind when the
+// calibrator records that it was fitted on the other kind.
+func checkFitted(calibPath string, file *calib.File, kind, logitsPath string) error {
+	if rec := file.Provenance.Input; rec != "" && rec != kind {
+		return fmt.Errorf("%s was fitted on %s (its provenance.input) but %s is read as %s: pass --input %s if it holds %s, or use a calibrator fitted on %s", calibPath, rec, logitsPath, kind, rec, rec, kind)
+	}
+	return nil
+}
+
+// fittedInput returns the input kind to read rows as for the calibrator
+// file at path, file: --input when given (in), refused when it
+// contradicts the kind the file records (provenance.input), else the
+// file's kind, else logits.
+func fittedInput(in inputKind, path string, file *calib.File) (inputKind, error) {
+	rec := file.Provenance.Input
+	switch {
+	case in != "" && rec != "" && string(in) != rec:
+		return "", fmt.Errorf("--input %s, but %s was fitted on %s (its provenance.input): drop --input, or use a calibrator fitted on %s", in, path, rec, in)
+	case in != "":
+		return in, nil
+	}
+	return inputKind(rec), nil
 }

@@ -202,8 +202,9 @@ func joinRows(cmd *cobra.Command, fl *joinFlags, w network.Welcome, s federation
 			return nil, err
 		}
 		f := res.File()
-		if err := f.ConvertInput(fl.input.String()); err != nil {
-			return nil, fmt.Errorf("%s: --input %s: %w", fl.model, fl.input.String(), err)
+		recordInput(f, fl.model, "") // a Softmax model gives probabilities
+		if err := convertInput(f, fl.model, fl.input); err != nil {
+			return nil, err
 		}
 		return f.Set(nil), nil
 	}

@@ -48,7 +48,7 @@ func TestUsageHasNoBackquotes(t *testing.T) {
 	}
 	// How the fixed flags render.
 	for _, tt := range []struct{ cmd, line string }{
-		{"export", `--calibrator string      the calibrator file written by "fedcalib calibrate"`},
+		{"export", `--calibrator string          the calibrator file written by "fedcalib calibrate"`},
 		{"check", `--model string                  an ONNX model: calibrated by "fedcalib export"`},
 	} {
 		code, stdout, _ := fedcalib(tt.cmd, "--help")

@@ -2,14 +2,22 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/export"
+	"github.com/fedcalib/fedcalib/infer/logits"
 	"github.com/fedcalib/fedcalib/internal/onnxtest"
+	"github.com/fedcalib/fedcalib/onnx"
+	"github.com/fedcalib/fedcalib/onnx/onnxpb"
 )
 
 // TestExportServing exports the tiny model (classes zero, one, two) into
@@ -64,7 +72,29 @@ func TestExportServing(t *testing.T) {
 		t.Errorf("check --model: exit %d: %s", code, stderr)
 	}
 
+	// A recorded file missing is bad input (exit 2), not a pass: the last
+	// output, or the first with the second left.
+	out1 := filepath.Join(vec, "test_data_set_0", "output_1.pb")
+	kept, err := os.ReadFile(out1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(out1)
+	if code, _, stderr := fedcalib("check", "--test-vectors", vec); code != ExitUsage || !strings.Contains(stderr, "output_1.pb is missing") {
+		t.Errorf("output_1.pb removed: exit %d, %q", code, stderr)
+	}
+	if err := os.WriteFile(out1, kept, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	out0 := filepath.Join(vec, "test_data_set_0", "output_0.pb")
+	b0, _ := os.ReadFile(out0)
+	os.Remove(out0)
+	if code, _, stderr := fedcalib("check", "--test-vectors", vec); code != ExitUsage || !strings.Contains(stderr, "output_0.pb is missing but output_1.pb exists") {
+		t.Errorf("output_0.pb removed: exit %d, %q", code, stderr)
+	}
+	if err := os.WriteFile(out0, b0, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	onnxtest.FlipFloat(t, out0)
 	if code, _, stderr := fedcalib("check", "--test-vectors", vec); code != ExitFailed || !strings.Contains(stderr, "output_0.pb (logits) value 0") {
 		t.Errorf("flipped byte: exit %d, %q", code, stderr)
@@ -101,6 +131,9 @@ func TestExportServingRefuses(t *testing.T) {
 		{[]string{"--model", model, "--calibrator", cf, "--triton", taken}, `already holds a model "tiny"`},
 		{[]string{"--model", model, "--calibrator", cf, "--triton", filepath.Join(dir, "r"), "--name", "a/b"}, "model name"},
 		{[]string{"--model", model, "--calibrator", cf, "--triton", filepath.Join(dir, "r"), "--max-batch", "-1"}, "max batch size"},
+		{[]string{"--model", model, "--calibrator", cf, "--triton", filepath.Join(dir, "r"), "--max-batch", "2147483648"}, "max batch size 2147483648"},
+		{[]string{"--model", model, "--calibrator", cf, "--triton", filepath.Join(dir, "r"), "--version", "0"}, "--version is 0"},
+		{[]string{"--model", model, "--calibrator", cf, "--out", filepath.Join(dir, "o.onnx"), "--version", "2"}, "with --triton"},
 		{[]string{"--model", model, "--calibrator", cf, "--test-vectors", taken}, "not empty"},
 	} {
 		code, _, stderr := fedcalib(append([]string{"export"}, tt.args...)...)
@@ -140,5 +173,156 @@ func TestExportStandaloneVectors(t *testing.T) {
 	}
 	if code, stdout, stderr := fedcalib("check", "--test-vectors", vec); code != ExitOK || !strings.Contains(stdout, "PASS") {
 		t.Errorf("check: exit %d: %s%s", code, stdout, stderr)
+	}
+}
+
+// TestExportAllFormsOrNone exports, with --out, --test-vectors and
+// --triton in one run, a model whose logits output declares no shape:
+// the model and the vectors can be written, the Triton entry cannot
+// (Triton needs every output's rank). It used to write --out and the
+// vectors and then fail; now it fails writing nothing.
+func TestExportAllFormsOrNone(t *testing.T) {
+	requireORT(t)
+	m, err := onnx.ReadFile("../infer/testdata/tiny.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb := proto.Clone(m.Proto()).(*onnxpb.ModelProto)
+	for _, o := range pb.Graph.Output {
+		o.Type.GetTensorType().Shape = nil
+	}
+	noShape, err := onnx.FromProto(pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	model := filepath.Join(dir, "noshape.onnx")
+	if err := noShape.WriteFile(model); err != nil {
+		t.Fatal(err)
+	}
+	tc := calib.NewTemperature(3)
+	tc.T = 1.5
+	cf := writeCalibrator(t, tc)
+	out, vec, repo := filepath.Join(dir, "out.onnx"), filepath.Join(dir, "vec"), filepath.Join(dir, "repo")
+	code, _, stderr := fedcalib("export", "--model", model, "--calibrator", cf, "--out", out, "--test-vectors", vec, "--triton", repo)
+	if code != ExitUsage || !strings.Contains(stderr, "declares no shape") {
+		t.Fatalf("exit %d, %q; want 2 and the Triton refusal", code, stderr)
+	}
+	for _, p := range []string{out, vec, repo} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s was written", p)
+		}
+	}
+	// Without --triton both forms are written.
+	if code, _, stderr := fedcalib("export", "--model", model, "--calibrator", cf, "--out", out, "--test-vectors", vec); code != ExitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, p := range []string{out, filepath.Join(vec, "model.onnx")} {
+		if _, err := os.Stat(p); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestExportVectorsData records real inputs: the first 4 records of an
+// IDX dataset for the tiny model, whose recorded logits must be the
+// first 4 rows `fedcalib infer` writes for the same data (computed
+// independently, in batches of 256), and the first 4 rows of that
+// logits file for the standalone calibrator. Both replay; the wrong kind
+// of data for each is refused.
+func TestExportVectorsData(t *testing.T) {
+	requireORT(t)
+	const model = "../infer/testdata/tiny.onnx"
+	images, _ := writeIDX(t, 10, 4, 4)
+	dir := t.TempDir()
+	lf := filepath.Join(dir, "l.npz")
+	if code, _, stderr := fedcalib("infer", "--model", model, "--data", "idx:"+images, "--out", lf, "--quiet"); code != 0 {
+		t.Fatalf("infer: exit %d: %s", code, stderr)
+	}
+	f, err := logits.Read(lf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := calib.NewTemperature(3)
+	tc.T = 1.5
+	cf := writeCalibrator(t, tc)
+	read := func(path string) *onnx.Tensor {
+		t.Helper()
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, err := onnx.ParseTensor(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	vec, alone := filepath.Join(dir, "vec"), filepath.Join(dir, "alone")
+	for _, args := range [][]string{
+		{"export", "--model", model, "--calibrator", cf, "--test-vectors", vec, "--test-vectors-data", "idx:" + images},
+		{"export", "--calibrator", cf, "--standalone", "--test-vectors", alone, "--test-vectors-data", lf},
+		{"check", "--test-vectors", vec},
+		{"check", "--test-vectors", alone},
+	} {
+		if code, _, stderr := fedcalib(args...); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, stderr)
+		}
+	}
+	in := read(filepath.Join(vec, "test_data_set_0", "input_0.pb"))
+	got := read(filepath.Join(vec, "test_data_set_0", "output_0.pb"))
+	if !slices.Equal(in.Dims, []int64{4, 1, 4, 4}) || !slices.Equal(got.Dims, []int64{4, 3}) || !slices.Equal(got.Float, f.Logits[:12]) {
+		t.Errorf("model vectors: input %v, logits %v %v; want the first 4 rows infer wrote, %v", in.Dims, got.Dims, got.Float, f.Logits[:12])
+	}
+	if in := read(filepath.Join(alone, "test_data_set_0", "input_0.pb")); !slices.Equal(in.Float, f.Logits[:12]) {
+		t.Errorf("standalone vectors: input %v, want %v", in.Float, f.Logits[:12])
+	}
+	for _, args := range [][]string{
+		{"--model", model, "--calibrator", cf, "--test-vectors", filepath.Join(dir, "a"), "--test-vectors-data", lf},
+		{"--calibrator", cf, "--standalone", "--test-vectors", filepath.Join(dir, "b"), "--test-vectors-data", "idx:" + images},
+		{"--model", model, "--calibrator", cf, "--out", filepath.Join(dir, "c.onnx"), "--test-vectors-data", lf},
+	} {
+		if code, _, stderr := fedcalib(append([]string{"export"}, args...)...); code != ExitUsage || !strings.Contains(stderr, "--test-vectors-data") {
+			t.Errorf("%v: exit %d, %q", args, code, stderr)
+		}
+	}
+}
+
+// TestFormsWriteUndo checks the rollback of a multi-form write: the
+// model file cannot be written (its directory does not exist), so the
+// test vectors and the Triton entry written before it are removed — an
+// empty vectors directory that existed is left empty, the repository
+// created for the entry is removed.
+func TestFormsWriteUndo(t *testing.T) {
+	m, err := onnx.ReadFile("../infer/testdata/tiny.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := calib.NewTemperature(3)
+	c.T = 2
+	if _, _, err := export.Append(m, c, nil, export.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	vec, repo := filepath.Join(dir, "vec"), filepath.Join(dir, "repo")
+	if err := os.Mkdir(vec, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	entry, err := export.PrepareTriton(repo, m, export.TritonOptions{Name: "tiny"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := &onnx.Tensor{Name: "x", Elem: onnx.Float, Dims: []int64{1, 1, 4, 4}, Float: make([]float32, 16)}
+	y := &onnx.Tensor{Name: "logits", Elem: onnx.Float, Dims: []int64{1, 3}, Float: make([]float32, 3)}
+	f := &forms{m: m, out: filepath.Join(dir, "missing", "out.onnx"), vectors: vec, repo: repo,
+		set: &export.TestSet{Inputs: []*onnx.Tensor{x}, Outputs: []*onnx.Tensor{y, y}}, triton: entry}
+	if err := f.write(context.Background()); err == nil {
+		t.Fatal("the model file was written into a missing directory")
+	}
+	if entries, err := os.ReadDir(vec); err != nil || len(entries) != 0 {
+		t.Errorf("%s: %d entries (%v), want it left empty", vec, len(entries), err)
+	}
+	if _, err := os.Stat(repo); !os.IsNotExist(err) {
+		t.Errorf("%s is left behind (%v)", repo, err)
 	}
 }

@@ -488,7 +488,17 @@ func (in *input) load() error {
 			in.err = err
 			return
 		}
-		if in.ds.Input == logits.InputProbabilities {
+		// The dataset's input, else what the file records (infer records
+		// a Softmax model's probabilities); a contradiction is refused.
+		kind := in.ds.Input
+		switch {
+		case kind != "" && f.Input != "" && kind != f.Input:
+			in.err = fmt.Errorf("%s: the experiment says input %s, but the file records that it holds %s", in.ds.Logits, kind, f.Input)
+			return
+		case kind == "":
+			kind = f.Input
+		}
+		if kind == logits.InputProbabilities {
 			if err := f.FromProbabilities(); err != nil {
 				in.err = fmt.Errorf("%s (input: probabilities): %w", in.ds.Logits, err)
 				return

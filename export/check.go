@@ -26,20 +26,27 @@ import (
 // A model with external data runs from a temporary copy beside it (named
 // after modelPath, see fileio.Create), removed before CheckModel returns.
 func CheckModel(ctx context.Context, modelPath string, c calib.Calibrator, opt Options) error {
+	_, _, err := checkModel(ctx, modelPath, c, opt)
+	return err
+}
+
+// checkModel is CheckModel returning the name of the logits output and
+// the values it gave on the random inputs.
+func checkModel(ctx context.Context, modelPath string, c calib.Calibrator, opt Options) (string, []float32, error) {
 	if err := ctx.Err(); err != nil {
-		return err
+		return "", nil, err
 	}
 	m, err := onnx.ReadFile(modelPath)
 	if err != nil {
-		return err
+		return "", nil, err
 	}
 	name, err := logitsOutput(m, opt.Logits)
 	if err != nil {
-		return fmt.Errorf("%s: %w", modelPath, err)
+		return "", nil, fmt.Errorf("%s: %w", modelPath, err)
 	}
 	declared := outputShape(m, name)
 	if declared != nil && len(declared) != 2 {
-		return fmt.Errorf("%s: output %q is declared with rank %d, %s: fedcalib calibrates a logits output of shape [batch, classes]", modelPath, name, len(declared), declared)
+		return "", nil, fmt.Errorf("%s: output %q is declared with rank %d, %s: fedcalib calibrates a logits output of shape [batch, classes]", modelPath, name, len(declared), declared)
 	}
 	rows := int64(-1) // unknown unless the batch axis is ours to choose
 	if ins := m.Inputs(); len(ins) > 0 && len(ins[0].Shape) > 0 && !ins[0].Shape[0].Known() {
@@ -47,12 +54,12 @@ func CheckModel(ctx context.Context, modelPath string, c calib.Calibrator, opt O
 	}
 	shape, logits, err := probe(ctx, m, modelPath, name, opt)
 	if err != nil {
-		return fmt.Errorf("%s: %w", modelPath, err)
+		return "", nil, fmt.Errorf("%s: %w", modelPath, err)
 	}
 	if err := checkLogits(name, declared, shape, rows, logits, c.Classes()); err != nil {
-		return fmt.Errorf("%s: %w", modelPath, err)
+		return "", nil, fmt.Errorf("%s: %w", modelPath, err)
 	}
-	return nil
+	return name, logits, nil
 }
 
 // probe runs m, read from modelPath, on random inputs and returns the

@@ -47,9 +47,11 @@ type Options struct {
 	// Input says what that output holds: logits.InputLogits, or
 	// logits.InputProbabilities (a model ending in a softmax), whose log
 	// max(p, logits.ProbabilityFloor) the calibrator then reads, as
-	// `calibrate --input probabilities` fitted it. Empty means detect: an
-	// output made by a final Softmax is probabilities, read through the
-	// Softmax's logits input; any other output is logits.
+	// `calibrate --input probabilities` fitted it. Empty means what the
+	// calibrator file records (provenance.input), else detect: an output
+	// made by a Softmax (through value-preserving nodes) is
+	// probabilities, read through the Softmax's logits input; any other
+	// output is logits. See InputKind for the mismatches refused.
 	Input string
 	// Output names the added probabilities output. Empty means
 	// DefaultOutput.
@@ -99,7 +101,7 @@ func Append(m *onnx.Model, c calib.Calibrator, file *calib.File, opt Options) (l
 	if err := raiseOpset(m); err != nil {
 		return "", "", err
 	}
-	src, err := calibratorSource(m, logitsName, opt.Input)
+	src, err := calibratorSource(m, logitsName, opt.Input, fittedInput(file))
 	if err != nil {
 		return "", "", err
 	}
@@ -114,7 +116,7 @@ func Append(m *onnx.Model, c calib.Calibrator, file *calib.File, opt Options) (l
 	m.SetMetadata(KeyLogits, logitsName)
 	m.SetMetadata(KeyOutput, outName)
 	m.SetMetadata(KeyInput, src.kind)
-	props, err := servingMetadata(c, file)
+	props, err := servingMetadata(c, file, opt.Seed)
 	if err != nil {
 		return "", "", err
 	}
@@ -123,7 +125,9 @@ func Append(m *onnx.Model, c calib.Calibrator, file *calib.File, opt Options) (l
 	}
 	if file != nil {
 		var buf bytes.Buffer
-		if err := calib.Encode(&buf, c, file.Privacy, file.Provenance); err != nil {
+		f := *file
+		f.Provenance.Input = src.kind // what the output holds, now known
+		if err := calib.EncodeFile(&buf, c, &f); err != nil {
 			return "", "", err
 		}
 		m.SetMetadata(KeySidecar, strings.TrimSpace(buf.String()))
@@ -133,6 +137,14 @@ func Append(m *onnx.Model, c calib.Calibrator, file *calib.File, opt Options) (l
 		}
 	}
 	return logitsName, outName, nil
+}
+
+// fittedInput returns the input kind file records, "" for a nil file.
+func fittedInput(file *calib.File) string {
+	if file == nil {
+		return ""
+	}
+	return file.Provenance.Input
 }
 
 // logitsOutput returns the named output, or the first float32 one.
@@ -188,35 +200,85 @@ func checkNames(m *onnx.Model, out string) error {
 	return nil
 }
 
-// opsetSafe lists the operators whose meaning does not change between
-// opset 7 and 13 for the tensors a classifier uses (later versions only
-// add element types or attributes with the old default), so a model using
-// only these can have its opset raised to 13.
-var opsetSafe = map[string]bool{
-	"Abs": true, "Add": true, "AveragePool": true, "BatchNormalization": true,
-	"Cast": true, "Concat": true, "Constant": true, "Conv": true, "Div": true,
-	"Dropout": true, "Exp": true, "Flatten": true, "Gemm": true,
-	"GlobalAveragePool": true, "Identity": true, "LeakyRelu": true,
-	"Log": true, "MatMul": true, "MaxPool": true, "Mul": true, "Neg": true,
-	"Relu": true, "Reshape": true, "Sigmoid": true, "Sqrt": true, "Sub": true,
-	"Tanh": true, "Transpose": true,
+// opsetRaise lists the operators a model of opset 7 to 12 may use for
+// its opset to be raised to MinOpset, each with nil when its meaning does
+// not change for the tensors a classifier uses (later versions only add
+// element types or attributes with the old default), else a function
+// saying why a node of it cannot be raised (nil error: it can). Nodes
+// are never rewritten: every byte of the model outside the appended
+// calibrator is kept.
+var opsetRaise = map[string]func(n *onnxpb.NodeProto) error{
+	"Abs": nil, "Add": nil, "AveragePool": nil, "BatchNormalization": raiseBatchNorm,
+	"Cast": nil, "Concat": nil, "Constant": nil, "Conv": nil, "Div": nil,
+	"Dropout": raiseDropout, "Exp": nil, "Flatten": nil, "Gemm": nil,
+	"GlobalAveragePool": nil, "Identity": nil, "LeakyRelu": nil,
+	"Log": nil, "MatMul": nil, "MaxPool": nil, "Mul": nil, "Neg": nil,
+	"Relu": nil, "Reshape": nil, "Sigmoid": nil, "Sqrt": nil, "Sub": nil,
+	"Tanh": nil, "Transpose": nil,
+}
+
+// raiseDropout refuses a Dropout that opset 13 reads differently: one
+// with a ratio attribute (an input from opset 12, the attribute unknown)
+// or that uses its mask output (whose type changed at opset 10).
+func raiseDropout(n *onnxpb.NodeProto) error {
+	if len(n.GetOutput()) > 1 && n.GetOutput()[1] != "" {
+		return fmt.Errorf("Dropout %q uses its mask output, whose type changed at opset 10", n.GetName())
+	}
+	for _, a := range n.GetAttribute() {
+		if a.GetName() == "ratio" {
+			return fmt.Errorf("Dropout %q has a ratio attribute, which opset 12 made an input", n.GetName())
+		}
+	}
+	return nil
+}
+
+// raiseBatchNorm refuses a BatchNormalization that opset 13 reads
+// differently: one with a spatial attribute (removed at opset 9) or with
+// training outputs (running mean and variance, changed at opset 9).
+func raiseBatchNorm(n *onnxpb.NodeProto) error {
+	if len(n.GetOutput()) > 1 {
+		return fmt.Errorf("BatchNormalization %q has training outputs, which opset 9 changed", n.GetName())
+	}
+	for _, a := range n.GetAttribute() {
+		if a.GetName() == "spatial" {
+			return fmt.Errorf("BatchNormalization %q has a spatial attribute, which opset 9 removed", n.GetName())
+		}
+	}
+	return nil
 }
 
 // raiseOpset makes the default-domain opset at least MinOpset, refusing
-// when an operator of the model might change meaning.
+// when the opset is below 7 or an operator might change meaning
+// (opsetRaise), naming it.
 func raiseOpset(m *onnx.Model) error {
 	v := m.OpsetVersion("")
 	if v >= MinOpset {
 		return nil
 	}
-	var unsafe []string
+	if v < 7 {
+		return fmt.Errorf("the model uses opset %d and the calibrator needs %d, which fedcalib raises only from opset 7: re-export the model with opset >= %d", v, MinOpset, MinOpset)
+	}
+	var unsafe, why []string
 	for _, n := range m.Proto().GetGraph().GetNode() {
-		if d := n.GetDomain(); (d == "" || d == "ai.onnx") && !opsetSafe[n.GetOpType()] && !slices.Contains(unsafe, n.GetOpType()) {
-			unsafe = append(unsafe, n.GetOpType())
+		d, op := n.GetDomain(), n.GetOpType()
+		if d != "" && d != "ai.onnx" {
+			continue
+		}
+		raise, ok := opsetRaise[op]
+		switch {
+		case !ok && !slices.Contains(unsafe, op):
+			unsafe = append(unsafe, op)
+		case raise != nil:
+			if err := raise(n); err != nil {
+				why = append(why, err.Error())
+			}
 		}
 	}
 	if len(unsafe) > 0 {
 		return fmt.Errorf("the model uses opset %d and the calibrator needs %d, but raising it could change the meaning of %s: re-export the model with opset >= %d", v, MinOpset, strings.Join(unsafe, ", "), MinOpset)
+	}
+	if len(why) > 0 {
+		return fmt.Errorf("the model uses opset %d and the calibrator needs %d, but %s: re-export the model with opset >= %d", v, MinOpset, strings.Join(why, "; "), MinOpset)
 	}
 	m.SetOpsetVersion("", MinOpset)
 	if m.IRVersion() < 7 { // opset 13 needs IR version 7

@@ -19,8 +19,11 @@ const (
 	// KeyParamsSHA256 is the hex SHA-256 of the calibrator's parameters
 	// in canonical JSON (see ParamsSHA256).
 	KeyParamsSHA256 = "fedcalib.calibration.params_sha256"
-	// KeyKeepsTopClass is "true" when the method never changes the most
-	// probable class (calib.Method.KeepsTopClass), "false" when it may.
+	// KeyKeepsTopClass is "true" when the calibrator keeps the most
+	// probable class: its method never changes it
+	// (calib.Method.KeepsTopClass) and, measured on the probe set (see
+	// KeepsTopClass), this calibrator's float32 probabilities keep it on
+	// every row; "false" otherwise.
 	KeyKeepsTopClass = "fedcalib.calibration.keeps_top_class"
 	// KeyProtocol is the protocol of the fit (provenance.protocol of the
 	// calibrator file): "central", "FedBBQ", ...
@@ -81,7 +84,7 @@ func canonicalJSON(b []byte) ([]byte, error) {
 // servingMetadata returns the serving record of calibrator c, described
 // by file (which may be nil): the Key* entries other than those Append
 // writes itself, in a fixed order, each only when known.
-func servingMetadata(c calib.Calibrator, file *calib.File) ([]onnx.Prop, error) {
+func servingMetadata(c calib.Calibrator, file *calib.File, seed uint64) ([]onnx.Prop, error) {
 	method, err := calib.LookupMethod(c.Method())
 	if err != nil {
 		return nil, err
@@ -92,7 +95,7 @@ func servingMetadata(c calib.Calibrator, file *calib.File) ([]onnx.Prop, error) 
 	}
 	props := []onnx.Prop{
 		{Key: KeyParamsSHA256, Value: sum},
-		{Key: KeyKeepsTopClass, Value: strconv.FormatBool(method.KeepsTopClass)},
+		{Key: KeyKeepsTopClass, Value: strconv.FormatBool(method.KeepsTopClass && KeepsTopClass(c, Probe(c, seed)) < 0)},
 	}
 	if file == nil {
 		return props, nil
@@ -122,4 +125,44 @@ func servingMetadata(c calib.Calibrator, file *calib.File) ([]onnx.Prop, error) 
 		add(KeyFitMetrics, string(b), true)
 	}
 	return props, nil
+}
+
+// KeepsTopClass applies c to the rows of logits z and returns the first
+// row whose top class its probabilities, rounded to float32 as a served
+// model gives them, do not keep, or −1 when every row keeps it. A row
+// keeps its top class when the calibrated probability of the logits'
+// largest class is strictly larger than every other: a tie at the top
+// counts as a change (a reader taking the first maximum may pick
+// another class). Rows whose largest logit is itself tied have no top
+// class and are skipped.
+func KeepsTopClass(c calib.Calibrator, z []float32) int {
+	k := c.Classes()
+	zz := make([]float64, len(z))
+	for i, v := range z {
+		zz[i] = float64(v)
+	}
+	p := make([]float64, len(zz))
+	c.Predict(p, zz)
+	for r := 0; r < len(z)/k; r++ {
+		top, tied := 0, false
+		row := z[r*k : (r+1)*k]
+		for j, v := range row {
+			switch {
+			case v > row[top]:
+				top, tied = j, false
+			case j != top && v == row[top]:
+				tied = true
+			}
+		}
+		if tied {
+			continue
+		}
+		pt := float32(p[r*k+top])
+		for j := range k {
+			if j != top && !(float32(p[r*k+j]) < pt) {
+				return r
+			}
+		}
+	}
+	return -1
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -25,6 +26,8 @@ const (
 	TritonConfigFile = "config.pbtxt"
 	TritonModelFile  = "1/model.onnx"
 	TritonLabelsFile = "labels.txt"
+	// TritonModelName is the model file's name in a version directory.
+	TritonModelName = "model.onnx"
 )
 
 // TritonPlatform is the platform of an ONNX model in Triton's model
@@ -41,6 +44,11 @@ type TritonOptions struct {
 	// (max_batch_size 0, full shapes) when an input or output has no
 	// variable first axis, as Triton requires.
 	MaxBatch int
+	// Version is the model version directory the model is written to;
+	// 0 means 1. With a Version, a model directory that exists already
+	// gains that version (see PrepareTriton), so a calibrator can be
+	// swapped without copying by hand.
+	Version int
 	// Labels are the class names written to labels.txt, one a line, and
 	// named by label_filename on the outputs of [batch, classes] (Triton's
 	// classification extension). Nil means the model's fedcalib.classes
@@ -54,8 +62,11 @@ func (opt TritonOptions) Validate() error {
 	if opt.Name == "" || opt.Name != TritonName(opt.Name+".onnx") {
 		return fmt.Errorf("triton: model name %q: want letters, digits, '-' and '_' only", opt.Name)
 	}
-	if opt.MaxBatch < 0 {
-		return fmt.Errorf("triton: max batch size %d: want 1 or more (0: %d)", opt.MaxBatch, DefaultMaxBatch)
+	if opt.MaxBatch < 0 || opt.MaxBatch > math.MaxInt32 {
+		return fmt.Errorf("triton: max batch size %d: want 1 to %d, max_batch_size being an int32 (0: %d)", opt.MaxBatch, math.MaxInt32, DefaultMaxBatch)
+	}
+	if opt.Version < 0 || opt.Version > math.MaxInt32 {
+		return fmt.Errorf("triton: version %d: want 1 to %d (0: 1)", opt.Version, math.MaxInt32)
 	}
 	return nil
 }
@@ -86,6 +97,11 @@ type TritonTensor struct {
 	// LabelFilename names the labels file, relative to the model's
 	// directory; empty for none.
 	LabelFilename string
+	// Reshape, when not nil, is the shape the model really has (without
+	// the batch axis) where it differs from Dims: an output of the batch
+	// axis alone, or a scalar, has Dims [1] (Triton refuses empty dims)
+	// and Reshape [] (reshape: { shape: [ ] }).
+	Reshape []int64
 }
 
 // tritonTypes maps ONNX element types to Triton's data types.
@@ -162,7 +178,13 @@ func NewTritonConfig(m *onnx.Model, opt TritonOptions, labels bool) (*TritonConf
 				t.Dims[i] = d.Value
 			}
 		}
-		if output && labels && batched && len(t.Dims) == 1 && t.Dims[0] == int64(classes) && classes > 0 {
+		if len(t.Dims) == 0 { // Triton refuses empty dims
+			t.Dims, t.Reshape = []int64{1}, []int64{}
+		}
+		// The classes axis: the one dimension of a batched output, the
+		// second of a fixed-batch [N, classes] one.
+		if output && labels && classes > 0 && t.Reshape == nil &&
+			(batched && len(t.Dims) == 1 || !batched && len(t.Dims) == 2) && t.Dims[len(t.Dims)-1] == int64(classes) {
 			t.LabelFilename = TritonLabelsFile
 		}
 		return t, nil
@@ -205,6 +227,13 @@ func (c *TritonConfig) MarshalText() ([]byte, error) {
 				dims[j] = strconv.FormatInt(d, 10)
 			}
 			fmt.Fprintf(&b, "  {\n    name: %s\n    data_type: %s\n    dims: [ %s ]\n", textQuote(t.Name), t.DataType, strings.Join(dims, ", "))
+			if t.Reshape != nil {
+				shape := make([]string, len(t.Reshape))
+				for j, d := range t.Reshape {
+					shape[j] = strconv.FormatInt(d, 10)
+				}
+				fmt.Fprintf(&b, "    reshape: { shape: [ %s ] }\n", strings.Join(shape, ", "))
+			}
 			if t.LabelFilename != "" {
 				fmt.Fprintf(&b, "    label_filename: %s\n", textQuote(t.LabelFilename))
 			}
@@ -257,43 +286,111 @@ func ClassNames(m *onnx.Model) []string {
 }
 
 // WriteTriton writes model m into the Triton model repository repo as
-// the model opt.Name: repo/NAME/config.pbtxt (NewTritonConfig),
-// repo/NAME/1/model.onnx and, when there are class names and outputs of
-// [batch, classes] to name them, repo/NAME/labels.txt. repo is created when missing; repo/NAME must not
-// exist (or be empty), and is written atomically (fileio.WriteDir). It
-// returns the configuration written.
+// the model opt.Name (PrepareTriton, then TritonEntry.Write). It returns
+// the configuration written.
 func WriteTriton(ctx context.Context, repo string, m *onnx.Model, opt TritonOptions) (*TritonConfig, error) {
+	e, err := PrepareTriton(repo, m, opt)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.Write(ctx); err != nil {
+		return nil, err
+	}
+	return e.Config, nil
+}
+
+// A TritonEntry is a Triton model directory, or a version of one, ready
+// to be written. The zero value writes nothing useful.
+type TritonEntry struct {
+	// Config is the model's configuration.
+	Config *TritonConfig
+	// Dir is the directory Write creates: REPO/NAME, or REPO/NAME/N when
+	// a version is added to a model directory that exists.
+	Dir string
+	// Files are Dir's files, relative to it.
+	Files []fileio.DirFile
+}
+
+// PrepareTriton makes the entry of model m in the Triton model
+// repository repo under opt (TritonFiles), writing nothing. When
+// repo/NAME holds a model already and opt.Version is set, the entry is
+// that version alone, N/model.onnx: the directory's config.pbtxt and
+// labels.txt must be those m gives (a model with other inputs, outputs
+// or classes is refused) and version N must not exist. Without a
+// version, repo/NAME must not exist or be empty.
+func PrepareTriton(repo string, m *onnx.Model, opt TritonOptions) (*TritonEntry, error) {
+	cfg, files, err := TritonFiles(m, opt)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(repo, opt.Name)
+	entries, err := os.ReadDir(dir)
+	if err != nil || len(entries) == 0 {
+		return &TritonEntry{Config: cfg, Dir: dir, Files: files}, nil
+	}
+	if opt.Version == 0 {
+		return nil, fmt.Errorf("triton: %s holds a model already: choose another name, or add a version to it (--version N)", dir)
+	}
+	version := strconv.Itoa(opt.Version)
+	if _, err := os.Stat(filepath.Join(dir, version)); err == nil {
+		return nil, fmt.Errorf("triton: %s has a version %s already: choose another", dir, version)
+	}
+	var model fileio.DirFile
+	for _, f := range files {
+		switch f.Name {
+		case TritonConfigFile, TritonLabelsFile:
+			have, err := os.ReadFile(filepath.Join(dir, f.Name))
+			if err != nil || !bytes.Equal(have, f.Data) {
+				return nil, fmt.Errorf("triton: %s is not the %s this model gives (other inputs, outputs, batching or classes): write it as another model (--name)", filepath.Join(dir, f.Name), f.Name)
+			}
+		default:
+			model = fileio.DirFile{Name: TritonModelName, Data: f.Data}
+		}
+	}
+	return &TritonEntry{Config: cfg, Dir: filepath.Join(dir, version), Files: []fileio.DirFile{model}}, nil
+}
+
+// Write writes the entry atomically (fileio.WriteDir), creating the
+// directories above it when missing.
+func (e *TritonEntry) Write(ctx context.Context) error {
+	if err := os.MkdirAll(filepath.Dir(e.Dir), 0o755); err != nil {
+		return fmt.Errorf("triton: %w", err)
+	}
+	return fileio.WriteDir(ctx, e.Dir, e.Files)
+}
+
+// TritonFiles returns the configuration of model m under opt and the
+// files of its Triton model directory, relative to it: config.pbtxt
+// (NewTritonConfig), N/model.onnx (N the version, 1 by default) and, when there are class names and
+// outputs of [batch, classes] to name them, labels.txt. It writes
+// nothing, so a caller writing several forms can find every error first.
+func TritonFiles(m *onnx.Model, opt TritonOptions) (*TritonConfig, []fileio.DirFile, error) {
 	labels := opt.Labels
 	if labels == nil {
 		labels = ClassNames(m)
 	}
 	for _, l := range labels {
 		if l == "" || strings.ContainsAny(l, "\r\n") {
-			return nil, fmt.Errorf("triton: class name %q: a labels file holds one non-empty name a line", l)
+			return nil, nil, fmt.Errorf("triton: class name %q: a labels file holds one non-empty name a line", l)
 		}
 	}
 	cfg, err := NewTritonConfig(m, opt, len(labels) > 0)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if k := outputClasses(m, firstLabelled(cfg)); len(labels) > 0 && k > 0 && k != len(labels) {
-		return nil, fmt.Errorf("triton: %d class names for %d classes", len(labels), k)
+		return nil, nil, fmt.Errorf("triton: %d class names for %d classes", len(labels), k)
 	}
 	text, err := cfg.MarshalText()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	files := []fileio.DirFile{{Name: TritonConfigFile, Data: text}, {Name: TritonModelFile, Data: m.Bytes()}}
+	version := max(opt.Version, 1)
+	files := []fileio.DirFile{{Name: TritonConfigFile, Data: text}, {Name: strconv.Itoa(version) + "/" + TritonModelName, Data: m.Bytes()}}
 	if firstLabelled(cfg) != "" {
 		files = append(files, fileio.DirFile{Name: TritonLabelsFile, Data: []byte(strings.Join(labels, "\n") + "\n")})
 	}
-	if err := os.MkdirAll(repo, 0o755); err != nil {
-		return nil, fmt.Errorf("triton: %w", err)
-	}
-	if err := fileio.WriteDir(ctx, filepath.Join(repo, opt.Name), files); err != nil {
-		return nil, err
-	}
-	return cfg, nil
+	return cfg, files, nil
 }
 
 // firstLabelled returns the name of the first output of cfg with a labels

@@ -244,8 +244,9 @@ func TestTritonConfigParsesBack(t *testing.T) {
 			Outputs:         []TritonTensor{{Name: "logits", DataType: fp32, Dims: []int64{3}}, {Name: "probabilities", DataType: fp32, Dims: []int64{3}}},
 			DynamicBatching: true}, ""},
 		{"fixed batch", "tiny_fixed.onnx", TritonOptions{Name: "fixed", MaxBatch: 8}, TritonConfig{Name: "fixed", Platform: "onnxruntime_onnx", MaxBatchSize: 0,
-			Inputs:  []TritonTensor{{Name: "x", DataType: fp32, Dims: []int64{1, 1, 4, 4}}},
-			Outputs: []TritonTensor{{Name: "logits", DataType: fp32, Dims: []int64{1, 3}}, {Name: "probabilities", DataType: fp32, Dims: []int64{-1, 3}}}}, ""},
+			Inputs: []TritonTensor{{Name: "x", DataType: fp32, Dims: []int64{1, 1, 4, 4}}},
+			Outputs: []TritonTensor{{Name: "logits", DataType: fp32, Dims: []int64{1, 3}, LabelFilename: "labels.txt"},
+				{Name: "probabilities", DataType: fp32, Dims: []int64{-1, 3}, LabelFilename: "labels.txt"}}}, "zero\none\ntwo\n"},
 	} {
 		m := calibratedTiny(t, tc.model)
 		repo := filepath.Join(t.TempDir(), "repo")
@@ -286,7 +287,9 @@ func TestTritonRefuses(t *testing.T) {
 		opt  TritonOptions
 		want string
 	}{
-		{TritonOptions{Name: "tiny"}, "exists and is not empty"},
+		{TritonOptions{Name: "tiny"}, "holds a model already"},
+		{TritonOptions{Name: "big", MaxBatch: 1 << 31}, "max batch size 2147483648"},
+		{TritonOptions{Name: "ver", Version: -1}, "version -1"},
 		{TritonOptions{Name: "a/b"}, "want letters, digits"},
 		{TritonOptions{Name: ""}, "want letters, digits"},
 		{TritonOptions{Name: "neg", MaxBatch: -1}, "max batch size -1"},
@@ -345,4 +348,54 @@ func FuzzTritonConfigText(f *testing.F) {
 			t.Fatalf("parses back as\n%+v\nwant\n%+v\n%s", *got, want, text)
 		}
 	})
+}
+
+// TestTritonVersion adds versions to a model directory: version 2 of the
+// same model with another calibrator is written beside version 1 (the
+// configuration and labels kept as they were), version 2 again is
+// refused, and so is a model whose configuration differs (another
+// max_batch_size), each writing nothing.
+func TestTritonVersion(t *testing.T) {
+	repo := t.TempDir()
+	v1 := calibratedTiny(t, "tiny.onnx")
+	if _, err := WriteTriton(context.Background(), repo, v1, TritonOptions{Name: "tiny"}); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(repo, "tiny")
+	config, _ := os.ReadFile(filepath.Join(dir, TritonConfigFile))
+	m, err := onnx.ReadFile("../infer/testdata/tiny.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := calib.NewTemperature(3)
+	c.T = 0.5
+	if _, _, err := Append(m, c, nil, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := WriteTriton(context.Background(), repo, m, TritonOptions{Name: "tiny", Version: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(dir, "2", "model.onnx")); err != nil || string(got) != string(m.Bytes()) {
+		t.Errorf("2/model.onnx is not the new model (%v)", err)
+	}
+	if got, err := os.ReadFile(filepath.Join(dir, "1", "model.onnx")); err != nil || string(got) != string(v1.Bytes()) {
+		t.Errorf("1/model.onnx changed (%v)", err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, TritonConfigFile)); string(got) != string(config) {
+		t.Errorf("config.pbtxt changed:\n%s", got)
+	}
+	for _, tc := range []struct {
+		opt  TritonOptions
+		want string
+	}{
+		{TritonOptions{Name: "tiny", Version: 2}, "has a version 2 already"},
+		{TritonOptions{Name: "tiny", Version: 3, MaxBatch: 8}, "config.pbtxt is not the config.pbtxt this model gives"},
+	} {
+		if _, err := WriteTriton(context.Background(), repo, m, tc.opt); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want %q", tc.opt, err, tc.want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "3")); err == nil {
+		t.Errorf("version 3 was written")
+	}
 }

@@ -190,12 +190,36 @@ func ReadTestVectors(dir string) ([]*TestSet, error) {
 				}
 			}
 		}
+		if err := checkNumbering(sub, len(s.Inputs), len(s.Outputs)); err != nil {
+			return nil, err
+		}
 		if len(s.Inputs) == 0 || len(s.Outputs) == 0 {
 			return nil, fmt.Errorf("%s holds %d inputs (input_0.pb, ...) and %d outputs (output_0.pb, ...): want at least one of each", sub, len(s.Inputs), len(s.Outputs))
 		}
 		sets = append(sets, s)
 	}
 	return sets, nil
+}
+
+// checkNumbering refuses a test data set directory sub holding an
+// input_I.pb or output_I.pb beyond the first ins inputs and outs outputs
+// read: a file missing in the middle of the numbering.
+func checkNumbering(sub string, ins, outs int) error {
+	entries, err := os.ReadDir(sub)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		for kind, have := range map[string]int{"input": ins, "output": outs} {
+			var i int
+			if rest, ok := strings.CutPrefix(e.Name(), kind+"_"); ok {
+				if _, err := fmt.Sscanf(rest, "%d.pb", &i); err == nil && rest == fmt.Sprintf("%d.pb", i) && i >= have {
+					return fmt.Errorf("%s: %s_%d.pb is missing but %s exists: the test vectors are incomplete", sub, kind, have, e.Name())
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // A VectorReport is what CheckTestVectors found. The zero value is a
@@ -302,6 +326,9 @@ func replay(m *onnx.Model, path string, s *TestSet, opt Options) ([]*infer.Batch
 	for i, t := range s.Inputs {
 		inNames[i] = name(t, i, ins)
 		batches[i] = &infer.Batch{Shape: t.Dims, Float: t.Float, Int: t.Int}
+	}
+	if len(s.Outputs) != len(outs) {
+		return nil, fmt.Errorf("%d output tensors for a model of %d outputs: output_%d.pb is missing (every output is recorded)", len(s.Outputs), len(outs), len(s.Outputs))
 	}
 	outNames := make([]string, len(s.Outputs))
 	for i, t := range s.Outputs {

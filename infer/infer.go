@@ -367,3 +367,32 @@ func clientID(ids map[string]int32, names *[]string, name string) int32 {
 	}
 	return id
 }
+
+// Encode reads up to n records of rd and returns them as one batch of
+// the model input, preprocessed exactly as Infer feeds them, with their
+// labels: real inputs for test vectors. It runs nothing. It fails on a
+// reader without records and on n < 1.
+func (s *Session) Encode(ctx context.Context, rd data.Reader, n int) (*Batch, []int64, error) {
+	if n < 1 {
+		return nil, nil, fmt.Errorf("encode %d records: want at least 1", n)
+	}
+	b := &batcher{
+		rd:      rd,
+		enc:     newEncoder(s.pre, s.dtype, s.in.Name, s.in.Dimensions[1:]),
+		dtype:   s.dtype,
+		size:    n,
+		clients: make(map[string]int32),
+	}
+	batches, stop := b.batches(ctx, false)
+	defer stop()
+	for fb := range batches {
+		if fb.err != nil {
+			return nil, nil, fb.err
+		}
+		bt := fb.slot
+		h := bt.buf.head(bt.rows, b.enc.size)
+		out := &Batch{Shape: slices.Clone(h.Shape), Float: slices.Clone(h.Float), Int: slices.Clone(h.Int)}
+		return out, slices.Clone(bt.labels), nil
+	}
+	return nil, nil, errors.New("the data holds no records: check the dataset path, its split option, and that the files are not empty")
+}

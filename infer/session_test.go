@@ -350,3 +350,43 @@ func TestInferProgress(t *testing.T) {
 type sizedReader struct{ sliceReader }
 
 func (r *sizedReader) Len() int { return len(r.recs) }
+
+// TestEncode checks Session.Encode: the first n records as one batch of
+// the model input, which run through the session give the logits the
+// hand-written reference network gives those records, with their labels;
+// fewer records than n give a shorter batch, and no records or n < 1 an
+// error.
+func TestEncode(t *testing.T) {
+	ref := loadTinyWeights(t)
+	imgs := images(6, 16, 1)
+	s := openTest(t, "testdata/tiny.onnx", Options{Batch: 4, Threads: 1})
+	for _, tc := range []struct{ n, rows int }{{4, 4}, {1, 1}, {10, 6}} {
+		b, labels, err := s.Encode(context.Background(), &sliceReader{recs: imageRecords(imgs, 4, 4, 1)}, tc.n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(b.Shape, []int64{int64(tc.rows), 1, 4, 4}) || len(labels) != tc.rows {
+			t.Fatalf("n %d: shape %v, %d labels; want %d rows", tc.n, b.Shape, len(labels), tc.rows)
+		}
+		got, err := s.Run(nil, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range tc.rows {
+			for c, w := range ref.tinyLogits(imgs[i]) {
+				if !closeTo(got[i*3+c], w) {
+					t.Errorf("n %d, record %d class %d: %v, want %v", tc.n, i, c, got[i*3+c], w)
+				}
+			}
+			if labels[i] != int64(i%3) {
+				t.Errorf("label %d = %d", i, labels[i])
+			}
+		}
+	}
+	if _, _, err := s.Encode(context.Background(), &sliceReader{}, 4); err == nil {
+		t.Error("no records: no error")
+	}
+	if _, _, err := s.Encode(context.Background(), &sliceReader{recs: imageRecords(imgs, 4, 4, 1)}, 0); err == nil {
+		t.Error("n = 0: no error")
+	}
+}

@@ -144,6 +144,36 @@ func (a *Archive) classNames() ([]string, error) {
 	return readNames(zf, a.classes, a.size)
 }
 
+// Input reads what the file records its "logits" array to hold (the
+// "input" array, see File.Input); "" when it does not say.
+func (a *Archive) Input() (string, error) {
+	in, err := a.input()
+	if err == nil {
+		err = (&File{Classes: 2, Input: in}).validateInput()
+	}
+	return in, a.wrap(err)
+}
+
+func (a *Archive) input() (string, error) {
+	zf := a.member["input"]
+	if zf == nil {
+		return "", nil
+	}
+	arr, err := openArray(zf, "input", a.size)
+	if err != nil {
+		return "", err
+	}
+	defer arr.rc.Close()
+	if len(arr.Shape) != 1 || arr.Shape[0] != 1 {
+		return "", fmt.Errorf("input: shape %v, want [1] (one string)", arr.Shape)
+	}
+	v, err := arr.readStrings()
+	if err != nil {
+		return "", err
+	}
+	return v[0], nil
+}
+
 // ReadColumns reads every array but the logits: the labels, the client
 // and split columns and the class names, checked as Validate checks
 // them. The File it returns has Classes set and Logits nil;
@@ -170,6 +200,9 @@ func (a *Archive) readColumns() (*File, error) {
 		}
 	}
 	if f.ClassNames, err = a.classNames(); err != nil {
+		return nil, err
+	}
+	if f.Input, err = a.input(); err != nil {
 		return nil, err
 	}
 	if err := f.validateColumns(); err != nil {

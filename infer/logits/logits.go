@@ -44,6 +44,11 @@ type File struct {
 	// ClassNames names the C classes in label order (the optional
 	// "classes" array); nil when the file names none.
 	ClassNames []string
+	// Input records what the "logits" array holds (the optional "input"
+	// array, one string): InputLogits, or InputProbabilities when the
+	// model's output was made by a Softmax (fedcalib infer records it);
+	// "" when the file does not say.
+	Input string
 }
 
 // Len returns the number of rows.
@@ -75,7 +80,20 @@ func (f *File) validateColumns() error {
 	if err := calib.CheckClassNames(f.ClassNames, f.Classes); err != nil {
 		return fmt.Errorf("classes: %w", err)
 	}
+	if err := f.validateInput(); err != nil {
+		return err
+	}
 	return f.checkValues(0)
+}
+
+// validateInput refuses an Input other than "", InputLogits and
+// InputProbabilities.
+func (f *File) validateInput() error {
+	switch f.Input {
+	case "", InputLogits, InputProbabilities:
+		return nil
+	}
+	return fmt.Errorf("input: %q: want %q or %q", f.Input, InputLogits, InputProbabilities)
 }
 
 // checkValues reports the first non-finite logit, label outside
@@ -232,6 +250,7 @@ func Encode(buf *bytes.Buffer, f *File) error {
 		{"client", "<i4", []int{n}, 4, f.Client == nil},
 		{"split", "|u1", []int{n}, 1, f.Split == nil},
 		{"classes", fmt.Sprintf("<U%d", width), []int{len(f.ClassNames)}, 4 * width, len(f.ClassNames) == 0},
+		{"input", fmt.Sprintf("<U%d", len(f.Input)), []int{1}, 4 * len(f.Input), f.Input == ""},
 	}
 	total := 0
 	for _, a := range arrays {
@@ -274,6 +293,10 @@ func Encode(buf *bytes.Buffer, f *File) error {
 					k++
 				}
 				b = append(b, make([]byte, 4*(width-k))...)
+			}
+		case "input": // ASCII
+			for _, r := range f.Input {
+				b = binary.LittleEndian.AppendUint32(b, uint32(r))
 			}
 		}
 		w, err := zw.CreateRaw(&zip.FileHeader{

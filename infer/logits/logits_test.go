@@ -327,3 +327,43 @@ func FuzzRead(f *testing.F) {
 		}
 	})
 }
+
+// TestInputRoundTrip checks the optional "input" array: Write then Read
+// gives back what it records (and nothing when it records nothing), the
+// Archive reads it alone, NumPy reads it as the one-string array
+// numpy.array(["probabilities"]) is, and an unknown kind is refused.
+func TestInputRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	for _, in := range []string{"", InputLogits, InputProbabilities} {
+		f := &File{Logits: []float32{0.25, 0.75, 1, 0}, Labels: []int32{1, 0}, Classes: 2, Input: in}
+		path := filepath.Join(dir, "f"+in+".npz")
+		if err := Write(path, f); err != nil {
+			t.Fatal(err)
+		}
+		got, err := Read(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, f) {
+			t.Errorf("input %q: read back %+v", in, got)
+		}
+		a, err := Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, err := a.Input(); v != in || err != nil {
+			t.Errorf("Archive.Input = %q, %v; want %q", v, err, in)
+		}
+		a.Close()
+		if py, err := exec.LookPath("/usr/bin/python3"); in != "" && err == nil && exec.Command(py, "-c", "import numpy").Run() == nil {
+			out, err := exec.Command(py, "-c", `import numpy as np, sys; d = np.load(sys.argv[1]); print(d["input"].dtype, d["input"].tolist())`, path).CombinedOutput()
+			if want := fmt.Sprintf("<U%d ['%s']\n", len(in), in); err != nil || string(out) != want {
+				t.Errorf("numpy reads input as %q (%v), want %q", out, err, want)
+			}
+		}
+	}
+	bad := &File{Logits: []float32{1, 0}, Labels: []int32{0}, Classes: 2, Input: "odds"}
+	if err := Write(filepath.Join(dir, "bad.npz"), bad); err == nil || !strings.Contains(err.Error(), `input: "odds"`) {
+		t.Errorf("Write of input odds: %v", err)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/fedcalib/fedcalib/calib"
 )
 
 // ProbabilitySumTolerance is how far from 1 the sum of a row of
@@ -22,8 +24,8 @@ var ErrNotProbabilities = errors.New("not probabilities")
 
 // Input kinds: what the "logits" array of a file holds.
 const (
-	InputLogits        = "logits"        // logits, as SPEC §3 says
-	InputProbabilities = "probabilities" // probabilities, as a model ending in softmax gives
+	InputLogits        = calib.InputLogits        // logits, as SPEC §3 says
+	InputProbabilities = calib.InputProbabilities // probabilities, as a model ending in softmax gives
 )
 
 // FromProbabilities turns f's "logits" array, which holds probabilities
