@@ -297,7 +297,7 @@ func runServe(cmd, scratch *cobra.Command, fl *serveFlags) error {
 	}
 	var dial network.Dial
 	if fl.natsURL != "" {
-		dial = network.Dial{URL: fl.natsURL, Creds: fl.creds, Name: "fedcalib coordinator", Insecure: fl.insecure}
+		dial = network.Dial{URL: fl.natsURL, Creds: fl.creds, Name: "fedcalib coordinator", Insecure: fl.insecure}.Coordinator(fl.federation)
 		if fl.creds == "" {
 			return errors.New("--nats needs --creds F, the coordinator's NATS credentials")
 		}

@@ -237,8 +237,8 @@ type run struct {
 	enrolled chan struct{} // signalled when a client becomes ready
 }
 
-// Run runs the federation over nc, a connection with every permission on
-// the federation's subjects and the JetStream API, resuming from the
+// Run runs the federation over nc, a connection with the permissions of
+// CoordinatorPermissions (or more) made with Dial.Coordinator, resuming from the
 // checkpoint in the JetStream bucket when there is one, and returns the
 // outcome after the last round. It returns an error wrapping
 // ErrTooFewClients when fewer than MinClients enrol in EnrolTimeout or a

@@ -47,7 +47,7 @@ type Dial struct {
 	// connection, such as a permissions violation.
 	OnError func(error)
 
-	inboxPrefix string
+	inboxPrefix string // the connection's reply subjects: a client's inbox, or CoordinatorInbox
 	// inProcess, if not nil, is the embedded server to connect to in
 	// process (Server.Dial): no socket and no TLS, since nothing leaves
 	// the process; URL and the TLS settings are then not used to
@@ -133,6 +133,15 @@ func (d Dial) Connect() (*nats.Conn, error) {
 		return nil, fmt.Errorf("%w: no NATS server answers at %s: %w", ErrUnreachable, d.URL, err)
 	}
 	return nil, fmt.Errorf("%w: %s: %w", ErrUnreachable, d.URL, err)
+}
+
+// Coordinator returns d set up for the coordinator of federation fed:
+// its reply subjects under CoordinatorInbox(fed), the only ones that
+// CoordinatorPermissions lets it read. Connect the connection given to
+// Coordinator.Run with it.
+func (d Dial) Coordinator(fed string) Dial {
+	d.inboxPrefix = CoordinatorInbox(fed)
+	return d
 }
 
 func or(d, def time.Duration) time.Duration {

@@ -31,8 +31,14 @@
 // ClientPermissions: publish to its own enrol, update and secagg subjects
 // only, subscribe to fedcalib.F.round and its own inbox only. A client can
 // therefore never read another client's update or invitation, nor the
-// JetStream API. An external NATS deployment must grant the same
-// permissions.
+// JetStream API. The coordinator's own key gets CoordinatorPermissions:
+// it may publish only to the clients' inboxes, the round subject, its
+// bucket and the JetStream API about that bucket. Whatever reply subject
+// a client's request carries, the coordinator answers only on that
+// client's own inbox (fedcalib.F.inbox.P.…) and ignores a request whose
+// reply subject is elsewhere, so that no client can have it write, with
+// its permissions, where the client may not (a confused deputy). An
+// external NATS deployment must grant the same permissions.
 //
 // # Message flow
 //

@@ -137,11 +137,7 @@ func freePorts(t *testing.T, n int) []int {
 // readCheckpoint reads the coordinator's checkpoint from h's server.
 func readCheckpoint(t *testing.T, h *harness) checkpoint {
 	t.Helper()
-	nc, err := h.srv.Dial().Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := h.adminConn(t)
 	js, _ := jetstream.New(nc)
 	kv, err := js.KeyValue(context.Background(), bucketName(DefaultFederation))
 	if err != nil {
@@ -233,11 +229,7 @@ func TestResume(t *testing.T) {
 // server, over a connection closed at the end of the test.
 func stateBucket(t *testing.T, h *harness) (jetstream.JetStream, jetstream.KeyValue) {
 	t.Helper()
-	nc, err := h.srv.Dial().Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := h.adminConn(t)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -347,7 +339,7 @@ func TestCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := Dial{URL: all(1), Seed: coordSeed, ReconnectWait: 100 * time.Millisecond}.Connect()
+	nc, err := Dial{URL: all(1), Seed: coordSeed, ReconnectWait: 100 * time.Millisecond}.Coordinator(DefaultFederation).Connect()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -222,3 +222,45 @@ func ClientPermissions(fed, pub string) *server.Permissions {
 		Subscribe: &server.SubjectPermission{Allow: []string{subjRound(fed), inboxPrefix(fed, pub) + ".>"}},
 	}
 }
+
+// CoordinatorPermissions returns the NATS permissions of the coordinator
+// of federation fed, the least it needs: publish only to the end-of-run
+// subject, the clients' inboxes (its answers, invitations and
+// secure-aggregation messages), its bucket's keys ($KV.fedcalib_F.>) and
+// the JetStream API requests about that bucket (and about the update
+// stream of fedcalib before wire version 3, which it deletes); subscribe
+// only to the clients' enrol, update and secure-aggregation subjects and
+// to its own inbox (CoordinatorInbox), where the JetStream API answers.
+// It can therefore not publish to a client's enrol or update subject,
+// another bucket or stream, or any subject of another federation, even
+// if asked to. The embedded server gives the coordinator's key these; an
+// external deployment should give the coordinator's user the same (see
+// docs/NETWORK.md).
+func CoordinatorPermissions(fed string) *server.Permissions {
+	fed = fedOr(fed)
+	stream := "KV_" + bucketName(fed)
+	api := "$JS.API."
+	return &server.Permissions{
+		Publish: &server.SubjectPermission{Allow: []string{
+			subjRound(fed),
+			inboxPrefix(fed, "*") + ".>",
+			"$KV." + bucketName(fed) + ".>",
+			api + "INFO",
+			api + "STREAM.INFO." + stream,
+			api + "STREAM.CREATE." + stream,
+			api + "STREAM.UPDATE." + stream,
+			api + "STREAM.MSG.GET." + stream,
+			api + "DIRECT.GET." + stream,
+			api + "DIRECT.GET." + stream + ".>",
+			api + "STREAM.DELETE." + oldStreamName(fed),
+		}},
+		Subscribe: &server.SubjectPermission{Allow: []string{
+			subjEnrolAll(fed), subjUpdateAll(fed), subjSecAggAll(fed), CoordinatorInbox(fed) + ".>",
+		}},
+	}
+}
+
+// CoordinatorInbox returns the prefix of the reply subjects of the
+// coordinator of federation fed (fedcalib.F.coordinator), where the
+// answers of the JetStream API reach it: Dial.Coordinator sets it.
+func CoordinatorInbox(fed string) string { return "fedcalib." + fedOr(fed) + ".coordinator" }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 )
 
 // Sentinel errors of this package. Errors returned by its functions wrap
@@ -57,6 +58,27 @@ func fedOr(name string) string {
 		return DefaultFederation
 	}
 	return name
+}
+
+// ownInbox reports whether reply is a subject of the inbox of client pub
+// of federation fed (fedcalib.F.inbox.P. and at least one more token):
+// literal tokens only, no wildcard, no white space or control character.
+func ownInbox(fed, pub, reply string) bool {
+	rest, ok := strings.CutPrefix(reply, inboxPrefix(fed, pub)+".")
+	if !ok || pub == "" || strings.ContainsAny(pub, ".*> \t\r\n") {
+		return false
+	}
+	for _, tok := range strings.Split(rest, ".") {
+		if tok == "" || tok == "*" || tok == ">" {
+			return false
+		}
+		for _, c := range tok {
+			if c <= ' ' || c == 0x7f {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // Subjects, stream and bucket of a federation (see the package doc).

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -263,6 +262,10 @@ func (r *run) receive(t int, m *nats.Msg, sampled map[int]bool, got map[int][]fl
 		r.cfg.Log.Warn("update from a key not on the allow-list", "key", pub)
 		return
 	}
+	if !ownInbox(r.fed, pub, m.Reply) {
+		r.cfg.Log.Warn("ignored an update whose reply subject is not the sender's inbox", "client", k, "reply", fmt.Sprintf("%.80q", m.Reply))
+		return
+	}
 	reason := r.take(t, k, m, sampled, got, refused, chk)
 	r.ack(m, pub, reason)
 }
@@ -315,15 +318,24 @@ func (r *run) take(t, k int, m *nats.Msg, sampled map[int]bool, got map[int][]fl
 
 // ack answers the update m of the client pub: an empty message when the
 // update is taken (or was, for a replay), else the reason it is refused.
-// It answers only on the client's own inbox, so that a client cannot have
-// the coordinator write to another's.
 func (r *run) ack(m *nats.Msg, pub, reason string) {
-	if !strings.HasPrefix(m.Reply, inboxPrefix(r.fed, pub)+".") {
-		return
-	}
-	if err := r.nc.Publish(m.Reply, []byte(reason)); err != nil {
+	if err := r.answer(m, pub, []byte(reason)); err != nil {
 		r.cfg.Log.Warn("answering an update", "err", err)
 	}
+}
+
+// answer sends b in answer to the request m of the client pub, and is the
+// only way the coordinator answers a client's request: only on that
+// client's own inbox (fedcalib.F.inbox.P.…), whatever reply subject the
+// request carries, so that no client can have the coordinator write, with
+// its permissions, to another client's subjects, the round subject, the
+// bucket or the JetStream API (a confused deputy). A request whose reply
+// subject is elsewhere gets no answer, and an error says why.
+func (r *run) answer(m *nats.Msg, pub string, b []byte) error {
+	if !ownInbox(r.fed, pub, m.Reply) {
+		return fmt.Errorf("%w: the reply subject %.80q of client %s is not under its inbox %s.>: not answered", ErrNotAllowed, m.Reply, pub, inboxPrefix(r.fed, pub))
+	}
+	return r.nc.Publish(m.Reply, b)
 }
 
 // finish marks the run done and tells the clients: three times to all on

@@ -29,7 +29,7 @@ type ServerConfig struct {
 	// which the server admits with ClientPermissions.
 	Clients []string
 	// CoordinatorSeed is the NKey user seed of the coordinator, admitted
-	// with every permission; nil means a key generated for this server
+	// with CoordinatorPermissions; nil means a key generated for this server
 	// (one process: Server.Dial uses it). A cluster's servers share one.
 	CoordinatorSeed []byte
 	// Certificate is the TLS certificate to serve; nil means the
@@ -55,6 +55,10 @@ type ServerConfig struct {
 	// (see docs/NETWORK.md, "Durability"). Syncing every write costs a
 	// disk flush per update: about 4 ms each on a slow virtual disk.
 	SyncAlways bool
+
+	// admin, in tests, is the public key of a user admitted with every
+	// permission, to watch what the coordinator does.
+	admin string
 }
 
 // ClusterConfig makes an embedded server a node of a NATS cluster with
@@ -75,6 +79,7 @@ type Server struct {
 	url         string
 	fingerprint string
 	coordSeed   []byte
+	fed         string
 }
 
 // NewServer starts an embedded NATS server and waits until it accepts
@@ -101,7 +106,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Plaintext && !cfg.Insecure && !loopback(host) {
 		return nil, fmt.Errorf("%w: a plaintext listener on %s would send updates in the clear: serve TLS, listen on loopback, or pass --insecure", ErrInsecure, listen)
 	}
-	s := &Server{coordSeed: cfg.CoordinatorSeed}
+	s := &Server{coordSeed: cfg.CoordinatorSeed, fed: fed}
 	if s.coordSeed == nil {
 		if s.coordSeed, _, err = NewKey(); err != nil {
 			return nil, err
@@ -115,7 +120,10 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: coordinator seed: %w", ErrKey, err)
 	}
-	users := []*server.NkeyUser{{Nkey: coordPub}}
+	users := []*server.NkeyUser{{Nkey: coordPub, Permissions: CoordinatorPermissions(fed)}}
+	if cfg.admin != "" {
+		users = append(users, &server.NkeyUser{Nkey: cfg.admin}) // tests: every permission
+	}
 	for _, pub := range cfg.Clients {
 		if !nkeys.IsValidPublicUserKey(pub) {
 			return nil, fmt.Errorf("%w: %q is not an NKey user public key", ErrAllowList, pub)
@@ -208,7 +216,7 @@ func (s *Server) Fingerprint() string { return s.fingerprint }
 // Dial returns the dial settings of the coordinator's own connection to s:
 // an in-process connection (no socket, no TLS), which s must outlive.
 func (s *Server) Dial() Dial {
-	return Dial{URL: s.url, Seed: s.coordSeed, Fingerprint: s.fingerprint, Name: "fedcalib coordinator", inProcess: s.ns}
+	return Dial{URL: s.url, Seed: s.coordSeed, Fingerprint: s.fingerprint, Name: "fedcalib coordinator", inProcess: s.ns}.Coordinator(s.fed)
 }
 
 // Shutdown stops the server and waits until it has stopped.
