@@ -291,6 +291,10 @@ func runServe(cmd, scratch *cobra.Command, fl *serveFlags) error {
 	if !fl.cal.fed.quiet {
 		cfg.Progress = serveProgress(stderr)
 	}
+	// The embedded server locks --store (network.ErrLocked), so no other
+	// coordinator reaches its bucket: take the lease at once. Under --nats
+	// another coordinator's live lease stops this one (network.ErrLeased).
+	cfg.Exclusive = fl.natsURL == ""
 	coord, err := network.NewCoordinator(cfg)
 	if err != nil {
 		return err
@@ -317,7 +321,9 @@ func runServe(cmd, scratch *cobra.Command, fl *serveFlags) error {
 			sc.Certificate = &c
 		}
 		srv, err := network.NewServer(sc)
-		if err != nil {
+		if errors.Is(err, network.ErrLocked) {
+			return fmt.Errorf("--store %w", err)
+		} else if err != nil {
 			return fmt.Errorf("--listen %s: %w", fl.listen, err)
 		}
 		defer srv.Shutdown()

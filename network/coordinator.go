@@ -2,6 +2,7 @@ package network
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -69,6 +70,21 @@ type Config struct {
 	// Replicas is the number of JetStream replicas of the state bucket
 	// (3 in a three-node cluster); zero means 1.
 	Replicas int
+	// Holder names this coordinator in the federation's lease, which a
+	// second coordinator's refusal prints; empty means the program, its
+	// process id, host and start time.
+	Holder string
+	// LeaseTTL is how long the federation's lease lasts without renewal:
+	// after a coordinator dies, another can take the federation over
+	// that long after the dead one's last renewal; zero means
+	// DefaultLeaseTTL (15 s).
+	LeaseTTL time.Duration
+	// Exclusive takes the lease at once, whoever holds it: for a caller
+	// that knows no other coordinator can reach the bucket, such as serve
+	// with its embedded server, whose store it has locked (ErrLocked).
+	// False (an external NATS deployment) refuses to start while another
+	// coordinator's lease is live (ErrLeased).
+	Exclusive bool
 	// Secure, if not nil, runs every round under secure aggregation
 	// (SecAgg+, package secagg): the coordinator receives each update
 	// only quantised and masked and learns only the round's sum (see
@@ -172,8 +188,8 @@ func NewCoordinator(cfg Config) (*Coordinator, error) {
 		return nil, fmt.Errorf("%w: at least %d clients asked for, but the allow-list has %d", ErrConfig, cfg.MinClients, len(cfg.Clients))
 	case cfg.Classes < 0 || cfg.Classes == 1:
 		return nil, fmt.Errorf("%w: %d classes: want at least 2 (0: from the clients)", ErrConfig, cfg.Classes)
-	case cfg.RoundTimeout < 0 || cfg.EnrolTimeout < 0 || cfg.MaxAttempts < 0 || cfg.Replicas < 0:
-		return nil, fmt.Errorf("%w: negative timeout, attempts or replicas", ErrConfig)
+	case cfg.RoundTimeout < 0 || cfg.EnrolTimeout < 0 || cfg.MaxAttempts < 0 || cfg.Replicas < 0 || cfg.LeaseTTL < 0:
+		return nil, fmt.Errorf("%w: negative timeout, attempts, replicas or lease TTL", ErrConfig)
 	}
 	cfg.MinClients = max(cfg.MinClients, 1)
 	if e := cfg.Evaluate; e != nil {
@@ -209,6 +225,10 @@ func NewCoordinator(cfg Config) (*Coordinator, error) {
 	cfg.EnrolTimeout = or(cfg.EnrolTimeout, 5*time.Minute)
 	cfg.MaxAttempts = orInt(cfg.MaxAttempts, 3)
 	cfg.Replicas = orInt(cfg.Replicas, 1)
+	cfg.LeaseTTL = or(cfg.LeaseTTL, DefaultLeaseTTL)
+	if cfg.Holder == "" {
+		cfg.Holder = holderName()
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -228,6 +248,8 @@ type run struct {
 	want   settings       // the run's settings, as stored under settingsKey
 	sec    *securePlan    // nil without secure aggregation
 	secIn  chan *nats.Msg // secure-aggregation messages from the clients
+	lease  *leaseHolder      // the federation's lease, held while the run runs
+	revs   map[string]uint64 // the revision of each bucket key last read or written
 
 	mu       sync.Mutex
 	welcome  Welcome
@@ -245,8 +267,8 @@ type run struct {
 // round stays short after MaxAttempts announcements, and ErrStore when
 // the store holds a run with other settings; the checkpoint keeps every
 // round closed before an error.
-func (c *Coordinator) Run(ctx context.Context, nc *nats.Conn) (*Outcome, error) {
-	r := &run{Coordinator: c, nc: nc, index: make(map[string]int, len(c.cfg.Clients)), ready: make(map[int][]float64), enrolled: make(chan struct{}, 1)}
+func (c *Coordinator) Run(ctx context.Context, nc *nats.Conn) (out *Outcome, err error) {
+	r := &run{Coordinator: c, nc: nc, index: make(map[string]int, len(c.cfg.Clients)), ready: make(map[int][]float64), enrolled: make(chan struct{}, 1), revs: map[string]uint64{}}
 	for k, pub := range c.cfg.Clients {
 		r.index[pub] = k
 	}
@@ -258,6 +280,19 @@ func (c *Coordinator) Run(ctx context.Context, nc *nats.Conn) (*Outcome, error) 
 	if err := r.open(ctx); err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if err := r.acquire(ctx, cancel); err != nil {
+		return nil, err
+	}
+	defer r.lease.release()
+	defer func() {
+		// A run stopped by the loss of its lease says so, not "context
+		// canceled".
+		if cause := context.Cause(ctx); err != nil && errors.Is(cause, ErrLeaseLost) && !errors.Is(err, ErrLeaseLost) {
+			err = cause
+		}
+	}()
 	resumed, err := r.load(ctx)
 	if err != nil {
 		return nil, err
@@ -275,7 +310,7 @@ func (c *Coordinator) Run(ctx context.Context, nc *nats.Conn) (*Outcome, error) 
 		}
 		defer ssub.Unsubscribe()
 	}
-	out := &Outcome{ResumedAfter: 0}
+	out = &Outcome{ResumedAfter: 0}
 	if resumed {
 		out.ResumedAfter = len(r.cp.Records)
 	} else if err := r.enrolment(ctx); err != nil {
@@ -288,9 +323,12 @@ func (c *Coordinator) Run(ctx context.Context, nc *nats.Conn) (*Outcome, error) 
 		if err := r.storeSettings(ctx); err != nil {
 			return nil, err
 		}
-		if err := r.commit(ctx); err != nil {
-			return nil, err
-		}
+	}
+	// The first checkpoint, or the resumed one again with this
+	// coordinator's lease token: a coordinator before this one can no
+	// longer write it.
+	if err := r.commit(ctx); err != nil {
+		return nil, err
 	}
 	// Updates are core NATS requests, answered once taken (see
 	// receive). An update that finds the channel full is dropped by the
@@ -319,6 +357,9 @@ func (c *Coordinator) Run(ctx context.Context, nc *nats.Conn) (*Outcome, error) 
 			return nil, fmt.Errorf("evaluation round: %w", err)
 		}
 	}
+	if err := r.lease.check(); err != nil {
+		return nil, err
+	}
 	r.finish()
 	out.Result, out.Rounds, out.Seed, out.Classes = res, r.cp.Records, r.cp.Seed, r.cp.Classes
 	return out, nil
@@ -334,6 +375,10 @@ func (r *run) retry(ctx context.Context, what string, f func(context.Context) er
 		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
 		err := f(actx)
 		acancel()
+		var stop errStop
+		if errors.As(err, &stop) {
+			return stop.err
+		}
 		if err == nil || ctx.Err() != nil {
 			return err
 		}

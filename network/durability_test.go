@@ -279,20 +279,12 @@ func olderStore(t *testing.T, h *harness) {
 	}
 }
 
-// TestCluster: on three embedded servers with routes and JetStream
-// replicas 3, stopping one node mid-run does not stop the federation.
-func TestCluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a three-node JetStream cluster takes seconds to elect its leaders")
-	}
-	const K, C = 6, 3
-	pop := population(t, 1200, C, K)
-	spec := federation.Spec{Method: "temp", Epsilon: 3}
-	r := federation.Rounds{T: 4, SampleRate: 1, Seed: 5}
-	ks, pubs := keys(t, K)
-	coordSeed, _, _ := NewKey()
+// newCluster starts a three-node cluster of embedded servers with
+// clustered JetStream, admitting the clients pubs and the coordinator's
+// key coordSeed; all(i) lists every node's URL, starting at node i%3.
+func newCluster(t *testing.T, pubs []string, coordSeed []byte) (nodes []*Server, all func(first int) string) {
+	t.Helper()
 	ports := freePorts(t, 6)
-	var nodes []*Server
 	var urls []string
 	for i := range 3 {
 		var routes []string
@@ -315,9 +307,24 @@ func TestCluster(t *testing.T) {
 		nodes = append(nodes, srv)
 		urls = append(urls, srv.URL())
 	}
-	all := func(first int) string { // every node, starting at first
+	return nodes, func(first int) string {
 		return urls[first%3] + "," + urls[(first+1)%3] + "," + urls[(first+2)%3]
 	}
+}
+
+// TestCluster: on three embedded servers with routes and JetStream
+// replicas 3, stopping one node mid-run does not stop the federation.
+func TestCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-node JetStream cluster takes seconds to elect its leaders")
+	}
+	const K, C = 6, 3
+	pop := population(t, 1200, C, K)
+	spec := federation.Spec{Method: "temp", Epsilon: 3}
+	r := federation.Rounds{T: 4, SampleRate: 1, Seed: 5}
+	ks, pubs := keys(t, K)
+	coordSeed, _, _ := NewKey()
+	nodes, all := newCluster(t, pubs, coordSeed)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var wg sync.WaitGroup

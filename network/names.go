@@ -35,6 +35,18 @@ var (
 	// ErrConfig is wrapped by errors about an invalid Config or
 	// ServerConfig.
 	ErrConfig = errors.New("network: bad configuration")
+	// ErrLeased is wrapped when another coordinator holds the
+	// federation's lease (one coordinator per federation); the error
+	// names it.
+	ErrLeased = errors.New("network: the federation has a coordinator")
+	// ErrLeaseLost is wrapped when a coordinator lost its lease to
+	// another, or could not renew it, and stopped before releasing
+	// anything more.
+	ErrLeaseLost = errors.New("network: lost the federation's lease")
+	// ErrLocked is wrapped when another process holds the store
+	// directory of an embedded server (ServerConfig.Store); the error
+	// names it.
+	ErrLocked = errors.New("network: store in use")
 )
 
 // DefaultFederation is the federation name used when none is given.

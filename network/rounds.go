@@ -22,6 +22,9 @@ const updateBuffer = 4096
 // inbox (fedcalib.F.inbox.P.invite): a client that was not sampled hears
 // nothing of the round, so a round costs O(pK) messages, not O(K).
 func (r *run) invite(a *Announcement, ks []int) error {
+	if err := r.lease.check(); err != nil {
+		return err
+	}
 	b, err := json.Marshal(a)
 	if err != nil {
 		return err
@@ -37,6 +40,9 @@ func (r *run) invite(a *Announcement, ks []int) error {
 // announce publishes a to every client on fedcalib.F.round: only the end
 // of the run goes there.
 func (r *run) announce(a *Announcement) error {
+	if err := r.lease.check(); err != nil {
+		return err
+	}
 	b, err := json.Marshal(a)
 	if err != nil {
 		return err
@@ -240,6 +246,9 @@ func (r *run) closeRound(ctx context.Context, rep *RoundReport) error {
 	cfg := r.cfg
 	r.cp.Records = append(r.cp.Records, rep.RoundRecord)
 	if err := r.commit(ctx); err != nil {
+		return err
+	}
+	if err := r.lease.check(); err != nil {
 		return err
 	}
 	if cfg.Progress != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -80,10 +81,15 @@ type Server struct {
 	fingerprint string
 	coordSeed   []byte
 	fed         string
+	lock        *os.File // the store's lock (lockStore), held until Shutdown
 }
 
 // NewServer starts an embedded NATS server and waits until it accepts
-// connections. Errors wrap ErrConfig or ErrInsecure.
+// connections. It locks the store directory (the file Store/LOCK) until
+// Shutdown, so that no second server, and so no second coordinator, runs
+// on it: while another process holds it, NewServer returns an error
+// wrapping ErrLocked that names the holder. Errors wrap ErrConfig,
+// ErrInsecure or ErrLocked.
 func NewServer(cfg ServerConfig) (*Server, error) {
 	fed := fedOr(cfg.Federation)
 	if err := ValidFederation(fed); err != nil {
@@ -106,7 +112,20 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Plaintext && !cfg.Insecure && !loopback(host) {
 		return nil, fmt.Errorf("%w: a plaintext listener on %s would send updates in the clear: serve TLS, listen on loopback, or pass --insecure", ErrInsecure, listen)
 	}
-	s := &Server{coordSeed: cfg.CoordinatorSeed, fed: fed}
+	if err := os.MkdirAll(cfg.Store, 0o700); err != nil {
+		return nil, fmt.Errorf("%w: store: %w", ErrConfig, err)
+	}
+	lock, err := lockStore(cfg.Store)
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			lock.Close()
+		}
+	}()
+	s := &Server{coordSeed: cfg.CoordinatorSeed, fed: fed, lock: lock}
 	if s.coordSeed == nil {
 		if s.coordSeed, _, err = NewKey(); err != nil {
 			return nil, err
@@ -202,6 +221,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	s.url = scheme + "://" + net.JoinHostPort(h, strconv.Itoa(addr.Port))
 	s.ns = ns
+	ok = true
 	return s, nil
 }
 
@@ -223,6 +243,7 @@ func (s *Server) Dial() Dial {
 func (s *Server) Shutdown() {
 	s.ns.Shutdown()
 	s.ns.WaitForShutdown()
+	s.lock.Close()
 }
 
 func splitHostPort(hp string) (string, int, error) {

@@ -46,6 +46,9 @@ type checkpoint struct {
 	// Survivors counts, per round closed, the clients whose distributed
 	// noise reached the sum (distributed noise only).
 	Survivors []int `json:"survivors,omitempty"`
+	// Lease is the token of the lease of the coordinator that wrote the
+	// checkpoint (see lease.go); 0 before fedcalib had leases.
+	Lease uint64 `json:"lease,omitempty"`
 }
 
 // Keys of the state bucket.
@@ -125,6 +128,7 @@ func (r *run) load(ctx context.Context) (bool, error) {
 	case err != nil:
 		return false, fmt.Errorf("reading the checkpoint: %w", err)
 	}
+	r.revs[checkpointKey] = e.Revision()
 	var cp checkpoint
 	if err := json.Unmarshal(e.Value(), &cp); err != nil {
 		return false, fmt.Errorf("%w: the checkpoint cannot be read: %w", ErrStore, err)
@@ -139,6 +143,7 @@ func (r *run) load(ctx context.Context) (bool, error) {
 		if err != nil {
 			return false, fmt.Errorf("%w: the store has a checkpoint but no settings: %w", ErrStore, err)
 		}
+		r.revs[settingsKey] = e.Revision()
 		if err := json.Unmarshal(e.Value(), &cp.Settings); err != nil {
 			return false, fmt.Errorf("%w: the stored settings cannot be read: %w", ErrStore, err)
 		}
@@ -174,22 +179,17 @@ func (r *run) commit(ctx context.Context) error {
 		return err
 	}
 	r.cp.State = state
+	r.cp.Lease = r.lease.token()
 	return r.put(ctx, checkpointKey, "committing the checkpoint", &r.cp)
 }
 
-// put stores v as JSON under key of the bucket, retrying as r.retry does;
-// what names the step in errors.
+// put stores v as JSON under key of the bucket, revision-checked
+// (fencedPut) and retrying as r.retry does; what names the step in
+// errors.
 func (r *run) put(ctx context.Context, key, what string, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	err = r.retry(ctx, what, func(ctx context.Context) error {
-		_, err := r.kv.Put(ctx, key, b)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	return nil
+	return r.fencedPut(ctx, key, what, b)
 }
