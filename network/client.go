@@ -174,7 +174,7 @@ func Join(ctx context.Context, d Dial, cfg ClientConfig) (*ClientReport, error) 
 			a := *pending
 			pending = nil
 			if a.Done {
-				return rep, nil
+				return rep, a.aborted()
 			}
 			if a.Secure == nil || !slices.Contains(a.Participants, k) || a.Round < done || (a.Round == done && a.Attempt <= doneAttempt) {
 				continue
@@ -213,7 +213,7 @@ func Join(ctx context.Context, d Dial, cfg ClientConfig) (*ClientReport, error) 
 		}
 		rep.Received += int64(len(m.Data))
 		if a.Done {
-			return rep, nil
+			return rep, a.aborted()
 		}
 		if a.Secure != nil {
 			pending = &a
@@ -285,6 +285,15 @@ func evalUpdate(dst []float64, a Announcement, classes int, test *calib.Set) ([]
 		return nil, err
 	}
 	return step.Update(dst, a.Round, test, nil, nil)
+}
+
+// aborted returns nil for the end of a run, and an error wrapping
+// ErrAborted with the coordinator's reason for an aborted run.
+func (a *Announcement) aborted() error {
+	if a.Abort == "" {
+		return nil
+	}
+	return fmt.Errorf("%w: %.300s", ErrAborted, a.Abort)
 }
 
 // readAnnouncement decodes m, a message of the client pub's invitation

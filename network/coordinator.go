@@ -302,6 +302,8 @@ func (c *Coordinator) Run(ctx context.Context, nc *nats.Conn) (out *Outcome, err
 		return nil, err
 	}
 	defer sub.Unsubscribe()
+	// Once clients may have enrolled, a run that fails tells them why.
+	defer func() { r.abort(err) }()
 	if c.cfg.Secure != nil {
 		r.secIn = make(chan *nats.Msg, 8192)
 		ssub, err := nc.ChanSubscribe(subjSecAggAll(c.fed), r.secIn)
@@ -382,6 +384,9 @@ func (r *run) retry(ctx context.Context, what string, f func(context.Context) er
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
+		if perr := r.permanent(err); perr != nil {
+			return perr
+		}
 		r.cfg.Log.Warn("retrying", "what", what, "err", err)
 		select {
 		case <-ctx.Done():
@@ -389,6 +394,32 @@ func (r *run) retry(ctx context.Context, what string, f func(context.Context) er
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// permanent returns an error naming the cause when err is a JetStream or
+// NATS error that no retry can cure (the account has no JetStream, more
+// replicas than the cluster has servers, a permission the coordinator's
+// user lacks), else nil: retry then gives up at once instead of trying
+// for 30 seconds.
+func (r *run) permanent(err error) error {
+	var apiErr *jetstream.APIError
+	code := jetstream.ErrorCode(0)
+	if errors.As(err, &apiErr) {
+		code = apiErr.ErrorCode
+	}
+	switch {
+	case errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount), code == jetstream.JSErrCodeJetStreamNotEnabledForAccount:
+		return fmt.Errorf("%w: the coordinator's NATS account has no JetStream: enable JetStream for it (its JetStream limits, or jetstream in its account's configuration): %w", ErrConfig, err)
+	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), code == jetstream.JSErrCodeJetStreamNotEnabled, errors.Is(err, nats.ErrNoResponders):
+		return fmt.Errorf("%w: the NATS server has no JetStream (start it with JetStream enabled, e.g. jetstream {} in its configuration): %w", ErrConfig, err)
+	case code == 10074: // JSStreamReplicasNotSupportedErr
+		return fmt.Errorf("%w: %d replicas of the state bucket need a JetStream cluster of at least %d servers, and this server is not clustered (--replicas 1): %w", ErrConfig, r.cfg.Replicas, r.cfg.Replicas, err)
+	case code == 10005 && r.cfg.Replicas > 1: // JSClusterNoPeersErrF: fewer servers up than replicas
+		return fmt.Errorf("%w: no %d JetStream servers of the cluster can hold the state bucket's %d replicas (too few servers, or too few up; --replicas): %w", ErrUnreachable, r.cfg.Replicas, r.cfg.Replicas, err)
+	case errors.Is(err, nats.ErrPermissionViolation), strings.Contains(strings.ToLower(err.Error()), "permissions violation"):
+		return fmt.Errorf("%w: the coordinator's NATS user lacks a permission (see network.CoordinatorPermissions and docs/NETWORK.md): %w", ErrNotAllowed, err)
+	}
+	return nil
 }
 
 // steps builds the server step, restoring the checkpoint's state.

@@ -43,6 +43,9 @@ var (
 	// another, or could not renew it, and stopped before releasing
 	// anything more.
 	ErrLeaseLost = errors.New("network: lost the federation's lease")
+	// ErrAborted is wrapped by a client's error when the coordinator
+	// announced that it gave up the run, with its reason.
+	ErrAborted = errors.New("network: the coordinator ended the run")
 	// ErrLocked is wrapped when another process holds the store
 	// directory of an embedded server (ServerConfig.Store); the error
 	// names it.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -347,16 +348,35 @@ func (r *run) answer(m *nats.Msg, pub string, b []byte) error {
 	return r.nc.Publish(m.Reply, b)
 }
 
-// finish marks the run done and tells the clients: three times to all on
+// finish marks the run done and tells the clients (end).
+func (r *run) finish() {
+	r.end(&Announcement{Federation: r.fed, Round: r.sched.Rounds(), Rounds: r.sched.Rounds(), Seed: r.cp.Seed, Done: true})
+}
+
+// abort tells the clients that the coordinator gives the run up, and why
+// (err): they leave at once instead of waiting for invitations that will
+// not come. Not for a coordinator stopped (it may be restarted and resume)
+// or that lost its lease (another coordinator runs the federation now).
+func (r *run) abort(err error) {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrLeaseLost) || r.nc.IsClosed() {
+		return
+	}
+	rounds := 0
+	if r.sched != nil {
+		rounds = r.sched.Rounds()
+	}
+	r.end(&Announcement{Federation: r.fed, Round: len(r.cp.Records), Rounds: rounds, Seed: r.cp.Seed, Done: true, Abort: err.Error()})
+}
+
+// end marks the run done and announces a: three times to all on
 // fedcalib.F.round, and once on each allow-listed client's own inbox,
 // where a client that missed the broadcasts (while it reconnected, or
 // where the subject's interest had not reached every node of a cluster)
 // still learns it. That is K messages once a run, not once a round.
-func (r *run) finish() {
+func (r *run) end(a *Announcement) {
 	r.mu.Lock()
 	r.done = true
 	r.mu.Unlock()
-	a := &Announcement{Federation: r.fed, Round: r.sched.Rounds(), Rounds: r.sched.Rounds(), Seed: r.cp.Seed, Done: true}
 	for i := range 3 {
 		if i > 0 {
 			time.Sleep(100 * time.Millisecond)

@@ -65,6 +65,9 @@ func (r *run) open(ctx context.Context) error {
 }
 
 func (r *run) open1(ctx context.Context) error {
+	if _, err := r.js.AccountInfo(ctx); err != nil {
+		return fmt.Errorf("asking the NATS server for the account's JetStream: %w", err)
+	}
 	if err := r.js.DeleteStream(ctx, oldStreamName(r.fed)); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return fmt.Errorf("deleting the update stream of an older version: %w", err)
 	}

@@ -1,0 +1,134 @@
+package network
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/federation"
+)
+
+// TestPermanentJetStreamErrors: a server without JetStream, and more
+// replicas than servers, stop the coordinator within 2 seconds with one
+// line naming the cause, not after 30 seconds of retries.
+func TestPermanentJetStreamErrors(t *testing.T) {
+	_, pubs := keys(t, 2)
+	cfg := Config{Spec: federation.Spec{Method: "temp"}, Rounds: federation.Rounds{T: 1, SampleRate: 1}, Clients: pubs}
+	run := func(t *testing.T, cfg Config, d Dial) error {
+		t.Helper()
+		c, err := NewCoordinator(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc, err := d.Connect()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+		defer cancel()
+		start := time.Now()
+		_, err = c.Run(ctx, nc)
+		if took := time.Since(start); took > 2*time.Second {
+			t.Errorf("the coordinator gave up after %v, not within 2s", took)
+		}
+		if err != nil && strings.Contains(err.Error(), "\n") {
+			t.Errorf("error on several lines: %q", err)
+		}
+		return err
+	}
+	t.Run("no JetStream", func(t *testing.T) {
+		seed, pub, err := NewKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, Nkeys: []*server.NkeyUser{{Nkey: pub}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go ns.Start()
+		if !ns.ReadyForConnections(10 * time.Second) {
+			t.Fatal("server not ready")
+		}
+		t.Cleanup(ns.Shutdown)
+		err = run(t, cfg, Dial{URL: ns.ClientURL(), Seed: seed}.Coordinator(DefaultFederation))
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "has no JetStream") {
+			t.Errorf("Run = %v, want ErrConfig naming JetStream", err)
+		}
+	})
+	t.Run("replicas 3 on one server", func(t *testing.T) {
+		h := newHarness(t, 2, t.TempDir())
+		c := cfg
+		c.Clients, c.Replicas = h.pubs, 3
+		err := run(t, c, h.srv.Dial())
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "3 replicas") {
+			t.Errorf("Run = %v, want ErrConfig naming the replicas", err)
+		}
+	})
+}
+
+// TestAbortAnnounced: when the coordinator gives a run up — too few
+// clients enrolled, or a round short of updates after its attempts —
+// the enrolled clients learn why and return within 2 seconds with
+// ErrAborted and the coordinator's reason.
+func TestAbortAnnounced(t *testing.T) {
+	const K, C = 4, 3
+	pop := population(t, 800, C, K)
+	spec := federation.Spec{Method: "temp", Epsilon: 4}
+	r := federation.Rounds{T: 2, SampleRate: 1, Seed: 8}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		dead []int // clients that enrol and die at their first invitation
+		want string
+	}{
+		{"too few enrolled", Config{MinClients: K, EnrolTimeout: 1500 * time.Millisecond}, nil, "enrolled"},
+		{"round short of updates", Config{MinClients: K, EnrolTimeout: 20 * time.Second, RoundTimeout: 500 * time.Millisecond, MaxAttempts: 2}, []int{3}, "sampled clients sent"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, K, t.TempDir())
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			live := []int{0, 1, 2}
+			ended := make([]time.Time, len(live))
+			errs := make([]error, len(live))
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				wait := make(chan struct{}, len(live))
+				for i, k := range live {
+					go func() {
+						_, errs[i] = Join(ctx, h.clientDial(), ClientConfig{Key: h.keys[k], Data: func(w Welcome) (*calib.Set, error) { return pop.Client(w.Client) }})
+						ended[i] = time.Now()
+						wait <- struct{}{}
+					}()
+				}
+				for range live {
+					<-wait
+				}
+			}()
+			h.deadClients(ctx, t, tc.dead, C)
+			cfg := tc.cfg
+			cfg.Spec, cfg.Rounds = spec, r
+			_, err := h.coordinate(ctx, t, cfg)
+			gaveUp := time.Now()
+			if !errors.Is(err, ErrTooFewClients) {
+				t.Fatalf("Run = %v, want ErrTooFewClients", err)
+			}
+			<-done
+			for i, err := range errs {
+				if !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("client %d: %v, want ErrAborted with the coordinator's reason (%q)", live[i], err, tc.want)
+				}
+				if d := ended[i].Sub(gaveUp); d > 2*time.Second {
+					t.Errorf("client %d left %v after the coordinator gave up", live[i], d)
+				}
+			}
+		})
+	}
+}
