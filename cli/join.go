@@ -27,7 +27,7 @@ type joinFlags struct {
 	logits, partition                        string
 	input                                    inputKind
 	clientID                                 int
-	enrolTimeout                             time.Duration
+	enrolTimeout, wait                       time.Duration
 }
 
 func newJoinCmd() *cobra.Command {
@@ -60,11 +60,17 @@ TLS: pin the coordinator's development certificate with
 --ca (or the system's roots for a tls:// URL). Plaintext nats:// URLs are
 accepted for loopback only, unless --insecure.
 
-It exits when the coordinator announces the end of the run.`,
+A coordinator not up yet is waited for with --wait D: the first
+connection is tried again every second for up to D.
+
+It exits when the coordinator announces the end of the run: with status
+0, or with status 4 when the coordinator gave the run up (it says why),
+as for every failure a retry may cure (no server answers, the connection
+was lost); other failures exit 2.`,
 		Example: `  fedcalib join --server tls://coord.example:4222 --tls-fingerprint 3f9a… --key site-a.nkey \
       --model model.onnx --data mnist:/data/mnist
   fedcalib join --server tls://127.0.0.1:4222 --tls-fingerprint 3f9a… --key c7.nkey \
-      --logits cifar10.npz --partition p.json`,
+      --logits cifar10.npz --partition p.json --wait 10m`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runJoin(cmd, &fl)
@@ -84,6 +90,7 @@ It exits when the coordinator announces the end of the run.`,
 	f.StringVar(&fl.partition, "partition", "", "with --logits: partition file giving the clients' rows")
 	f.IntVar(&fl.clientID, "client-id", -1, "with --logits: the partition's client to be (default: this client's index in the federation)")
 	f.DurationVar(&fl.enrolTimeout, "enrol-timeout", 30*time.Second, "how long to wait for the coordinator to answer")
+	f.DurationVar(&fl.wait, "wait", 0, "keep trying the first connection this long while no server answers (a coordinator not up yet), e.g. --wait 5m; 0: try once")
 	f.BoolVarP(&fl.quiet, "quiet", "q", false, "print no per-round lines")
 	return cmd
 }
@@ -107,6 +114,8 @@ func checkJoinFlags(cmd *cobra.Command, fl *joinFlags) error {
 		return errors.New("--tls-fingerprint and --ca both say which certificate to trust: give one")
 	case fl.enrolTimeout <= 0:
 		return errors.New("--enrol-timeout must be positive, e.g. 30s")
+	case fl.wait < 0:
+		return errors.New("--wait must be 0 or positive, e.g. 5m")
 	}
 	return network.ValidFederation(fl.federation)
 }
@@ -119,7 +128,7 @@ func runJoin(cmd *cobra.Command, fl *joinFlags) error {
 	if err != nil {
 		return fmt.Errorf("--key %w", err)
 	}
-	d := network.Dial{URL: fl.server, Fingerprint: fl.fingerprint, Insecure: fl.insecure, Name: "fedcalib join " + key.Public}
+	d := network.Dial{URL: fl.server, Fingerprint: fl.fingerprint, Insecure: fl.insecure, Name: "fedcalib join " + key.Public, Wait: fl.wait}
 	if fl.ca != "" {
 		pem, err := os.ReadFile(fl.ca)
 		if err != nil {

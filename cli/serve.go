@@ -149,9 +149,20 @@ with --eval-out writes them as eval --federated --json does.
 --eval-epsilon makes that evaluation private: its own release, each
 client's statistics clipped to --eval-clip, noise as for the fit.
 
+One coordinator per federation: the embedded server locks --store (a
+second serve on it stops at once, naming the first), and under --nats
+serve holds a lease in the federation's bucket, renewed every 5 seconds
+and lasting 15: a second serve stops at once naming the holder, a serve
+started after the holder died takes over once its lease expired, and a
+serve that lost its lease stops before releasing anything more.
+
 Progress is printed per round on stderr. The output is a calibrator file
 with the privacy record and the list of rounds with their participants
-and dropouts.`,
+and dropouts. When serve gives the run up (too few clients, a store it
+cannot write) it tells the enrolled clients why, and they exit. Exit
+status 4 (not 2) marks a failure a retry may cure: no NATS server
+answers or the connection was lost, too few clients, another coordinator
+holds the federation or --store.`,
 		Example: `  fedcalib keys new --out alice.nkey      # on each client machine; collect the public keys
   fedcalib serve --method bbq --weighting all --epsilon 1 --rounds 12 --clients-per-round 10 \
       --clients allow.txt --listen 0.0.0.0:4222 --store coord --out fedbbq.json

@@ -98,7 +98,7 @@ func Join(ctx context.Context, d Dial, cfg ClientConfig) (*ClientReport, error) 
 		}
 	}
 	closed := make(chan struct{})
-	nc, err := d.Connect()
+	nc, err := d.connectWait(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package network
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -43,6 +44,10 @@ type Dial struct {
 	// connection; zero means 240 (a minute at the default wait), -1
 	// forever.
 	MaxReconnects int
+	// Wait is how long Join keeps trying its first connection while no
+	// server answers (ErrUnreachable), for a coordinator not up yet; zero
+	// tries once.
+	Wait time.Duration
 	// OnError, if not nil, receives the asynchronous errors of the
 	// connection, such as a permissions violation.
 	OnError func(error)
@@ -142,6 +147,26 @@ func (d Dial) Connect() (*nats.Conn, error) {
 func (d Dial) Coordinator(fed string) Dial {
 	d.inboxPrefix = CoordinatorInbox(fed)
 	return d
+}
+
+// connectWait connects as Connect does, trying again every second while
+// no server answers, until d.Wait has passed or ctx is done.
+func (d Dial) connectWait(ctx context.Context) (*nats.Conn, error) {
+	deadline := time.Now().Add(d.Wait)
+	for {
+		nc, err := d.Connect()
+		if err == nil || !errors.Is(err, ErrUnreachable) || time.Now().After(deadline) {
+			if err != nil && d.Wait > 0 && errors.Is(err, ErrUnreachable) {
+				err = fmt.Errorf("%w (tried for %v)", err, d.Wait)
+			}
+			return nc, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (%w)", err, ctx.Err())
+		case <-time.After(min(time.Second, time.Until(deadline)+time.Millisecond)):
+		}
+	}
 }
 
 func or(d, def time.Duration) time.Duration {

@@ -3,7 +3,9 @@ package network
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -130,5 +132,54 @@ func TestAbortAnnounced(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestJoinWaits: a client started before its server keeps trying its
+// first connection for Dial.Wait and then takes part in the run; without
+// Wait it gives up at once with ErrUnreachable.
+func TestJoinWaits(t *testing.T) {
+	const K, C = 2, 3
+	pop := population(t, 400, C, K)
+	ks, pubs := keys(t, K)
+	port := freePorts(t, 1)[0]
+	listen := fmt.Sprintf("127.0.0.1:%d", port)
+	d := Dial{URL: "nats://" + listen, ReconnectWait: 100 * time.Millisecond}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	data := func(w Welcome) (*calib.Set, error) { return pop.Client(w.Client) }
+	start := time.Now()
+	if _, err := Join(ctx, d, ClientConfig{Key: ks[0], Data: data}); !errors.Is(err, ErrUnreachable) || time.Since(start) > 2*time.Second {
+		t.Errorf("without Wait: %v after %v, want ErrUnreachable at once", err, time.Since(start))
+	}
+	d.Wait = 30 * time.Second
+	var wg sync.WaitGroup
+	errs := make([]error, K)
+	for k := range K {
+		wg.Go(func() { _, errs[k] = Join(ctx, d, ClientConfig{Key: ks[k], Data: data}) })
+	}
+	time.Sleep(1500 * time.Millisecond) // the clients try in vain meanwhile
+	srv, err := NewServer(ServerConfig{Listen: listen, Store: t.TempDir(), Clients: pubs, Plaintext: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	c, err := NewCoordinator(Config{Spec: federation.Spec{Method: "temp"}, Rounds: federation.Rounds{T: 1, SampleRate: 1, Seed: 1}, Clients: pubs, MinClients: K, EnrolTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := srv.Dial().Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	out, err := c.Run(ctx, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	noErrors(t, errs)
+	if got := out.Rounds[0].Participants; len(got) != K {
+		t.Errorf("participants %v, want both clients", got)
 	}
 }

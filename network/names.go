@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/nats-io/nats.go"
 )
 
 // Sentinel errors of this package. Errors returned by its functions wrap
@@ -51,6 +53,25 @@ var (
 	// names it.
 	ErrLocked = errors.New("network: store in use")
 )
+
+// Retryable reports whether err is a failure that running the same
+// command again, unchanged, may cure: the network (ErrUnreachable, a
+// connection lost), too few clients (ErrTooFewClients), a run its
+// coordinator gave up (ErrAborted), or another coordinator holding the
+// federation or its store (ErrLeased, ErrLeaseLost, ErrLocked). Other
+// errors need a fix first: a flag, a file, a key, a permission. This is
+// the one list of them; fedcalib's exit status 4 says so.
+func Retryable(err error) bool {
+	for _, target := range []error{
+		ErrUnreachable, ErrTooFewClients, ErrAborted, ErrLeased, ErrLeaseLost, ErrLocked,
+		nats.ErrConnectionClosed, nats.ErrNoServers, nats.ErrDisconnected,
+	} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}
 
 // DefaultFederation is the federation name used when none is given.
 const DefaultFederation = "default"
