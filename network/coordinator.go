@@ -245,9 +245,9 @@ type run struct {
 	server federation.ServerStep
 	sched  federation.Scheduler // the rounds of server: T, or 2T for FedScalBin
 	cp     checkpoint
-	want   settings       // the run's settings, as stored under settingsKey
-	sec    *securePlan    // nil without secure aggregation
-	secIn  chan *nats.Msg // secure-aggregation messages from the clients
+	want   settings          // the run's settings, as stored under settingsKey
+	sec    *securePlan       // nil without secure aggregation
+	secIn  chan *nats.Msg    // secure-aggregation messages from the clients
 	lease  *leaseHolder      // the federation's lease, held while the run runs
 	revs   map[string]uint64 // the revision of each bucket key last read or written
 
