@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -41,5 +42,22 @@ func TestExitRetry(t *testing.T) {
 	}
 	if ExitRetry == ExitUsage || ExitRetry == ExitEnvironment || ExitRetry == ExitFailed {
 		t.Errorf("ExitRetry %d is not distinct", ExitRetry)
+	}
+}
+
+// TestStoreAdvice: a store mismatch says where the run lives and what to
+// change: --store for the embedded server, --federation under --nats.
+func TestStoreAdvice(t *testing.T) {
+	mismatch := fmt.Errorf("%w: the store holds a run of federation \"F\" with other settings: rounds: stored 4, now 5", network.ErrStore)
+	embedded := storeAdvice(mismatch, &serveFlags{store: "coord", federation: "F"}).Error()
+	nats := storeAdvice(mismatch, &serveFlags{natsURL: "tls://n:4222", federation: "F"}).Error()
+	if !strings.Contains(embedded, "another --store") || strings.Contains(embedded, "--federation") || !strings.Contains(embedded, "rounds: stored 4, now 5") {
+		t.Errorf("embedded: %s", embedded)
+	}
+	if !strings.Contains(nats, "another --federation") || !strings.Contains(nats, "bucket fedcalib_F") || strings.Contains(nats, "--store") {
+		t.Errorf("--nats: %s", nats)
+	}
+	if other := errors.New("x"); storeAdvice(other, &serveFlags{}) != other {
+		t.Error("advice added to another error")
 	}
 }

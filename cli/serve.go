@@ -352,7 +352,7 @@ func runServe(cmd, scratch *cobra.Command, fl *serveFlags) error {
 	defer nc.Close()
 	out, err := coord.Run(cmd.Context(), nc)
 	if err != nil {
-		return err
+		return storeAdvice(err, fl)
 	}
 	prov := calib.Provenance{
 		Data:     fmt.Sprintf("networked federation %s of %d clients (%s)", fl.federation, len(cfg.Clients), fl.clients),
@@ -371,6 +371,19 @@ func runServe(cmd, scratch *cobra.Command, fl *serveFlags) error {
 		return err
 	}
 	return fl.eval.report(cmd.OutOrStdout(), out)
+}
+
+// storeAdvice adds to a store mismatch (network.ErrStore) where the run
+// lives and how to start another: a --store directory, or the bucket of
+// the federation on the --nats deployment.
+func storeAdvice(err error, fl *serveFlags) error {
+	if !errors.Is(err, network.ErrStore) {
+		return err
+	}
+	if fl.natsURL != "" {
+		return fmt.Errorf("%w (the run lives in the bucket fedcalib_%s of --nats %s: resume it with its flags, or start the new run under another --federation)", err, fl.federation, fl.natsURL)
+	}
+	return fmt.Errorf("%w (the run lives in --store %s: resume it with its flags, or start the new run with another --store)", err, fl.store)
 }
 
 // serveProgress prints one line per round.

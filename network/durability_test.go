@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -194,8 +195,8 @@ func TestResume(t *testing.T) {
 			}
 			other := cfg
 			other.Rounds.Seed++
-			if _, err := h.coordinate(ctx, t, other); !errors.Is(err, ErrStore) {
-				t.Errorf("a run with another seed resumed the store: %v", err)
+			if _, err := h.coordinate(ctx, t, other); !errors.Is(err, ErrStore) || !strings.Contains(err.Error(), fmt.Sprintf("seed: stored %d, now %d", r.Seed, r.Seed+1)) {
+				t.Errorf("a run with another seed resumed the store: %v; want ErrStore naming the seeds", err)
 			}
 			out, err := h.coordinate(ctx, t, cfg)
 			if err != nil {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -152,7 +153,7 @@ func (r *run) load(ctx context.Context) (bool, error) {
 		}
 	}
 	if !reflect.DeepEqual(cp.Settings, want) {
-		return false, fmt.Errorf("%w: the store holds a run of federation %q with other settings (method, rounds, sampling, seed, privacy or allow-list): resume it with the same flags, or use another --store", ErrStore, r.fed)
+		return false, fmt.Errorf("%w: the store holds a run of federation %q with other settings: %s; resume it with the same settings, or start the new run elsewhere", ErrStore, r.fed, strings.Join(diffSettings(cp.Settings, want), "; "))
 	}
 	if old {
 		if err := r.storeSettings(ctx); err != nil {
@@ -195,4 +196,64 @@ func (r *run) put(ctx context.Context, key, what string, v any) error {
 		return err
 	}
 	return r.fencedPut(ctx, key, what, b)
+}
+
+// settingNames names the fields of settings and of federation.Spec for
+// diffSettings, after the flags of serve that set them.
+var settingNames = map[string]string{
+	"Federation": "federation", "T": "rounds", "SampleRate": "sample rate", "Seed": "seed",
+	"DrawSeed": "seed drawn at random (no --seed)", "SecureNoise": "noise from crypto/rand (no --seed)", "Classes": "classes",
+	"Secure": "secure aggregation", "Method": "method", "Mexp": "bins-exp", "Weighting": "weighting",
+	"ServerLR": "server-lr", "Clip": "clip", "Epsilon": "epsilon", "Delta": "delta", "ClipPos": "clip-pos",
+	"ClipNeg": "clip-neg", "Accountant": "accountant", "AlphaZ": "dp-alpha-z", "ODIR": "odir",
+}
+
+// diffSettings describes how the settings now differ from those stored,
+// one item a setting, values included (the allow-list by its length and
+// first differing line).
+func diffSettings(stored, now settings) []string {
+	var out []string
+	describe := func(v reflect.Value) string {
+		switch v.Kind() {
+		case reflect.Pointer:
+			if v.IsNil() {
+				return "none"
+			}
+			b, _ := json.Marshal(v.Interface())
+			return fmt.Sprintf("%.80s", b)
+		case reflect.String:
+			return fmt.Sprintf("%q", v.String())
+		}
+		return fmt.Sprintf("%v", v.Interface())
+	}
+	var walk func(a, b reflect.Value)
+	walk = func(a, b reflect.Value) {
+		for i := range a.NumField() {
+			f := a.Type().Field(i)
+			x, y := a.Field(i), b.Field(i)
+			if reflect.DeepEqual(x.Interface(), y.Interface()) {
+				continue
+			}
+			switch f.Name {
+			case "Spec":
+				walk(x, y)
+				continue
+			case "Clients":
+				xs, ys := x.Interface().([]string), y.Interface().([]string)
+				k := 0
+				for k < min(len(xs), len(ys)) && xs[k] == ys[k] {
+					k++
+				}
+				out = append(out, fmt.Sprintf("allow-list: stored %d keys, now %d, the first different is client %d's", len(xs), len(ys), k))
+				continue
+			}
+			name := settingNames[f.Name]
+			if name == "" {
+				name = f.Name
+			}
+			out = append(out, fmt.Sprintf("%s: stored %s, now %s", name, describe(x), describe(y)))
+		}
+	}
+	walk(reflect.ValueOf(stored), reflect.ValueOf(now))
+	return out
 }
