@@ -128,6 +128,13 @@ func runJoin(cmd *cobra.Command, fl *joinFlags) error {
 	if err != nil {
 		return fmt.Errorf("--key %w", err)
 	}
+	// The local inputs are checked, and a logits file read, before
+	// connecting: a missing file or a client out of range is a fix to make
+	// here, not something to find after enrolling.
+	pre, err := joinPrecheck(fl)
+	if err != nil {
+		return err
+	}
 	d := network.Dial{URL: fl.server, Fingerprint: fl.fingerprint, Insecure: fl.insecure, Name: "fedcalib join " + key.Public, Wait: fl.wait}
 	if fl.ca != "" {
 		pem, err := os.ReadFile(fl.ca)
@@ -151,16 +158,18 @@ func runJoin(cmd *cobra.Command, fl *joinFlags) error {
 		EnrolTimeout: fl.enrolTimeout,
 		Log:          slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level, ReplaceAttr: dropTime})),
 		Data: func(w network.Welcome) (*calib.Set, error) {
+			return joinRows(cmd, fl, pre, w, federation.Calibration)
+		},
+		Enrolled: func(w network.Welcome) {
 			if !fl.quiet {
 				fmt.Fprintf(stderr, "enrolled as client %d of %d in federation %s: %s, %s\n", w.Client, w.Clients, w.Federation, w.Spec.Method, plural(w.Rounds, "round"))
 			}
-			return joinData(cmd, fl, w)
 		},
 	}
 	if fl.logits != "" {
 		// The test rows of the same file or partition, for an evaluation
 		// round (serve --evaluate).
-		cfg.TestData = func(w network.Welcome) (*calib.Set, error) { return joinRows(cmd, fl, w, federation.Test) }
+		cfg.TestData = func(w network.Welcome) (*calib.Set, error) { return joinRows(cmd, fl, pre, w, federation.Test) }
 	}
 	rep, err := network.Join(cmd.Context(), d, cfg)
 	if err != nil {
@@ -187,14 +196,39 @@ func runJoin(cmd *cobra.Command, fl *joinFlags) error {
 	return err
 }
 
-// joinData returns the client's calibration rows.
-func joinData(cmd *cobra.Command, fl *joinFlags, w network.Welcome) (*calib.Set, error) {
-	return joinRows(cmd, fl, w, federation.Calibration)
+// joinPrecheck checks join's local inputs before it connects: the model
+// file exists, or the logits file (read here, and returned) and the
+// partition fit, with --client-id among the partition's clients.
+func joinPrecheck(fl *joinFlags) (*logits.File, error) {
+	if fl.model != "" {
+		if _, err := os.Stat(fl.model); err != nil {
+			return nil, fmt.Errorf("--model: %w", err)
+		}
+		return nil, nil
+	}
+	f, err := readLogits(fl.logits, fl.input)
+	if err != nil {
+		return nil, err
+	}
+	if fl.partition == "" && f.Client == nil {
+		return f, nil
+	}
+	src := federation.Source{File: fl.partition}
+	p, _, err := src.Partition(f.IntLabels(), f.Classes, f.Client, f.Split)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", fl.logits, err)
+	}
+	if n := p.Len(); fl.clientID >= n {
+		return nil, fmt.Errorf("--client-id %d: the partition has %d clients (0 to %d)", fl.clientID, n, n-1)
+	}
+	return f, nil
 }
 
 // joinRows returns the client's rows of split s: its calibration rows,
-// or its test rows (none, without a split column or partition).
-func joinRows(cmd *cobra.Command, fl *joinFlags, w network.Welcome, s federation.Split) (*calib.Set, error) {
+// or its test rows (none, without a split column or partition), from the
+// logits file pre (read by joinPrecheck; not modified) or the model and
+// data.
+func joinRows(cmd *cobra.Command, fl *joinFlags, pre *logits.File, w network.Welcome, s federation.Split) (*calib.Set, error) {
 	if fl.model != "" {
 		res, err := runInfer(cmd.Context(), fl.model, fl.data, infer.Options{Batch: infer.DefaultBatch, Threads: runtime.GOMAXPROCS(0)})
 		if err != nil {
@@ -206,10 +240,8 @@ func joinRows(cmd *cobra.Command, fl *joinFlags, w network.Welcome, s federation
 		}
 		return f.Set(nil), nil
 	}
-	f, err := readLogits(fl.logits, fl.input)
-	if err != nil {
-		return nil, err
-	}
+	g := *pre // the fields set to nil below stay in pre
+	f := &g
 	if fl.partition == "" && f.Client == nil {
 		if s == federation.Test {
 			if f.Split == nil {

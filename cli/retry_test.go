@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -59,5 +60,35 @@ func TestStoreAdvice(t *testing.T) {
 	}
 	if other := errors.New("x"); storeAdvice(other, &serveFlags{}) != other {
 		t.Error("advice added to another error")
+	}
+}
+
+// TestJoinChecksLocalInputsFirst: a missing logits file and a --client-id
+// beyond the partition are refused before join connects (here, to a
+// server that does not exist, which would otherwise be the error).
+func TestJoinChecksLocalInputsFirst(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "k.nkey")
+	if code, _, stderr := fedcalib("keys", "new", "--out", key); code != 0 {
+		t.Fatal(stderr)
+	}
+	in, _ := fedLogitsFile(t, 600, 4, 0)
+	part := filepath.Join(dir, "p.json")
+	if code, _, stderr := fedcalib("partition", "--data-or-logits", in, "--clients", "5", "--beta", "1", "--out", part); code != 0 {
+		t.Fatal(stderr)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--logits", filepath.Join(dir, "missing.npz")}, "missing.npz"},
+		{[]string{"--logits", in, "--partition", filepath.Join(dir, "missing.json")}, "missing.json"},
+		{[]string{"--logits", in, "--partition", part, "--client-id", "5"}, "--client-id 5: the partition has 5 clients (0 to 4)"},
+		{[]string{"--model", filepath.Join(dir, "missing.onnx"), "--data", "idx:x"}, "missing.onnx"},
+	} {
+		code, _, stderr := fedcalib(append([]string{"join", "--server", "nats://127.0.0.1:1", "--key", key}, tc.args...)...)
+		if code != ExitUsage || !strings.Contains(stderr, tc.want) || strings.Contains(stderr, "NATS server") {
+			t.Errorf("%v: exit %d, %q; want %d naming %q before connecting", tc.args, code, stderr, ExitUsage, tc.want)
+		}
 	}
 }

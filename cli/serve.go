@@ -79,7 +79,10 @@ the run. The listener serves TLS with
 --store whose SHA-256 fingerprint is printed for clients to pin
 (--tls-fingerprint); --plaintext is allowed on loopback only, or anywhere
 with --insecure. With --nats URL --creds F it uses an existing NATS
-deployment instead, which must grant the same permissions.
+deployment instead, which must grant the same permissions; --creds is the
+coordinator's credentials file (a user JWT, operator mode) or NKey seed
+file (an nkey user of the server's configuration file, as "fedcalib keys
+new" writes one). docs/NETWORK.md has complete nats-server configurations.
 
 It waits until every allow-listed client enrolled or --enrol-timeout
 passed (and fails unless --min-clients did), then runs --rounds rounds
@@ -189,7 +192,7 @@ holds the federation or --store.`,
 	f.StringVar(&fl.listen, "listen", "127.0.0.1:4222", "host:port of the embedded NATS server's client listener")
 	f.StringVar(&fl.store, "store", "", "directory of the embedded server's JetStream storage, the coordinator's checkpoints and the development certificate (required without --nats)")
 	f.StringVar(&fl.natsURL, "nats", "", "use this external NATS deployment (comma-separated URLs) instead of an embedded server")
-	f.StringVar(&fl.creds, "creds", "", "with --nats: the coordinator's NATS credentials file")
+	f.StringVar(&fl.creds, "creds", "", "with --nats: the coordinator's NATS credentials file (operator mode), or its NKey seed file (a user of the server's configuration), mode 0600")
 	f.StringVar(&fl.tlsCert, "tls-cert", "", "PEM certificate of the TLS listener (with --tls-key); default: a development certificate in --store")
 	f.StringVar(&fl.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
 	f.BoolVar(&fl.plaintext, "plaintext", false, "serve without TLS: loopback addresses only, unless --insecure")
@@ -312,9 +315,18 @@ func runServe(cmd, scratch *cobra.Command, fl *serveFlags) error {
 	}
 	var dial network.Dial
 	if fl.natsURL != "" {
-		dial = network.Dial{URL: fl.natsURL, Creds: fl.creds, Name: "fedcalib coordinator", Insecure: fl.insecure}.Coordinator(fl.federation)
 		if fl.creds == "" {
-			return errors.New("--nats needs --creds F, the coordinator's NATS credentials")
+			return errors.New("--nats needs --creds F, the coordinator's NATS credentials file or NKey seed file")
+		}
+		// A credentials file (operator mode: a user JWT and its seed) or a
+		// bare NKey seed (a user of the server's configuration file).
+		key, err := network.ReadKey(fl.creds)
+		if err != nil {
+			return fmt.Errorf("--creds %w", err)
+		}
+		dial = network.Dial{URL: fl.natsURL, Creds: key.Creds, Name: "fedcalib coordinator", Insecure: fl.insecure}.Coordinator(fl.federation)
+		if key.Creds == "" {
+			dial.Seed = key.Seed
 		}
 	} else {
 		if err := os.MkdirAll(fl.store, 0o700); err != nil {

@@ -34,6 +34,10 @@ type ClientConfig struct {
 	// the client is first invited to one. A client without it does not
 	// take part in evaluation rounds.
 	TestData func(w Welcome) (*calib.Set, error)
+	// Enrolled, if not nil, is called with the welcome once the
+	// coordinator accepted the client's ready request: the client is
+	// enrolled.
+	Enrolled func(w Welcome)
 	// EnrolTimeout is how long to wait for a coordinator to answer the
 	// enrolment; zero means 30 seconds.
 	EnrolTimeout time.Duration
@@ -140,6 +144,9 @@ func Join(ctx context.Context, d Dial, cfg ClientConfig) (*ClientReport, error) 
 		return nil, err
 	}
 	rep.Welcome = *w
+	if cfg.Enrolled != nil {
+		cfg.Enrolled(*w)
+	}
 	k := w.Client
 	fitter, err := w.Spec.Fitter()
 	if err != nil {

@@ -133,7 +133,7 @@ func (d Dial) Connect() (*nats.Conn, error) {
 	case err == nil:
 		return nc, nil
 	case errors.Is(err, nats.ErrAuthorization), strings.Contains(strings.ToLower(err.Error()), "authorization"):
-		return nil, fmt.Errorf("%w: %s refused the key (is its public key on the coordinator's allow-list?): %w", ErrNotAllowed, d.URL, err)
+		return nil, fmt.Errorf("%w: %s refused the key%s: %w", ErrNotAllowed, d.URL, d.refusedHint(), err)
 	case errors.Is(err, nats.ErrNoServers):
 		return nil, fmt.Errorf("%w: no NATS server answers at %s: %w", ErrUnreachable, d.URL, err)
 	}
@@ -147,6 +147,16 @@ func (d Dial) Connect() (*nats.Conn, error) {
 func (d Dial) Coordinator(fed string) Dial {
 	d.inboxPrefix = CoordinatorInbox(fed)
 	return d
+}
+
+// refusedHint says what to check when the server refuses the key: a
+// client's key must be on the coordinator's allow-list; the
+// coordinator's user must be known to the NATS deployment.
+func (d Dial) refusedHint() string {
+	if d.inboxPrefix != "" && strings.HasSuffix(d.inboxPrefix, ".coordinator") {
+		return " (is the coordinator's user, --creds, one of the NATS deployment's users?)"
+	}
+	return " (is its public key on the coordinator's allow-list?)"
 }
 
 // connectWait connects as Connect does, trying again every second while

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -181,5 +182,64 @@ func TestJoinWaits(t *testing.T) {
 	noErrors(t, errs)
 	if got := out.Rounds[0].Participants; len(got) != K {
 		t.Errorf("participants %v, want both clients", got)
+	}
+}
+
+// TestEnrolledAfterReady: ClientConfig.Enrolled is called once the
+// coordinator accepted the ready request, and not at all when it refused
+// it (here, data of 3 classes in a federation of 5).
+func TestEnrolledAfterReady(t *testing.T) {
+	const K, C = 2, 3
+	pop := population(t, 400, C, K)
+	h := newHarness(t, K, t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	data := func(w Welcome) (*calib.Set, error) { return pop.Client(w.Client) }
+	var mu sync.Mutex
+	var enrolled []int
+	var wg sync.WaitGroup
+	errs := make([]error, K)
+	for k := range K {
+		wg.Go(func() {
+			_, errs[k] = Join(ctx, h.clientDial(), ClientConfig{Key: h.keys[k], Data: data, EnrolTimeout: 5 * time.Second,
+				Enrolled: func(w Welcome) { mu.Lock(); enrolled = append(enrolled, w.Client); mu.Unlock() }})
+		})
+	}
+	_, err := h.coordinate(ctx, t, Config{Spec: federation.Spec{Method: "temp"}, Rounds: federation.Rounds{T: 1, SampleRate: 1}, Classes: 5, MinClients: 1, EnrolTimeout: 2 * time.Second})
+	if !errors.Is(err, ErrTooFewClients) {
+		t.Errorf("Run = %v, want ErrTooFewClients", err)
+	}
+	wg.Wait()
+	for k, err := range errs {
+		if !errors.Is(err, ErrNotAllowed) || !strings.Contains(err.Error(), "3 classes, the federation 5") {
+			t.Errorf("client %d: %v, want its ready refused", k, err)
+		}
+	}
+	if len(enrolled) != 0 {
+		t.Errorf("Enrolled called for clients %v, whose ready was refused", enrolled)
+	}
+	// And with data the federation takes: once each, after the ready.
+	h2 := newHarness(t, K, t.TempDir())
+	enrolled = nil
+	wait := func() []error {
+		var wg sync.WaitGroup
+		errs := make([]error, K)
+		for k := range K {
+			wg.Go(func() {
+				_, errs[k] = Join(ctx, h2.clientDial(), ClientConfig{Key: h2.keys[k], Data: data,
+					Enrolled: func(w Welcome) { mu.Lock(); enrolled = append(enrolled, w.Client); mu.Unlock() }})
+			})
+		}
+		return func() []error { wg.Wait(); return errs }()
+	}
+	done := make(chan []error)
+	go func() { done <- wait() }()
+	if _, err := h2.coordinate(ctx, t, Config{Spec: federation.Spec{Method: "temp"}, Rounds: federation.Rounds{T: 1, SampleRate: 1}, MinClients: K, EnrolTimeout: 20 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	noErrors(t, <-done)
+	slices.Sort(enrolled)
+	if !slices.Equal(enrolled, []int{0, 1}) {
+		t.Errorf("Enrolled called for %v, want [0 1]", enrolled)
 	}
 }
