@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -90,5 +91,36 @@ func TestJoinChecksLocalInputsFirst(t *testing.T) {
 		if code != ExitUsage || !strings.Contains(stderr, tc.want) || strings.Contains(stderr, "NATS server") {
 			t.Errorf("%v: exit %d, %q; want %d naming %q before connecting", tc.args, code, stderr, ExitUsage, tc.want)
 		}
+	}
+}
+
+// TestServeInsecureWarns: serve --plaintext --insecure on 0.0.0.0 warns
+// that updates cross the network in the clear and prints a URL with the
+// machine's name, which other machines can use, not 127.0.0.1; with no
+// client enrolled in time it exits 4 (a retry may cure it).
+func TestServeInsecureWarns(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "k.nkey")
+	code, pub, stderr := fedcalib("keys", "new", "--out", key)
+	if code != 0 {
+		t.Fatal(stderr)
+	}
+	allow := filepath.Join(dir, "allow.txt")
+	if err := os.WriteFile(allow, []byte(pub), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		t.Skip(err)
+	}
+	code, _, stderr = fedcalib("serve", "--method", "temp", "--clients", allow, "--store", filepath.Join(dir, "s"), "--out", filepath.Join(dir, "c.json"),
+		"--listen", "0.0.0.0:0", "--plaintext", "--insecure", "--enrol-timeout", "300ms")
+	if code != ExitRetry || !strings.Contains(stderr, "warning: serving plaintext on 0.0.0.0:0") || !strings.Contains(stderr, "at nats://"+host+":") || strings.Contains(stderr, "127.0.0.1") {
+		t.Errorf("exit %d, %q; want status %d, a warning and a URL at %s", code, stderr, ExitRetry, host)
+	}
+	code, _, stderr = fedcalib("serve", "--method", "temp", "--clients", allow, "--store", filepath.Join(dir, "s2"), "--out", filepath.Join(dir, "c.json"),
+		"--listen", "127.0.0.1:0", "--plaintext", "--enrol-timeout", "300ms")
+	if code != ExitRetry || strings.Contains(stderr, "warning") || !strings.Contains(stderr, "at nats://127.0.0.1:") {
+		t.Errorf("loopback: exit %d, %q; want status %d, no warning", code, stderr, ExitRetry)
 	}
 }

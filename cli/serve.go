@@ -350,6 +350,9 @@ func runServe(cmd, scratch *cobra.Command, fl *serveFlags) error {
 			return fmt.Errorf("--listen %s: %w", fl.listen, err)
 		}
 		defer srv.Shutdown()
+		for _, w := range srv.Warnings() {
+			fmt.Fprintf(stderr, "warning: %s\n", w)
+		}
 		if fp := srv.Fingerprint(); fp != "" {
 			fmt.Fprintf(stderr, "serving federation %s at %s (TLS certificate SHA-256 %s)\n", fl.federation, srv.URL(), fp)
 		} else {

@@ -82,6 +82,7 @@ type Server struct {
 	coordSeed   []byte
 	fed         string
 	lock        *os.File // the store's lock (lockStore), held until Shutdown
+	warnings    []string
 }
 
 // NewServer starts an embedded NATS server and waits until it accepts
@@ -217,7 +218,15 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	h := host
 	if h == "" || h == "0.0.0.0" || h == "::" {
+		// Every interface: other machines reach it by this machine's
+		// name, not by 127.0.0.1.
 		h = "127.0.0.1"
+		if name, err := os.Hostname(); err == nil && name != "" {
+			h = name
+		}
+	}
+	if cfg.Plaintext && !loopback(host) {
+		s.warnings = append(s.warnings, fmt.Sprintf("serving plaintext on %s (--insecure): every update and welcome crosses the network in the clear, readable and alterable by anyone on the path; serve TLS unless this network is trusted", listen))
 	}
 	s.url = scheme + "://" + net.JoinHostPort(h, strconv.Itoa(addr.Port))
 	s.ns = ns
@@ -226,8 +235,13 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 }
 
 // URL returns the URL clients connect to: tls://host:port, or
-// nats://host:port for a plaintext server.
+// nats://host:port for a plaintext server, with this machine's host name
+// for a server listening on every interface (0.0.0.0 or ::).
 func (s *Server) URL() string { return s.url }
+
+// Warnings returns what the operator should know about how the server
+// listens: plaintext on an address other than loopback (Insecure).
+func (s *Server) Warnings() []string { return s.warnings }
 
 // Fingerprint returns the SHA-256 fingerprint of the server's TLS
 // certificate, empty for a plaintext server.
