@@ -115,6 +115,30 @@ type fed struct {
 // allow-list of its keys plus absent extra keys that never join.
 func newFed(t *testing.T, bin string, K, absent int) *fed {
 	t.Helper()
+	f := newFedData(t, bin, K)
+	var pubs []string
+	for i := range K + absent {
+		kf := filepath.Join(f.dir, fmt.Sprintf("c%d.nkey", i))
+		out, code := run(t, bin, "keys", "new", "--out", kf)
+		if code != 0 {
+			t.Fatalf("keys new: %s", out)
+		}
+		if fi, err := os.Stat(kf); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("key file %s: %v, mode %v", kf, err, fi.Mode())
+		}
+		f.keys = append(f.keys, kf)
+		pubs = append(pubs, strings.TrimSpace(out))
+	}
+	if err := os.WriteFile(f.allow, []byte(strings.Join(pubs, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// newFedData writes the logits and a K-client partition of a federation,
+// without keys.
+func newFedData(t *testing.T, bin string, K int) *fed {
+	t.Helper()
 	dir := t.TempDir()
 	f := &fed{bin: bin, dir: dir, logits: filepath.Join(dir, "logits.npz"), partition: filepath.Join(dir, "p.json"), allow: filepath.Join(dir, "allow.txt")}
 	const n, c = 3000, 4
@@ -136,22 +160,6 @@ func newFed(t *testing.T, bin string, K, absent int) *fed {
 	}
 	if out, code := run(t, bin, "partition", "--data-or-logits", f.logits, "--clients", fmt.Sprint(K), "--beta", "0.5", "--seed", "1", "--out", f.partition); code != 0 {
 		t.Fatalf("partition: %s", out)
-	}
-	var pubs []string
-	for i := range K + absent {
-		kf := filepath.Join(dir, fmt.Sprintf("c%d.nkey", i))
-		out, code := run(t, bin, "keys", "new", "--out", kf)
-		if code != 0 {
-			t.Fatalf("keys new: %s", out)
-		}
-		if fi, err := os.Stat(kf); err != nil || fi.Mode().Perm() != 0o600 {
-			t.Fatalf("key file %s: %v, mode %v", kf, err, fi.Mode())
-		}
-		f.keys = append(f.keys, kf)
-		pubs = append(pubs, strings.TrimSpace(out))
-	}
-	if err := os.WriteFile(f.allow, []byte(strings.Join(pubs, "\n")+"\n"), 0o644); err != nil {
-		t.Fatal(err)
 	}
 	return f
 }
