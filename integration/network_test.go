@@ -211,6 +211,7 @@ func TestNetwork(t *testing.T) {
 	t.Run("join refused", func(t *testing.T) { testJoinRefused(t, bin) })
 	t.Run("rogue clients", func(t *testing.T) { testRogueClients(t, bin) })
 	t.Run("serve bad input", func(t *testing.T) { testServeBadInput(t, bin) })
+	t.Run("two serves on one store", func(t *testing.T) { testTwoServes(t, bin) })
 	t.Run("coordinator killed and restarted", func(t *testing.T) { testServeKilled(t, bin) })
 	t.Run("clients killed mid-run", func(t *testing.T) { testJoinsKilled(t, bin) })
 }
@@ -332,10 +333,15 @@ func testServeBadInput(t *testing.T, bin string) {
 		{"min-clients above the clients", []string{"--clients", f.allow, "--min-clients", "3"}, "--min-clients 3"},
 		{"plaintext off loopback", []string{"--clients", f.allow, "--plaintext", "--listen", "0.0.0.0:0"}, "--insecure"},
 		{"unknown method", []string{"--clients", f.allow, "--method", "nope"}, "--method"},
+		{"replicas 3 on one server", []string{"--clients", f.allow, "--replicas", "3", "--listen", "127.0.0.1:0"}, "3 replicas of the state bucket need a JetStream cluster"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"serve", "--method", "temp", "--store", filepath.Join(dir, "store"), "--out", out}, tc.args...)
+			start := time.Now()
 			o, code := run(t, bin, args...)
+			if took := time.Since(start); took > 5*time.Second {
+				t.Errorf("serve took %v to give up", took)
+			}
 			if code != 2 || !strings.Contains(o, tc.want) || strings.Count(strings.TrimSpace(o), "\n") != 0 {
 				t.Errorf("exit %d, output %q: want status 2 and one line naming %q", code, o, tc.want)
 			}
@@ -344,6 +350,25 @@ func testServeBadInput(t *testing.T, bin string) {
 			}
 		})
 	}
+}
+
+// testTwoServes: a second serve on the --store of a running one stops at
+// once with exit status 4 and one line naming the first (its process id);
+// once the first is killed (SIGKILL), a serve on the store starts at once
+// and resumes it.
+func testTwoServes(t *testing.T, bin string) {
+	f := newFed(t, bin, 1, 1) // one client that never joins: the first serve waits
+	store := t.TempDir()
+	args := []string{"--method", "temp", "--rounds", "1", "--enrol-timeout", "60s", "--out", filepath.Join(t.TempDir(), "c.json")}
+	first, _, _ := f.serve(t, store, "127.0.0.1:0", args...)
+	o, code := run(t, bin, append([]string{"serve", "--clients", f.allow, "--store", store, "--listen", "127.0.0.1:0"}, args...)...)
+	want := fmt.Sprintf("held by fedcalib serve (pid %d on ", first.cmd.Process.Pid)
+	if code != 4 || !strings.Contains(o, want) || strings.Count(strings.TrimSpace(o), "\n") != 0 {
+		t.Errorf("second serve: exit %d, %q; want status 4 and one line with %q", code, o, want)
+	}
+	first.cmd.Process.Kill()
+	first.wait(t, 10*time.Second)
+	f.serve(t, store, "127.0.0.1:0", args...) // fails unless it serves at once
 }
 
 // testServeKilled: serve killed with SIGKILL after round 2 and restarted
