@@ -35,6 +35,7 @@ func TestExitRetry(t *testing.T) {
 		{network.ErrConfig, ExitUsage},
 		{network.ErrAllowList, ExitUsage},
 		{network.ErrInsecure, ExitUsage},
+		{network.ErrTLS, ExitUsage},
 		{errors.New("anything else"), ExitUsage},
 	} {
 		wrapped := fmt.Errorf("round 3: %w", fmt.Errorf("committing: %w", tc.err))

@@ -3,6 +3,7 @@ package network
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/url"
@@ -61,8 +62,8 @@ type Dial struct {
 }
 
 // Connect connects to the server. Errors wrap ErrUnreachable (no server
-// answers), ErrNotAllowed (the server refused the key), ErrInsecure or
-// ErrKey.
+// answers), ErrNotAllowed (the server refused the key), ErrTLS (the
+// server's certificate is not trusted), ErrInsecure or ErrKey.
 func (d Dial) Connect() (*nats.Conn, error) {
 	secure := d.Fingerprint != "" || d.TLS != nil
 	for _, u := range strings.Split(d.URL, ",") {
@@ -136,6 +137,8 @@ func (d Dial) Connect() (*nats.Conn, error) {
 		return nil, fmt.Errorf("%w: %s refused the key%s: %w", ErrNotAllowed, d.URL, d.refusedHint(), err)
 	case errors.Is(err, nats.ErrNoServers):
 		return nil, fmt.Errorf("%w: no NATS server answers at %s: %w", ErrUnreachable, d.URL, err)
+	case tlsFailure(err):
+		return nil, fmt.Errorf("%w: %s: %w", ErrTLS, d.URL, err)
 	}
 	return nil, fmt.Errorf("%w: %s: %w", ErrUnreachable, d.URL, err)
 }
@@ -147,6 +150,21 @@ func (d Dial) Connect() (*nats.Conn, error) {
 func (d Dial) Coordinator(fed string) Dial {
 	d.inboxPrefix = CoordinatorInbox(fed)
 	return d
+}
+
+// tlsFailure reports whether err is a failed TLS handshake: a certificate
+// that is not the pinned one or not trusted, or no TLS where TLS was
+// asked for — a setting to fix, not a server that does not answer.
+func tlsFailure(err error) bool {
+	var cv *tls.CertificateVerificationError
+	var ua x509.UnknownAuthorityError
+	var hn x509.HostnameError
+	var ci x509.CertificateInvalidError
+	if errors.As(err, &cv) || errors.As(err, &ua) || errors.As(err, &hn) || errors.As(err, &ci) {
+		return true
+	}
+	msg := strings.ToLower(err.Error())
+	return strings.Contains(msg, "tls error") || strings.Contains(msg, "tls:") || strings.Contains(msg, "x509:") || strings.Contains(msg, "secure connection")
 }
 
 // refusedHint says what to check when the server refuses the key: a

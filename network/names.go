@@ -24,6 +24,10 @@ var (
 	ErrNotAllowed = errors.New("network: not allowed")
 	// ErrUnreachable is wrapped when no NATS server answers at the URL.
 	ErrUnreachable = errors.New("network: server unreachable")
+	// ErrTLS is wrapped when the TLS handshake with a server fails: its
+	// certificate is not the pinned one or not trusted, or it serves no
+	// TLS where TLS was asked for.
+	ErrTLS = errors.New("network: TLS failed")
 	// ErrInsecure is wrapped when a plaintext connection or listener is
 	// asked for on an address other than loopback without Insecure.
 	ErrInsecure = errors.New("network: plaintext off loopback")
