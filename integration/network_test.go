@@ -56,7 +56,9 @@ func start(t *testing.T, bin string, args ...string) *proc {
 		t.Fatal(err)
 	}
 	w.Close()
+	read := make(chan struct{}) // the output is read to its end
 	go func() {
+		defer close(read)
 		sc := bufio.NewScanner(r)
 		for sc.Scan() {
 			p.mu.Lock()
@@ -69,7 +71,7 @@ func start(t *testing.T, bin string, args ...string) *proc {
 		}
 		r.Close()
 	}()
-	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	go func() { p.err = p.cmd.Wait(); <-read; close(p.done) }() // done: exited, every line read
 	t.Cleanup(func() { p.cmd.Process.Kill(); <-p.done })
 	return p
 }
