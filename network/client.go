@@ -127,7 +127,7 @@ func Join(ctx context.Context, d Dial, cfg ClientConfig) (*ClientReport, error) 
 	}
 	rep := &ClientReport{Welcome: *w}
 	if w.Done {
-		return rep, nil
+		return rep, (&Announcement{Abort: w.Abort}).aborted()
 	}
 	set, err := cfg.Data(*w)
 	if err != nil {
@@ -144,6 +144,9 @@ func Join(ctx context.Context, d Dial, cfg ClientConfig) (*ClientReport, error) 
 		return nil, err
 	}
 	rep.Welcome = *w
+	if w.Done { // the run ended, or was given up, while the client loaded its data
+		return rep, (&Announcement{Abort: w.Abort}).aborted()
+	}
 	if cfg.Enrolled != nil {
 		cfg.Enrolled(*w)
 	}

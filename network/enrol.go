@@ -62,7 +62,7 @@ func (r *run) enrol(m *nats.Msg) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	w := r.welcome
-	w.Client, w.Done = k, r.done
+	w.Client, w.Done, w.Abort = k, r.done, r.aborted
 	if req.Kind == "hello" {
 		reply(w)
 		return

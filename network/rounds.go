@@ -365,6 +365,9 @@ func (r *run) abort(err error) {
 	if r.sched != nil {
 		rounds = r.sched.Rounds()
 	}
+	r.mu.Lock()
+	r.aborted = err.Error()
+	r.mu.Unlock()
 	r.end(&Announcement{Federation: r.fed, Round: len(r.cp.Records), Rounds: rounds, Seed: r.cp.Seed, Done: true, Abort: err.Error()})
 }
 

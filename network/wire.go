@@ -72,6 +72,9 @@ type Welcome struct {
 	SparseUpdates bool `json:"sparse_updates,omitempty"`
 	// Done reports that the run has finished.
 	Done bool `json:"done,omitempty"`
+	// Abort, with Done, says why the coordinator gave the run up
+	// (Announcement.Abort).
+	Abort string `json:"abort,omitempty"`
 }
 
 // Announcement is a round invitation, which the coordinator sends to each
