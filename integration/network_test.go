@@ -214,6 +214,7 @@ func TestNetwork(t *testing.T) {
 	t.Run("rogue clients", func(t *testing.T) { testRogueClients(t, bin) })
 	t.Run("serve bad input", func(t *testing.T) { testServeBadInput(t, bin) })
 	t.Run("two serves on one store", func(t *testing.T) { testTwoServes(t, bin) })
+	t.Run("serve gives up", func(t *testing.T) { testServeGivesUp(t, bin) })
 	t.Run("coordinator killed and restarted", func(t *testing.T) { testServeKilled(t, bin) })
 	t.Run("clients killed mid-run", func(t *testing.T) { testJoinsKilled(t, bin) })
 }
@@ -372,6 +373,28 @@ func testTwoServes(t *testing.T, bin string) {
 	first.cmd.Process.Kill()
 	first.wait(t, 10*time.Second)
 	f.serve(t, store, "127.0.0.1:0", args...) // fails unless it serves at once
+}
+
+// testServeGivesUp: a serve that gives the run up (one of two clients
+// enrolled, --min-clients 2) exits 4, and the client that enrolled learns
+// why and exits 4 within 2 seconds, naming the reason.
+func testServeGivesUp(t *testing.T, bin string) {
+	f := newFed(t, bin, 1, 1)
+	srv, url, fp := f.serve(t, t.TempDir(), "127.0.0.1:0", "--method", "temp", "--rounds", "1", "--min-clients", "2", "--enrol-timeout", "3s",
+		"--out", filepath.Join(t.TempDir(), "c.json"))
+	join := f.join(t, url, fp, 0)
+	code := srv.wait(t, 30*time.Second)
+	gaveUp := time.Now()
+	if code != 4 || !strings.Contains(srv.output(), "too few clients") {
+		t.Errorf("serve: exit %d:\n%s", code, srv.output())
+	}
+	code = join.wait(t, 10*time.Second)
+	if took := time.Since(gaveUp); took > 2*time.Second {
+		t.Errorf("join exited %v after serve gave up", took)
+	}
+	if code != 4 || !strings.Contains(join.output(), "the coordinator ended the run") || !strings.Contains(join.output(), "1 of 2 clients enrolled") {
+		t.Errorf("join: exit %d:\n%s", code, join.output())
+	}
 }
 
 // testServeKilled: serve killed with SIGKILL after round 2 and restarted
