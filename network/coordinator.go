@@ -256,7 +256,7 @@ type run struct {
 	ready    map[int][]float64 // client → class counts (nil when not needed)
 	started  bool              // the enrolment phase is over
 	done     bool
-	aborted  string // why the run was given up (abort); empty otherwise
+	aborted  string        // why the run was given up (abort); empty otherwise
 	enrolled chan struct{} // signalled when a client becomes ready
 }
 
