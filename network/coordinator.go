@@ -411,7 +411,10 @@ func (r *run) permanent(err error) error {
 	switch {
 	case errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount), code == jetstream.JSErrCodeJetStreamNotEnabledForAccount:
 		return fmt.Errorf("%w: the coordinator's NATS account has no JetStream: enable JetStream for it (its JetStream limits, or jetstream in its account's configuration): %w", ErrConfig, err)
-	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), code == jetstream.JSErrCodeJetStreamNotEnabled, errors.Is(err, nats.ErrNoResponders):
+	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), code == jetstream.JSErrCodeJetStreamNotEnabled:
+		// (The account-information request that open makes first maps a
+		// server without JetStream, which no one answers, to this; a bare
+		// "no responders" elsewhere may be a cluster electing a leader.)
 		return fmt.Errorf("%w: the NATS server has no JetStream (start it with JetStream enabled, e.g. jetstream {} in its configuration): %w", ErrConfig, err)
 	case code == 10074: // JSStreamReplicasNotSupportedErr
 		return fmt.Errorf("%w: %d replicas of the state bucket need a JetStream cluster of at least %d servers, and this server is not clustered (--replicas 1): %w", ErrConfig, r.cfg.Replicas, r.cfg.Replicas, err)
