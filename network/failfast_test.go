@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/federation"
@@ -62,6 +63,37 @@ func TestPermanentJetStreamErrors(t *testing.T) {
 		err = run(t, cfg, Dial{URL: ns.ClientURL(), Seed: seed}.Coordinator(DefaultFederation))
 		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "has no JetStream") {
 			t.Errorf("Run = %v, want ErrConfig naming JetStream", err)
+		}
+	})
+	t.Run("replicas 5 on a three-node cluster", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("a three-node JetStream cluster takes seconds to elect its leaders")
+		}
+		seed, _, _ := NewKey()
+		_, all := newCluster(t, pubs, seed)
+		c := cfg
+		c.Replicas = 5
+		d := Dial{URL: all(0), Seed: seed}.Coordinator(DefaultFederation)
+		// The cluster's JetStream may still be electing its leader: wait
+		// for it, so that the 2 seconds are the coordinator's.
+		nc, err := d.Connect()
+		if err != nil {
+			t.Fatal(err)
+		}
+		js, _ := jetstream.New(nc)
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_, err := js.AccountInfo(ctx)
+			cancel()
+			if err == nil || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		nc.Close()
+		err = run(t, c, d)
+		if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "5 replicas") {
+			t.Errorf("Run = %v, want ErrUnreachable naming the replicas", err)
 		}
 	})
 	t.Run("replicas 3 on one server", func(t *testing.T) {
