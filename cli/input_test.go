@@ -7,7 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
+
 	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/federation"
 	"github.com/fedcalib/fedcalib/infer/logits"
 	"github.com/fedcalib/fedcalib/network"
 )
@@ -151,6 +154,15 @@ func TestCheckModelInputProbabilities(t *testing.T) {
 	if code != ExitUsage || !strings.Contains(stderr, "tiny.onnx: --input probabilities: not probabilities: row 0") {
 		t.Errorf("logits read as probabilities: exit %d, %s", code, stderr)
 	}
+}
+
+// joinData returns the calibration rows join reads with fl.
+func joinData(cmd *cobra.Command, fl *joinFlags, w network.Welcome) (*calib.Set, error) {
+	pre, err := joinPrecheck(fl)
+	if err != nil {
+		return nil, err
+	}
+	return joinRows(cmd, fl, pre, w, federation.Calibration)
 }
 
 // TestJoinInputProbabilities checks join's --input: the calibration rows

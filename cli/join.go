@@ -28,7 +28,7 @@ type joinFlags struct {
 	logits, partition                        string
 	input                                    inputKind
 	clientID                                 int
-	enrolTimeout                             time.Duration
+	enrolTimeout, wait                       time.Duration
 }
 
 func newJoinCmd() *cobra.Command {
@@ -61,11 +61,17 @@ TLS: pin the coordinator's development certificate with
 --ca (or the system's roots for a tls:// URL). Plaintext nats:// URLs are
 accepted for loopback only, unless --insecure.
 
-It exits when the coordinator announces the end of the run.`,
+A coordinator not up yet is waited for with --wait D: the first
+connection is tried again every second for up to D.
+
+It exits when the coordinator announces the end of the run: with status
+0, or with status 4 when the coordinator gave the run up (it says why),
+as for every failure a retry may cure (no server answers, the connection
+was lost); other failures exit 2.`,
 		Example: `  fedcalib join --server tls://coord.example:4222 --tls-fingerprint 3f9a… --key site-a.nkey \
       --model model.onnx --data mnist:/data/mnist
   fedcalib join --server tls://127.0.0.1:4222 --tls-fingerprint 3f9a… --key c7.nkey \
-      --logits cifar10.npz --partition p.json`,
+      --logits cifar10.npz --partition p.json --wait 10m`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runJoin(cmd, &fl)
@@ -86,6 +92,7 @@ It exits when the coordinator announces the end of the run.`,
 	f.StringVar(&fl.partition, "partition", "", "with --logits: partition file giving the clients' rows")
 	f.IntVar(&fl.clientID, "client-id", -1, "with --logits: the partition's client to be (default: this client's index in the federation)")
 	f.DurationVar(&fl.enrolTimeout, "enrol-timeout", 30*time.Second, "how long to wait for the coordinator to answer")
+	f.DurationVar(&fl.wait, "wait", 0, "keep trying the first connection this long while no server answers (a coordinator not up yet), e.g. --wait 5m; 0: try once")
 	f.BoolVarP(&fl.quiet, "quiet", "q", false, "print no per-round lines")
 	return cmd
 }
@@ -109,6 +116,8 @@ func checkJoinFlags(cmd *cobra.Command, fl *joinFlags) error {
 		return errors.New("--tls-fingerprint and --ca both say which certificate to trust: give one")
 	case fl.enrolTimeout <= 0:
 		return errors.New("--enrol-timeout must be positive, e.g. 30s")
+	case fl.wait < 0:
+		return errors.New("--wait must be 0 or positive, e.g. 5m")
 	}
 	return network.ValidFederation(fl.federation)
 }
@@ -121,7 +130,14 @@ func runJoin(cmd *cobra.Command, fl *joinFlags) error {
 	if err != nil {
 		return fmt.Errorf("--key %w", err)
 	}
-	d := network.Dial{URL: fl.server, Fingerprint: fl.fingerprint, Insecure: fl.insecure, Name: "fedcalib join " + key.Public}
+	// The local inputs are checked, and a logits file read, before
+	// connecting: a missing file or a client out of range is a fix to make
+	// here, not something to find after enrolling.
+	pre, err := joinPrecheck(fl)
+	if err != nil {
+		return err
+	}
+	d := network.Dial{URL: fl.server, Fingerprint: fl.fingerprint, Insecure: fl.insecure, Name: "fedcalib join " + key.Public, Wait: fl.wait}
 	if fl.ca != "" {
 		pem, err := os.ReadFile(fl.ca)
 		if err != nil {
@@ -152,16 +168,18 @@ func runJoin(cmd *cobra.Command, fl *joinFlags) error {
 		EnrolTimeout: fl.enrolTimeout,
 		Log:          slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level, ReplaceAttr: dropTime})),
 		Data: func(w network.Welcome) (*calib.Set, error) {
+			return joinRows(cmd, fl, pre, w, federation.Calibration)
+		},
+		Enrolled: func(w network.Welcome) {
 			if !fl.quiet {
 				fmt.Fprintf(stderr, "enrolled as client %d of %d in federation %s: %s, %s\n", w.Client, w.Clients, w.Federation, w.Spec.Method, plural(w.Rounds, "round"))
 			}
-			return joinData(cmd, fl, w)
 		},
 	}
 	if fl.logits != "" {
 		// The test rows of the same file or partition, for an evaluation
 		// round (serve --evaluate).
-		cfg.TestData = func(w network.Welcome) (*calib.Set, error) { return joinRows(cmd, fl, w, federation.Test) }
+		cfg.TestData = func(w network.Welcome) (*calib.Set, error) { return joinRows(cmd, fl, pre, w, federation.Test) }
 	}
 	rep, err := network.Join(cmd.Context(), d, cfg)
 	if err != nil {
@@ -188,14 +206,39 @@ func runJoin(cmd *cobra.Command, fl *joinFlags) error {
 	return err
 }
 
-// joinData returns the client's calibration rows.
-func joinData(cmd *cobra.Command, fl *joinFlags, w network.Welcome) (*calib.Set, error) {
-	return joinRows(cmd, fl, w, federation.Calibration)
+// joinPrecheck checks join's local inputs before it connects: the model
+// file exists, or the logits file (read here, and returned) and the
+// partition fit, with --client-id among the partition's clients.
+func joinPrecheck(fl *joinFlags) (*logits.File, error) {
+	if fl.model != "" {
+		if _, err := os.Stat(fl.model); err != nil {
+			return nil, fmt.Errorf("--model: %w", err)
+		}
+		return nil, nil
+	}
+	f, err := readLogits(fl.logits, fl.input)
+	if err != nil {
+		return nil, err
+	}
+	if fl.partition == "" && f.Client == nil {
+		return f, nil
+	}
+	src := federation.Source{File: fl.partition}
+	p, _, err := src.Partition(f.IntLabels(), f.Classes, f.Client, f.Split)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", fl.logits, err)
+	}
+	if n := p.Len(); fl.clientID >= n {
+		return nil, fmt.Errorf("--client-id %d: the partition has %d clients (0 to %d)", fl.clientID, n, n-1)
+	}
+	return f, nil
 }
 
 // joinRows returns the client's rows of split s: its calibration rows,
-// or its test rows (none, without a split column or partition).
-func joinRows(cmd *cobra.Command, fl *joinFlags, w network.Welcome, s federation.Split) (*calib.Set, error) {
+// or its test rows (none, without a split column or partition), from the
+// logits file pre (read by joinPrecheck; not modified) or the model and
+// data.
+func joinRows(cmd *cobra.Command, fl *joinFlags, pre *logits.File, w network.Welcome, s federation.Split) (*calib.Set, error) {
 	if fl.model != "" {
 		res, err := runInfer(cmd.Context(), fl.model, fl.data, infer.Options{Batch: infer.DefaultBatch, Threads: runtime.GOMAXPROCS(0)})
 		if err != nil {
@@ -208,10 +251,8 @@ func joinRows(cmd *cobra.Command, fl *joinFlags, w network.Welcome, s federation
 		}
 		return f.Set(nil), nil
 	}
-	f, err := readLogits(fl.logits, fl.input)
-	if err != nil {
-		return nil, err
-	}
+	g := *pre // the fields set to nil below stay in pre
+	f := &g
 	if fl.partition == "" && f.Client == nil {
 		if s == federation.Test {
 			if f.Split == nil {

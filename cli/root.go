@@ -13,6 +13,7 @@ import (
 
 	"github.com/fedcalib/fedcalib/infer"
 	"github.com/fedcalib/fedcalib/internal/fileio"
+	"github.com/fedcalib/fedcalib/network"
 )
 
 // Exit statuses returned by Main (README.md, "Exit status").
@@ -21,6 +22,7 @@ const (
 	ExitFailed      = 1   // a check ran and failed its bar
 	ExitUsage       = 2   // bad usage or bad input
 	ExitEnvironment = 3   // the environment failed: ONNX Runtime missing or unloadable, npm unreachable in setup
+	ExitRetry       = 4   // serve, join: a failure that running the same command again may cure (network.Retryable)
 	ExitInterrupted = 130 // SIGINT or SIGTERM stopped the command (128 + SIGINT, as shells report it)
 	exitUnknown     = 2
 )
@@ -36,8 +38,9 @@ var ErrCheckFailed = errors.New("check failed")
 // Main runs the fedcalib command line with args (without the program name),
 // writing to stdout and stderr, and returns the process exit status:
 // ExitFailed for errors wrapping ErrCheckFailed, ExitEnvironment for
-// those wrapping infer.ErrRuntimeNotFound or infer.ErrFetch, ExitUsage for
-// any other. It is MainContext with a context never cancelled.
+// those wrapping infer.ErrRuntimeNotFound or infer.ErrFetch, ExitRetry
+// for those network.Retryable reports (serve and join), ExitUsage for any
+// other. It is MainContext with a context never cancelled.
 func Main(args []string, stdout, stderr io.Writer) int {
 	return MainContext(context.Background(), args, stdout, stderr)
 }
@@ -87,6 +90,8 @@ func exitStatus(err error) int {
 		return ExitFailed
 	case errors.Is(err, infer.ErrRuntimeNotFound), errors.Is(err, infer.ErrFetch):
 		return ExitEnvironment
+	case network.Retryable(err):
+		return ExitRetry
 	}
 	return exitUnknown
 }
@@ -106,6 +111,10 @@ Exit status:
   2    bad usage or bad input (a flag, a file, a value); nothing was written
   3    the environment failed: ONNX Runtime is missing or cannot be loaded
        (run "fedcalib setup"), or npm could not fetch it during setup
+  4    serve, join: a failure that running the same command again may cure:
+       the network (server unreachable, connection lost), too few clients,
+       the run given up by its coordinator, or another coordinator holding
+       the federation or its store
   130  interrupted by SIGINT or SIGTERM; no partial output was left behind`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

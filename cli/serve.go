@@ -79,7 +79,10 @@ the run. The listener serves TLS with
 --store whose SHA-256 fingerprint is printed for clients to pin
 (--tls-fingerprint); --plaintext is allowed on loopback only, or anywhere
 with --insecure. With --nats URL --creds F it uses an existing NATS
-deployment instead, which must grant the same permissions.
+deployment instead, which must grant the same permissions; --creds is the
+coordinator's credentials file (a user JWT, operator mode) or NKey seed
+file (an nkey user of the server's configuration file, as "fedcalib keys
+new" writes one). docs/NETWORK.md has complete nats-server configurations.
 
 It waits until every allow-listed client enrolled or --enrol-timeout
 passed (and fails unless --min-clients did), then runs --rounds rounds
@@ -153,9 +156,20 @@ with --eval-out writes them as eval --federated --json does.
 --eval-epsilon makes that evaluation private: its own release, each
 client's statistics clipped to --eval-clip, noise as for the fit.
 
+One coordinator per federation: the embedded server locks --store (a
+second serve on it stops at once, naming the first), and under --nats
+serve holds a lease in the federation's bucket, renewed every 5 seconds
+and lasting 15: a second serve stops at once naming the holder, a serve
+started after the holder died takes over once its lease expired, and a
+serve that lost its lease stops before releasing anything more.
+
 Progress is printed per round on stderr. The output is a calibrator file
 with the privacy record and the list of rounds with their participants
-and dropouts.`,
+and dropouts. When serve gives the run up (too few clients, a store it
+cannot write) it tells the enrolled clients why, and they exit. Exit
+status 4 (not 2) marks a failure a retry may cure: no NATS server
+answers or the connection was lost, too few clients, another coordinator
+holds the federation or --store.`,
 		Example: `  fedcalib keys new --out alice.nkey      # on each client machine; collect the public keys
   fedcalib serve --method bbq --weighting all --epsilon 1 --rounds 12 --clients-per-round 10 \
       --clients allow.txt --listen 0.0.0.0:4222 --store coord --out fedbbq.json
@@ -182,7 +196,7 @@ and dropouts.`,
 	f.StringVar(&fl.listen, "listen", "127.0.0.1:4222", "host:port of the embedded NATS server's client listener")
 	f.StringVar(&fl.store, "store", "", "directory of the embedded server's JetStream storage, the coordinator's checkpoints and the development certificate (required without --nats)")
 	f.StringVar(&fl.natsURL, "nats", "", "use this external NATS deployment (comma-separated URLs) instead of an embedded server")
-	f.StringVar(&fl.creds, "creds", "", "with --nats: the coordinator's NATS credentials file")
+	f.StringVar(&fl.creds, "creds", "", "with --nats: the coordinator's NATS credentials file (operator mode), or its NKey seed file (a user of the server's configuration), mode 0600")
 	f.StringVar(&fl.tlsCert, "tls-cert", "", "PEM certificate of the TLS listener (with --tls-key); default: a development certificate in --store")
 	f.StringVar(&fl.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
 	f.BoolVar(&fl.plaintext, "plaintext", false, "serve without TLS: loopback addresses only, unless --insecure")
@@ -295,15 +309,28 @@ func runServe(cmd, scratch *cobra.Command, fl *serveFlags) error {
 	if !fl.cal.fed.quiet {
 		cfg.Progress = serveProgress(stderr)
 	}
+	// The embedded server locks --store (network.ErrLocked), so no other
+	// coordinator reaches its bucket: take the lease at once. Under --nats
+	// another coordinator's live lease stops this one (network.ErrLeased).
+	cfg.Exclusive = fl.natsURL == ""
 	coord, err := network.NewCoordinator(cfg)
 	if err != nil {
 		return err
 	}
 	var dial network.Dial
 	if fl.natsURL != "" {
-		dial = network.Dial{URL: fl.natsURL, Creds: fl.creds, Name: "fedcalib coordinator", Insecure: fl.insecure}
 		if fl.creds == "" {
-			return errors.New("--nats needs --creds F, the coordinator's NATS credentials")
+			return errors.New("--nats needs --creds F, the coordinator's NATS credentials file or NKey seed file")
+		}
+		// A credentials file (operator mode: a user JWT and its seed) or a
+		// bare NKey seed (a user of the server's configuration file).
+		key, err := network.ReadKey(fl.creds)
+		if err != nil {
+			return fmt.Errorf("--creds %w", err)
+		}
+		dial = network.Dial{URL: fl.natsURL, Creds: key.Creds, Name: "fedcalib coordinator", Insecure: fl.insecure}.Coordinator(fl.federation)
+		if key.Creds == "" {
+			dial.Seed = key.Seed
 		}
 	} else {
 		if err := os.MkdirAll(fl.store, 0o700); err != nil {
@@ -321,10 +348,15 @@ func runServe(cmd, scratch *cobra.Command, fl *serveFlags) error {
 			sc.Certificate = &c
 		}
 		srv, err := network.NewServer(sc)
-		if err != nil {
+		if errors.Is(err, network.ErrLocked) {
+			return fmt.Errorf("--store %w", err)
+		} else if err != nil {
 			return fmt.Errorf("--listen %s: %w", fl.listen, err)
 		}
 		defer srv.Shutdown()
+		for _, w := range srv.Warnings() {
+			fmt.Fprintf(stderr, "warning: %s\n", w)
+		}
 		if fp := srv.Fingerprint(); fp != "" {
 			fmt.Fprintf(stderr, "serving federation %s at %s (TLS certificate SHA-256 %s)\n", fl.federation, srv.URL(), fp)
 		} else {
@@ -339,7 +371,7 @@ func runServe(cmd, scratch *cobra.Command, fl *serveFlags) error {
 	defer nc.Close()
 	out, err := coord.Run(cmd.Context(), nc)
 	if err != nil {
-		return err
+		return storeAdvice(err, fl)
 	}
 	prov := calib.Provenance{
 		Data:     fmt.Sprintf("networked federation %s of %d clients (%s)", fl.federation, len(cfg.Clients), fl.clients),
@@ -358,6 +390,19 @@ func runServe(cmd, scratch *cobra.Command, fl *serveFlags) error {
 		return err
 	}
 	return fl.eval.report(cmd.OutOrStdout(), out)
+}
+
+// storeAdvice adds to a store mismatch (network.ErrStore) where the run
+// lives and how to start another: a --store directory, or the bucket of
+// the federation on the --nats deployment.
+func storeAdvice(err error, fl *serveFlags) error {
+	if !errors.Is(err, network.ErrStore) {
+		return err
+	}
+	if fl.natsURL != "" {
+		return fmt.Errorf("%w (the run lives in the bucket fedcalib_%s of --nats %s: resume it with its flags, or start the new run under another --federation)", err, fl.federation, fl.natsURL)
+	}
+	return fmt.Errorf("%w (the run lives in --store %s: resume it with its flags, or start the new run with another --store)", err, fl.store)
 }
 
 // serveProgress prints one line per round.

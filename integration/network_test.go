@@ -56,7 +56,9 @@ func start(t *testing.T, bin string, args ...string) *proc {
 		t.Fatal(err)
 	}
 	w.Close()
+	read := make(chan struct{}) // the output is read to its end
 	go func() {
+		defer close(read)
 		sc := bufio.NewScanner(r)
 		for sc.Scan() {
 			p.mu.Lock()
@@ -69,7 +71,7 @@ func start(t *testing.T, bin string, args ...string) *proc {
 		}
 		r.Close()
 	}()
-	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	go func() { p.err = p.cmd.Wait(); <-read; close(p.done) }() // done: exited, every line read
 	t.Cleanup(func() { p.cmd.Process.Kill(); <-p.done })
 	return p
 }
@@ -115,6 +117,30 @@ type fed struct {
 // allow-list of its keys plus absent extra keys that never join.
 func newFed(t *testing.T, bin string, K, absent int) *fed {
 	t.Helper()
+	f := newFedData(t, bin, K)
+	var pubs []string
+	for i := range K + absent {
+		kf := filepath.Join(f.dir, fmt.Sprintf("c%d.nkey", i))
+		out, code := run(t, bin, "keys", "new", "--out", kf)
+		if code != 0 {
+			t.Fatalf("keys new: %s", out)
+		}
+		if fi, err := os.Stat(kf); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("key file %s: %v, mode %v", kf, err, fi.Mode())
+		}
+		f.keys = append(f.keys, kf)
+		pubs = append(pubs, strings.TrimSpace(out))
+	}
+	if err := os.WriteFile(f.allow, []byte(strings.Join(pubs, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// newFedData writes the logits and a K-client partition of a federation,
+// without keys.
+func newFedData(t *testing.T, bin string, K int) *fed {
+	t.Helper()
 	dir := t.TempDir()
 	f := &fed{bin: bin, dir: dir, logits: filepath.Join(dir, "logits.npz"), partition: filepath.Join(dir, "p.json"), allow: filepath.Join(dir, "allow.txt")}
 	const n, c = 3000, 4
@@ -136,22 +162,6 @@ func newFed(t *testing.T, bin string, K, absent int) *fed {
 	}
 	if out, code := run(t, bin, "partition", "--data-or-logits", f.logits, "--clients", fmt.Sprint(K), "--beta", "0.5", "--seed", "1", "--out", f.partition); code != 0 {
 		t.Fatalf("partition: %s", out)
-	}
-	var pubs []string
-	for i := range K + absent {
-		kf := filepath.Join(dir, fmt.Sprintf("c%d.nkey", i))
-		out, code := run(t, bin, "keys", "new", "--out", kf)
-		if code != 0 {
-			t.Fatalf("keys new: %s", out)
-		}
-		if fi, err := os.Stat(kf); err != nil || fi.Mode().Perm() != 0o600 {
-			t.Fatalf("key file %s: %v, mode %v", kf, err, fi.Mode())
-		}
-		f.keys = append(f.keys, kf)
-		pubs = append(pubs, strings.TrimSpace(out))
-	}
-	if err := os.WriteFile(f.allow, []byte(strings.Join(pubs, "\n")+"\n"), 0o644); err != nil {
-		t.Fatal(err)
 	}
 	return f
 }
@@ -203,6 +213,8 @@ func TestNetwork(t *testing.T) {
 	t.Run("join refused", func(t *testing.T) { testJoinRefused(t, bin) })
 	t.Run("rogue clients", func(t *testing.T) { testRogueClients(t, bin) })
 	t.Run("serve bad input", func(t *testing.T) { testServeBadInput(t, bin) })
+	t.Run("two serves on one store", func(t *testing.T) { testTwoServes(t, bin) })
+	t.Run("serve gives up", func(t *testing.T) { testServeGivesUp(t, bin) })
 	t.Run("coordinator killed and restarted", func(t *testing.T) { testServeKilled(t, bin) })
 	t.Run("clients killed mid-run", func(t *testing.T) { testJoinsKilled(t, bin) })
 }
@@ -270,7 +282,8 @@ func testServeJoinEqualsCalibrate(t *testing.T, bin string) {
 }
 
 // testJoinRefused: a key not on the allow-list, an unknown federation and
-// an unreachable server are each one clear line and exit status 2.
+// an unreachable server are each one clear line and exit status 2, or 4
+// for what a retry may cure (no server answers).
 func testJoinRefused(t *testing.T, bin string) {
 	f := newFed(t, bin, 2, 0)
 	out := filepath.Join(t.TempDir(), "c.json")
@@ -283,17 +296,19 @@ func testJoinRefused(t *testing.T, bin string) {
 		name string
 		args []string
 		want string
+		code int
 	}{
-		{"key not on the allow-list", []string{"--server", url, "--tls-fingerprint", fp, "--key", stranger}, "allow-list"},
-		{"unknown federation", []string{"--server", url, "--tls-fingerprint", fp, "--key", f.keys[0], "--federation", "other"}, "federation"},
-		{"wrong certificate", []string{"--server", url, "--tls-fingerprint", strings.Repeat("ab", 32), "--key", f.keys[0]}, "fingerprint"},
-		{"unreachable server", []string{"--server", "tls://127.0.0.1:1", "--tls-fingerprint", fp, "--key", f.keys[0]}, "no NATS server"},
-		{"plaintext off loopback", []string{"--server", "nats://192.0.2.1:4222", "--key", f.keys[0]}, "--insecure"},
+		{"key not on the allow-list", []string{"--server", url, "--tls-fingerprint", fp, "--key", stranger}, "allow-list", 2},
+		{"unknown federation", []string{"--server", url, "--tls-fingerprint", fp, "--key", f.keys[0], "--federation", "other"}, "federation", 2},
+		{"wrong certificate", []string{"--server", url, "--tls-fingerprint", strings.Repeat("ab", 32), "--key", f.keys[0]}, "fingerprint", 2},
+		{"unreachable server", []string{"--server", "tls://127.0.0.1:1", "--tls-fingerprint", fp, "--key", f.keys[0]}, "no NATS server", 4},
+		{"unreachable server, waited for", []string{"--server", "tls://127.0.0.1:1", "--tls-fingerprint", fp, "--key", f.keys[0], "--wait", "2s"}, "tried for 2s", 4},
+		{"plaintext off loopback", []string{"--server", "nats://192.0.2.1:4222", "--key", f.keys[0]}, "--insecure", 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o, code := run(t, bin, append(append([]string{"join"}, tc.args...), "--logits", f.logits, "--enrol-timeout", "3s")...)
-			if code != 2 || !strings.Contains(o, tc.want) || strings.Count(strings.TrimSpace(o), "\n") != 0 {
-				t.Errorf("exit %d, output %q: want status 2 and one line naming %q", code, o, tc.want)
+			if code != tc.code || !strings.Contains(o, tc.want) || strings.Count(strings.TrimSpace(o), "\n") != 0 {
+				t.Errorf("exit %d, output %q: want status %d and one line naming %q", code, o, tc.code, tc.want)
 			}
 		})
 	}
@@ -321,10 +336,16 @@ func testServeBadInput(t *testing.T, bin string) {
 		{"min-clients above the clients", []string{"--clients", f.allow, "--min-clients", "3"}, "--min-clients 3"},
 		{"plaintext off loopback", []string{"--clients", f.allow, "--plaintext", "--listen", "0.0.0.0:0"}, "--insecure"},
 		{"unknown method", []string{"--clients", f.allow, "--method", "nope"}, "--method"},
+		{"replicas 3 on one server", []string{"--clients", f.allow, "--replicas", "3", "--listen", "127.0.0.1:0"}, "3 replicas of the state bucket need a JetStream cluster"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"serve", "--method", "temp", "--store", filepath.Join(dir, "store"), "--out", out}, tc.args...)
+			start := time.Now()
 			o, code := run(t, bin, args...)
+			if took := time.Since(start); took > 5*time.Second {
+				t.Errorf("serve took %v to give up", took)
+			}
+			o = regexp.MustCompile(`(?m)^serving federation .*\n`).ReplaceAllString(o, "") // a server that started, then the error
 			if code != 2 || !strings.Contains(o, tc.want) || strings.Count(strings.TrimSpace(o), "\n") != 0 {
 				t.Errorf("exit %d, output %q: want status 2 and one line naming %q", code, o, tc.want)
 			}
@@ -332,6 +353,47 @@ func testServeBadInput(t *testing.T, bin string) {
 				t.Errorf("%s written", out)
 			}
 		})
+	}
+}
+
+// testTwoServes: a second serve on the --store of a running one stops at
+// once with exit status 4 and one line naming the first (its process id);
+// once the first is killed (SIGKILL), a serve on the store starts at once
+// and resumes it.
+func testTwoServes(t *testing.T, bin string) {
+	f := newFed(t, bin, 1, 1) // one client that never joins: the first serve waits
+	store := t.TempDir()
+	args := []string{"--method", "temp", "--rounds", "1", "--enrol-timeout", "60s", "--out", filepath.Join(t.TempDir(), "c.json")}
+	first, _, _ := f.serve(t, store, "127.0.0.1:0", args...)
+	o, code := run(t, bin, append([]string{"serve", "--clients", f.allow, "--store", store, "--listen", "127.0.0.1:0"}, args...)...)
+	want := fmt.Sprintf("held by fedcalib serve (pid %d on ", first.cmd.Process.Pid)
+	if code != 4 || !strings.Contains(o, want) || strings.Count(strings.TrimSpace(o), "\n") != 0 {
+		t.Errorf("second serve: exit %d, %q; want status 4 and one line with %q", code, o, want)
+	}
+	first.cmd.Process.Kill()
+	first.wait(t, 10*time.Second)
+	f.serve(t, store, "127.0.0.1:0", args...) // fails unless it serves at once
+}
+
+// testServeGivesUp: a serve that gives the run up (one of two clients
+// enrolled, --min-clients 2) exits 4, and the client that enrolled learns
+// why and exits 4 within 2 seconds, naming the reason.
+func testServeGivesUp(t *testing.T, bin string) {
+	f := newFed(t, bin, 1, 1)
+	srv, url, fp := f.serve(t, t.TempDir(), "127.0.0.1:0", "--method", "temp", "--rounds", "1", "--min-clients", "2", "--enrol-timeout", "3s",
+		"--out", filepath.Join(t.TempDir(), "c.json"))
+	join := f.join(t, url, fp, 0)
+	code := srv.wait(t, 30*time.Second)
+	gaveUp := time.Now()
+	if code != 4 || !strings.Contains(srv.output(), "too few clients") {
+		t.Errorf("serve: exit %d:\n%s", code, srv.output())
+	}
+	code = join.wait(t, 10*time.Second)
+	if took := time.Since(gaveUp); took > 2*time.Second {
+		t.Errorf("join exited %v after serve gave up", took)
+	}
+	if code != 4 || !strings.Contains(join.output(), "the coordinator ended the run") || !strings.Contains(join.output(), "1 of 2 clients enrolled") {
+		t.Errorf("join: exit %d:\n%s", code, join.output())
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"reflect"
 	"strconv"
 	"strings"
@@ -167,8 +168,10 @@ func testRogueClients(t *testing.T, bin string) {
 	const honest = 5
 	f := newFed(t, bin, honest+3, 0)
 	out := t.TempDir() + "/net.json"
-	srv, url, fp := f.serve(t, t.TempDir(), "127.0.0.1:0", "--method", "temp", "--epsilon", "4", "--clip", "0.5",
-		"--rounds", "2", "--sample-rate", "1", "--min-clients", fmt.Sprint(honest), "--round-timeout", "20s", "--enrol-timeout", "60s", "--out", out)
+	store := t.TempDir()
+	serveArgs := []string{"--method", "temp", "--epsilon", "4", "--clip", "0.5", "--seed", "3",
+		"--rounds", "2", "--sample-rate", "1", "--min-clients", fmt.Sprint(honest), "--round-timeout", "20s", "--enrol-timeout", "60s", "--out", out}
+	srv, url, fp := f.serve(t, store, "127.0.0.1:0", serveArgs...)
 
 	// Reading another client's updates is refused by the server.
 	spy := dialRogue(t, url, fp, f.keys[honest])
@@ -196,6 +199,25 @@ func testRogueClients(t *testing.T, bin string) {
 	for _, r := range rogues {
 		r.enrol(t)
 	}
+	// The confused deputy: enrolment requests whose reply subject is
+	// another client's update subject or inbox, the round subject, the
+	// bucket or the JetStream API. The coordinator must ignore them, or
+	// it would post a welcome there with its own permissions: client 0's
+	// updates would be refused, the settings overwritten.
+	for _, reply := range []string{
+		subject("update", pubOf(t, f, 0)), subject("inbox", pubOf(t, f, 1)) + ".x", "fedcalib.default.round",
+		"$KV.fedcalib_default.settings", "$KV.fedcalib_default.evil", "$JS.API.STREAM.DELETE.KV_fedcalib_default",
+	} {
+		for _, body := range []string{
+			fmt.Sprintf(`{"kind":"hello","version":%d}`, network.Version),
+			fmt.Sprintf(`{"kind":"ready","version":%d,"classes":4}`, network.Version),
+		} {
+			if err := spy.nc.PublishRequest(subject("enrol", spy.pub), reply, []byte(body)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	spy.nc.Flush()
 	var joins []*proc
 	for i := range honest {
 		joins = append(joins, f.join(t, url, fp, i))
@@ -232,9 +254,19 @@ func testRogueClients(t *testing.T, bin string) {
 			}
 		}
 	}
-	_, _, rec := calibFile(t, out)
+	params, _, rec := calibFile(t, out)
 	if len(rec) != 2 {
 		t.Fatalf("%d round records, want 2", len(rec))
+	}
+	// The store is the run's: serve again on it resumes the finished run
+	// and writes the same calibrator (overwritten settings could not be
+	// read).
+	os.Remove(out)
+	again := start(t, f.bin, append([]string{"serve", "--clients", f.allow, "--store", store, "--listen", "127.0.0.1:0"}, serveArgs...)...)
+	if code := again.wait(t, 30*time.Second); code != 0 || !strings.Contains(again.output(), "resumed after round 2") {
+		t.Errorf("serve again on the store: exit %d:\n%s", code, again.output())
+	} else if p2, _, _ := calibFile(t, out); p2 != params {
+		t.Errorf("serve again on the store wrote %s, first %s", p2, params)
 	}
 	for _, r := range rec {
 		if !reflect.DeepEqual(r.Participants, []int{0, 1, 2, 3, 4}) || !reflect.DeepEqual(r.Dropouts, []int{5, 6, 7}) {

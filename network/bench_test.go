@@ -289,7 +289,8 @@ func TestScaleCoordinator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := NewServer(ServerConfig{Listen: "127.0.0.1:0", Store: job.Store, Clients: pubs, SyncAlways: job.SyncAlways, Plaintext: job.Plaintext})
+	admin := adminSeed(t)
+	srv, err := NewServer(ServerConfig{Listen: "127.0.0.1:0", Store: job.Store, Clients: pubs, SyncAlways: job.SyncAlways, Plaintext: job.Plaintext, admin: publicOf(t, admin)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +321,9 @@ func TestScaleCoordinator(t *testing.T) {
 	rp.IdleHWM = vmHWM(t)
 	// A second connection of the coordinator's key watches the
 	// invitations and the updates, to time the phases of a round.
-	watch, err := srv.Dial().Connect()
+	wd := srv.Dial()
+	wd.Seed, wd.inboxPrefix = admin, ""
+	watch, err := wd.Connect()
 	if err != nil {
 		t.Fatal(err)
 	}

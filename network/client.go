@@ -34,6 +34,10 @@ type ClientConfig struct {
 	// the client is first invited to one. A client without it does not
 	// take part in evaluation rounds.
 	TestData func(w Welcome) (*calib.Set, error)
+	// Enrolled, if not nil, is called with the welcome once the
+	// coordinator accepted the client's ready request: the client is
+	// enrolled.
+	Enrolled func(w Welcome)
 	// EnrolTimeout is how long to wait for a coordinator to answer the
 	// enrolment; zero means 30 seconds.
 	EnrolTimeout time.Duration
@@ -104,7 +108,7 @@ func Join(ctx context.Context, d Dial, cfg ClientConfig) (*ClientReport, error) 
 		}
 	}
 	closed := make(chan struct{})
-	nc, err := d.Connect()
+	nc, err := d.connectWait(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +133,7 @@ func Join(ctx context.Context, d Dial, cfg ClientConfig) (*ClientReport, error) 
 	}
 	rep := &ClientReport{Welcome: *w}
 	if w.Done {
-		return rep, nil
+		return rep, (&Announcement{Abort: w.Abort}).aborted()
 	}
 	set, err := cfg.Data(*w)
 	if err != nil {
@@ -146,6 +150,12 @@ func Join(ctx context.Context, d Dial, cfg ClientConfig) (*ClientReport, error) 
 		return nil, err
 	}
 	rep.Welcome = *w
+	if w.Done { // the run ended, or was given up, while the client loaded its data
+		return rep, (&Announcement{Abort: w.Abort}).aborted()
+	}
+	if cfg.Enrolled != nil {
+		cfg.Enrolled(*w)
+	}
 	k := w.Client
 	fitter, err := w.Spec.Fitter()
 	if err != nil {
@@ -180,7 +190,7 @@ func Join(ctx context.Context, d Dial, cfg ClientConfig) (*ClientReport, error) 
 			a := *pending
 			pending = nil
 			if a.Done {
-				return rep, nil
+				return rep, a.aborted()
 			}
 			if a.Secure == nil || !slices.Contains(a.Participants, k) || a.Round < done || (a.Round == done && a.Attempt <= doneAttempt) {
 				continue
@@ -219,7 +229,7 @@ func Join(ctx context.Context, d Dial, cfg ClientConfig) (*ClientReport, error) 
 		}
 		rep.Received += int64(len(m.Data))
 		if a.Done {
-			return rep, nil
+			return rep, a.aborted()
 		}
 		if a.Secure != nil {
 			pending = &a
@@ -291,6 +301,15 @@ func evalUpdate(dst []float64, a Announcement, classes int, test *calib.Set) ([]
 		return nil, err
 	}
 	return step.Update(dst, a.Round, test, nil, nil)
+}
+
+// aborted returns nil for the end of a run, and an error wrapping
+// ErrAborted with the coordinator's reason for an aborted run.
+func (a *Announcement) aborted() error {
+	if a.Abort == "" {
+		return nil
+	}
+	return fmt.Errorf("%w: %.300s", ErrAborted, a.Abort)
 }
 
 // readAnnouncement decodes m, a message of the client pub's invitation

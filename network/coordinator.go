@@ -2,6 +2,7 @@ package network
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -69,6 +70,21 @@ type Config struct {
 	// Replicas is the number of JetStream replicas of the state bucket
 	// (3 in a three-node cluster); zero means 1.
 	Replicas int
+	// Holder names this coordinator in the federation's lease, which a
+	// second coordinator's refusal prints; empty means the program, its
+	// process id, host and start time.
+	Holder string
+	// LeaseTTL is how long the federation's lease lasts without renewal:
+	// after a coordinator dies, another can take the federation over
+	// that long after the dead one's last renewal; zero means
+	// DefaultLeaseTTL (15 s).
+	LeaseTTL time.Duration
+	// Exclusive takes the lease at once, whoever holds it: for a caller
+	// that knows no other coordinator can reach the bucket, such as serve
+	// with its embedded server, whose store it has locked (ErrLocked).
+	// False (an external NATS deployment) refuses to start while another
+	// coordinator's lease is live (ErrLeased).
+	Exclusive bool
 	// Secure, if not nil, runs every round under secure aggregation
 	// (SecAgg+, package secagg): the coordinator receives each update
 	// only quantised and masked and learns only the round's sum (see
@@ -173,8 +189,8 @@ func NewCoordinator(cfg Config) (*Coordinator, error) {
 		return nil, fmt.Errorf("%w: at least %d clients asked for, but the allow-list has %d", ErrConfig, cfg.MinClients, len(cfg.Clients))
 	case cfg.Classes < 0 || cfg.Classes == 1:
 		return nil, fmt.Errorf("%w: %d classes: want at least 2 (0: from the clients)", ErrConfig, cfg.Classes)
-	case cfg.RoundTimeout < 0 || cfg.EnrolTimeout < 0 || cfg.MaxAttempts < 0 || cfg.Replicas < 0:
-		return nil, fmt.Errorf("%w: negative timeout, attempts or replicas", ErrConfig)
+	case cfg.RoundTimeout < 0 || cfg.EnrolTimeout < 0 || cfg.MaxAttempts < 0 || cfg.Replicas < 0 || cfg.LeaseTTL < 0:
+		return nil, fmt.Errorf("%w: negative timeout, attempts, replicas or lease TTL", ErrConfig)
 	}
 	cfg.MinClients = max(cfg.MinClients, 1)
 	if e := cfg.Evaluate; e != nil {
@@ -210,6 +226,10 @@ func NewCoordinator(cfg Config) (*Coordinator, error) {
 	cfg.EnrolTimeout = or(cfg.EnrolTimeout, 5*time.Minute)
 	cfg.MaxAttempts = orInt(cfg.MaxAttempts, 3)
 	cfg.Replicas = orInt(cfg.Replicas, 1)
+	cfg.LeaseTTL = or(cfg.LeaseTTL, DefaultLeaseTTL)
+	if cfg.Holder == "" {
+		cfg.Holder = holderName()
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -226,28 +246,31 @@ type run struct {
 	server federation.ServerStep
 	sched  federation.Scheduler // the rounds of server: T, or 2T for FedScalBin
 	cp     checkpoint
-	want   settings       // the run's settings, as stored under settingsKey
-	sec    *securePlan    // nil without secure aggregation
-	secIn  chan *nats.Msg // secure-aggregation messages from the clients
+	want   settings          // the run's settings, as stored under settingsKey
+	sec    *securePlan       // nil without secure aggregation
+	secIn  chan *nats.Msg    // secure-aggregation messages from the clients
+	lease  *leaseHolder      // the federation's lease, held while the run runs
+	revs   map[string]uint64 // the revision of each bucket key last read or written
 
 	mu       sync.Mutex
 	welcome  Welcome
 	ready    map[int][]float64 // client → class counts (nil when not needed)
 	started  bool              // the enrolment phase is over
 	done     bool
+	aborted  string        // why the run was given up (abort); empty otherwise
 	enrolled chan struct{} // signalled when a client becomes ready
 }
 
-// Run runs the federation over nc, a connection with every permission on
-// the federation's subjects and the JetStream API, resuming from the
+// Run runs the federation over nc, a connection with the permissions of
+// CoordinatorPermissions (or more) made with Dial.Coordinator, resuming from the
 // checkpoint in the JetStream bucket when there is one, and returns the
 // outcome after the last round. It returns an error wrapping
 // ErrTooFewClients when fewer than MinClients enrol in EnrolTimeout or a
 // round stays short after MaxAttempts announcements, and ErrStore when
 // the store holds a run with other settings; the checkpoint keeps every
 // round closed before an error.
-func (c *Coordinator) Run(ctx context.Context, nc *nats.Conn) (*Outcome, error) {
-	r := &run{Coordinator: c, nc: nc, index: make(map[string]int, len(c.cfg.Clients)), ready: make(map[int][]float64), enrolled: make(chan struct{}, 1)}
+func (c *Coordinator) Run(ctx context.Context, nc *nats.Conn) (out *Outcome, err error) {
+	r := &run{Coordinator: c, nc: nc, index: make(map[string]int, len(c.cfg.Clients)), ready: make(map[int][]float64), enrolled: make(chan struct{}, 1), revs: map[string]uint64{}}
 	for k, pub := range c.cfg.Clients {
 		r.index[pub] = k
 	}
@@ -259,6 +282,19 @@ func (c *Coordinator) Run(ctx context.Context, nc *nats.Conn) (*Outcome, error) 
 	if err := r.open(ctx); err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if err := r.acquire(ctx, cancel); err != nil {
+		return nil, err
+	}
+	defer r.lease.release()
+	defer func() {
+		// A run stopped by the loss of its lease says so, not "context
+		// canceled".
+		if cause := context.Cause(ctx); err != nil && errors.Is(cause, ErrLeaseLost) && !errors.Is(err, ErrLeaseLost) {
+			err = cause
+		}
+	}()
 	resumed, err := r.load(ctx)
 	if err != nil {
 		return nil, err
@@ -268,6 +304,8 @@ func (c *Coordinator) Run(ctx context.Context, nc *nats.Conn) (*Outcome, error) 
 		return nil, err
 	}
 	defer sub.Unsubscribe()
+	// Once clients may have enrolled, a run that fails tells them why.
+	defer func() { r.abort(err) }()
 	if c.cfg.Secure != nil {
 		r.secIn = make(chan *nats.Msg, 8192)
 		ssub, err := nc.ChanSubscribe(subjSecAggAll(c.fed), r.secIn)
@@ -276,7 +314,7 @@ func (c *Coordinator) Run(ctx context.Context, nc *nats.Conn) (*Outcome, error) 
 		}
 		defer ssub.Unsubscribe()
 	}
-	out := &Outcome{ResumedAfter: 0}
+	out = &Outcome{ResumedAfter: 0}
 	if resumed {
 		out.ResumedAfter = len(r.cp.Records)
 	} else if err := r.enrolment(ctx); err != nil {
@@ -289,9 +327,12 @@ func (c *Coordinator) Run(ctx context.Context, nc *nats.Conn) (*Outcome, error) 
 		if err := r.storeSettings(ctx); err != nil {
 			return nil, err
 		}
-		if err := r.commit(ctx); err != nil {
-			return nil, err
-		}
+	}
+	// The first checkpoint, or the resumed one again with this
+	// coordinator's lease token: a coordinator before this one can no
+	// longer write it.
+	if err := r.commit(ctx); err != nil {
+		return nil, err
 	}
 	// Updates are core NATS requests, answered once taken (see
 	// receive). An update that finds the channel full is dropped by the
@@ -320,6 +361,9 @@ func (c *Coordinator) Run(ctx context.Context, nc *nats.Conn) (*Outcome, error) 
 			return nil, fmt.Errorf("evaluation round: %w", err)
 		}
 	}
+	if err := r.lease.check(); err != nil {
+		return nil, err
+	}
 	r.finish()
 	out.Result, out.Rounds, out.Seed, out.Classes = res, r.cp.Records, r.cp.Seed, r.cp.Classes
 	return out, nil
@@ -335,8 +379,15 @@ func (r *run) retry(ctx context.Context, what string, f func(context.Context) er
 		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
 		err := f(actx)
 		acancel()
+		var stop errStop
+		if errors.As(err, &stop) {
+			return stop.err
+		}
 		if err == nil || ctx.Err() != nil {
 			return err
+		}
+		if perr := r.permanent(err); perr != nil {
+			return perr
 		}
 		r.cfg.Log.Warn("retrying", "what", what, "err", err)
 		select {
@@ -345,6 +396,35 @@ func (r *run) retry(ctx context.Context, what string, f func(context.Context) er
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// permanent returns an error naming the cause when err is a JetStream or
+// NATS error that no retry can cure (the account has no JetStream, more
+// replicas than the cluster has servers, a permission the coordinator's
+// user lacks), else nil: retry then gives up at once instead of trying
+// for 30 seconds.
+func (r *run) permanent(err error) error {
+	var apiErr *jetstream.APIError
+	code := jetstream.ErrorCode(0)
+	if errors.As(err, &apiErr) {
+		code = apiErr.ErrorCode
+	}
+	switch {
+	case errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount), code == jetstream.JSErrCodeJetStreamNotEnabledForAccount:
+		return fmt.Errorf("%w: the coordinator's NATS account has no JetStream: enable JetStream for it (its JetStream limits, or jetstream in its account's configuration): %w", ErrConfig, err)
+	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), code == jetstream.JSErrCodeJetStreamNotEnabled:
+		// (The account-information request that open makes first maps a
+		// server without JetStream, which no one answers, to this; a bare
+		// "no responders" elsewhere may be a cluster electing a leader.)
+		return fmt.Errorf("%w: the NATS server has no JetStream (start it with JetStream enabled, e.g. jetstream {} in its configuration): %w", ErrConfig, err)
+	case code == 10074: // JSStreamReplicasNotSupportedErr
+		return fmt.Errorf("%w: %d replicas of the state bucket need a JetStream cluster of at least %d servers, and this server is not clustered (--replicas 1): %w", ErrConfig, r.cfg.Replicas, r.cfg.Replicas, err)
+	case code == 10005 && r.cfg.Replicas > 1: // JSClusterNoPeersErrF: fewer servers up than replicas
+		return fmt.Errorf("%w: no %d JetStream servers of the cluster can hold the state bucket's %d replicas (too few servers, or too few up; --replicas): %w", ErrUnreachable, r.cfg.Replicas, r.cfg.Replicas, err)
+	case errors.Is(err, nats.ErrPermissionViolation), strings.Contains(strings.ToLower(err.Error()), "permissions violation"):
+		return fmt.Errorf("%w: the coordinator's NATS user lacks a permission (see network.CoordinatorPermissions and docs/NETWORK.md): %w", ErrNotAllowed, err)
+	}
+	return nil
 }
 
 // steps builds the server step, restoring the checkpoint's state.

@@ -1,7 +1,9 @@
 package network
 
 import (
+	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/url"
@@ -43,11 +45,15 @@ type Dial struct {
 	// connection; zero means 240 (a minute at the default wait), -1
 	// forever.
 	MaxReconnects int
+	// Wait is how long Join keeps trying its first connection while no
+	// server answers (ErrUnreachable), for a coordinator not up yet; zero
+	// tries once.
+	Wait time.Duration
 	// OnError, if not nil, receives the asynchronous errors of the
 	// connection, such as a permissions violation.
 	OnError func(error)
 
-	inboxPrefix string
+	inboxPrefix string // the connection's reply subjects: a client's inbox, or CoordinatorInbox
 	// inProcess, if not nil, is the embedded server to connect to in
 	// process (Server.Dial): no socket and no TLS, since nothing leaves
 	// the process; URL and the TLS settings are then not used to
@@ -56,8 +62,8 @@ type Dial struct {
 }
 
 // Connect connects to the server. Errors wrap ErrUnreachable (no server
-// answers), ErrNotAllowed (the server refused the key), ErrInsecure or
-// ErrKey.
+// answers), ErrNotAllowed (the server refused the key), ErrTLS (the
+// server's certificate is not trusted), ErrInsecure or ErrKey.
 func (d Dial) Connect() (*nats.Conn, error) {
 	secure := d.Fingerprint != "" || d.TLS != nil
 	for _, u := range strings.Split(d.URL, ",") {
@@ -72,7 +78,7 @@ func (d Dial) Connect() (*nats.Conn, error) {
 		default:
 			return nil, fmt.Errorf("%w: server URL %q: the scheme must be tls or nats", ErrConfig, u)
 		}
-		if !secure && !d.Insecure && !loopback(pu.Hostname()) {
+		if !secure && !d.Insecure && !loopback(pu.Hostname()) && d.inProcess == nil {
 			return nil, fmt.Errorf("%w: %s is plaintext to a remote host: use tls://, pin the certificate, or pass --insecure", ErrInsecure, u)
 		}
 	}
@@ -128,11 +134,67 @@ func (d Dial) Connect() (*nats.Conn, error) {
 	case err == nil:
 		return nc, nil
 	case errors.Is(err, nats.ErrAuthorization), strings.Contains(strings.ToLower(err.Error()), "authorization"):
-		return nil, fmt.Errorf("%w: %s refused the key (is its public key on the coordinator's allow-list?): %w", ErrNotAllowed, d.URL, err)
+		return nil, fmt.Errorf("%w: %s refused the key%s: %w", ErrNotAllowed, d.URL, d.refusedHint(), err)
 	case errors.Is(err, nats.ErrNoServers):
 		return nil, fmt.Errorf("%w: no NATS server answers at %s: %w", ErrUnreachable, d.URL, err)
+	case tlsFailure(err):
+		return nil, fmt.Errorf("%w: %s: %w", ErrTLS, d.URL, err)
 	}
 	return nil, fmt.Errorf("%w: %s: %w", ErrUnreachable, d.URL, err)
+}
+
+// Coordinator returns d set up for the coordinator of federation fed:
+// its reply subjects under CoordinatorInbox(fed), the only ones that
+// CoordinatorPermissions lets it read. Connect the connection given to
+// Coordinator.Run with it.
+func (d Dial) Coordinator(fed string) Dial {
+	d.inboxPrefix = CoordinatorInbox(fed)
+	return d
+}
+
+// tlsFailure reports whether err is a failed TLS handshake: a certificate
+// that is not the pinned one or not trusted, or no TLS where TLS was
+// asked for — a setting to fix, not a server that does not answer.
+func tlsFailure(err error) bool {
+	var cv *tls.CertificateVerificationError
+	var ua x509.UnknownAuthorityError
+	var hn x509.HostnameError
+	var ci x509.CertificateInvalidError
+	if errors.As(err, &cv) || errors.As(err, &ua) || errors.As(err, &hn) || errors.As(err, &ci) {
+		return true
+	}
+	msg := strings.ToLower(err.Error())
+	return strings.Contains(msg, "tls error") || strings.Contains(msg, "tls:") || strings.Contains(msg, "x509:") || strings.Contains(msg, "secure connection")
+}
+
+// refusedHint says what to check when the server refuses the key: a
+// client's key must be on the coordinator's allow-list; the
+// coordinator's user must be known to the NATS deployment.
+func (d Dial) refusedHint() string {
+	if d.inboxPrefix != "" && strings.HasSuffix(d.inboxPrefix, ".coordinator") {
+		return " (is the coordinator's user, --creds, one of the NATS deployment's users?)"
+	}
+	return " (is its public key on the coordinator's allow-list?)"
+}
+
+// connectWait connects as Connect does, trying again every second while
+// no server answers, until d.Wait has passed or ctx is done.
+func (d Dial) connectWait(ctx context.Context) (*nats.Conn, error) {
+	deadline := time.Now().Add(d.Wait)
+	for {
+		nc, err := d.Connect()
+		if err == nil || !errors.Is(err, ErrUnreachable) || time.Now().After(deadline) {
+			if err != nil && d.Wait > 0 && errors.Is(err, ErrUnreachable) {
+				err = fmt.Errorf("%w (tried for %v)", err, d.Wait)
+			}
+			return nc, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (%w)", err, ctx.Err())
+		case <-time.After(min(time.Second, time.Until(deadline)+time.Millisecond)):
+		}
+	}
 }
 
 func or(d, def time.Duration) time.Duration {

@@ -31,8 +31,14 @@
 // ClientPermissions: publish to its own enrol, update and secagg subjects
 // only, subscribe to fedcalib.F.round and its own inbox only. A client can
 // therefore never read another client's update or invitation, nor the
-// JetStream API. An external NATS deployment must grant the same
-// permissions.
+// JetStream API. The coordinator's own key gets CoordinatorPermissions:
+// it may publish only to the clients' inboxes, the round subject, its
+// bucket and the JetStream API about that bucket. Whatever reply subject
+// a client's request carries, the coordinator answers only on that
+// client's own inbox (fedcalib.F.inbox.P.…) and ignores a request whose
+// reply subject is elsewhere, so that no client can have it write, with
+// its permissions, where the client may not (a confused deputy). An
+// external NATS deployment must grant the same permissions.
 //
 // # Message flow
 //
@@ -83,7 +89,20 @@
 //     again.
 //  6. After the last round it announces the end of the run to every
 //     client on fedcalib.F.round (and once on each client's inbox, for
-//     clients that missed it), and the clients leave.
+//     clients that missed it), and the clients leave. A run it gives up
+//     (too few clients, a store it cannot write) ends the same way, with
+//     the reason (Announcement.Abort): the clients return ErrAborted.
+//
+// # One coordinator per federation
+//
+// The embedded server locks its store directory (ErrLocked), and every
+// coordinator holds a lease in the bucket while it runs (ErrLeased for a
+// second one): taken with a revision-checked write, renewed every third
+// of Config.LeaseTTL, taken over only once it expired. Its token goes
+// into every checkpoint, every write of the settings and the checkpoint
+// is revision-checked, and a coordinator that lost its lease stops
+// before it releases anything more (ErrLeaseLost). Failures that a retry
+// may cure are those of Retryable.
 //
 // # Secure aggregation
 //

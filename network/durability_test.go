@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -137,11 +138,7 @@ func freePorts(t *testing.T, n int) []int {
 // readCheckpoint reads the coordinator's checkpoint from h's server.
 func readCheckpoint(t *testing.T, h *harness) checkpoint {
 	t.Helper()
-	nc, err := h.srv.Dial().Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := h.adminConn(t)
 	js, _ := jetstream.New(nc)
 	kv, err := js.KeyValue(context.Background(), bucketName(DefaultFederation))
 	if err != nil {
@@ -198,8 +195,8 @@ func TestResume(t *testing.T) {
 			}
 			other := cfg
 			other.Rounds.Seed++
-			if _, err := h.coordinate(ctx, t, other); !errors.Is(err, ErrStore) {
-				t.Errorf("a run with another seed resumed the store: %v", err)
+			if _, err := h.coordinate(ctx, t, other); !errors.Is(err, ErrStore) || !strings.Contains(err.Error(), fmt.Sprintf("seed: stored %d, now %d", r.Seed, r.Seed+1)) {
+				t.Errorf("a run with another seed resumed the store: %v; want ErrStore naming the seeds", err)
 			}
 			out, err := h.coordinate(ctx, t, cfg)
 			if err != nil {
@@ -233,11 +230,7 @@ func TestResume(t *testing.T) {
 // server, over a connection closed at the end of the test.
 func stateBucket(t *testing.T, h *harness) (jetstream.JetStream, jetstream.KeyValue) {
 	t.Helper()
-	nc, err := h.srv.Dial().Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := h.adminConn(t)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -287,20 +280,12 @@ func olderStore(t *testing.T, h *harness) {
 	}
 }
 
-// TestCluster: on three embedded servers with routes and JetStream
-// replicas 3, stopping one node mid-run does not stop the federation.
-func TestCluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a three-node JetStream cluster takes seconds to elect its leaders")
-	}
-	const K, C = 6, 3
-	pop := population(t, 1200, C, K)
-	spec := federation.Spec{Method: "temp", Epsilon: 3}
-	r := federation.Rounds{T: 4, SampleRate: 1, Seed: 5}
-	ks, pubs := keys(t, K)
-	coordSeed, _, _ := NewKey()
+// newCluster starts a three-node cluster of embedded servers with
+// clustered JetStream, admitting the clients pubs and the coordinator's
+// key coordSeed; all(i) lists every node's URL, starting at node i%3.
+func newCluster(t *testing.T, pubs []string, coordSeed []byte) (nodes []*Server, all func(first int) string) {
+	t.Helper()
 	ports := freePorts(t, 6)
-	var nodes []*Server
 	var urls []string
 	for i := range 3 {
 		var routes []string
@@ -323,9 +308,24 @@ func TestCluster(t *testing.T) {
 		nodes = append(nodes, srv)
 		urls = append(urls, srv.URL())
 	}
-	all := func(first int) string { // every node, starting at first
+	return nodes, func(first int) string {
 		return urls[first%3] + "," + urls[(first+1)%3] + "," + urls[(first+2)%3]
 	}
+}
+
+// TestCluster: on three embedded servers with routes and JetStream
+// replicas 3, stopping one node mid-run does not stop the federation.
+func TestCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-node JetStream cluster takes seconds to elect its leaders")
+	}
+	const K, C = 6, 3
+	pop := population(t, 1200, C, K)
+	spec := federation.Spec{Method: "temp", Epsilon: 3}
+	r := federation.Rounds{T: 4, SampleRate: 1, Seed: 5}
+	ks, pubs := keys(t, K)
+	coordSeed, _, _ := NewKey()
+	nodes, all := newCluster(t, pubs, coordSeed)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -347,7 +347,7 @@ func TestCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := Dial{URL: all(1), Seed: coordSeed, ReconnectWait: 100 * time.Millisecond}.Connect()
+	nc, err := Dial{URL: all(1), Seed: coordSeed, ReconnectWait: 100 * time.Millisecond}.Coordinator(DefaultFederation).Connect()
 	if err != nil {
 		t.Fatal(err)
 	}

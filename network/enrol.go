@@ -35,16 +35,20 @@ func (r *run) needCounts() bool {
 
 // enrol answers a client's hello or ready request.
 func (r *run) enrol(m *nats.Msg) {
+	pub := m.Subject[enrolPrefixLen(r.fed):]
 	reply := func(w Welcome) {
 		b, err := json.Marshal(w)
 		if err == nil {
-			err = m.Respond(b)
+			err = r.answer(m, pub, b)
 		}
 		if err != nil {
 			r.cfg.Log.Warn("answering an enrolment", "err", err)
 		}
 	}
-	pub := m.Subject[enrolPrefixLen(r.fed):]
+	if !ownInbox(r.fed, pub, m.Reply) {
+		r.cfg.Log.Warn("ignored an enrolment whose reply subject is not the sender's inbox", "key", pub, "reply", fmt.Sprintf("%.80q", m.Reply))
+		return
+	}
 	k, ok := r.index[pub]
 	if !ok {
 		reply(Welcome{Error: fmt.Sprintf("key %s is not on the allow-list of federation %s", pub, r.fed)})
@@ -58,7 +62,7 @@ func (r *run) enrol(m *nats.Msg) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	w := r.welcome
-	w.Client, w.Done = k, r.done
+	w.Client, w.Done, w.Abort = k, r.done, r.aborted
 	if req.Kind == "hello" {
 		reply(w)
 		return

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/federation"
@@ -65,9 +66,10 @@ func keys(t testing.TB, n int) ([]Key, []string) {
 
 // harness is an embedded server with its allow-listed client keys.
 type harness struct {
-	srv  *Server
-	keys []Key
-	pubs []string
+	srv   *Server
+	keys  []Key
+	pubs  []string
+	admin []byte // the seed of a user with every permission (ServerConfig.admin)
 }
 
 func newHarness(t testing.TB, K int, store string) *harness {
@@ -80,12 +82,53 @@ func newHarness(t testing.TB, K int, store string) *harness {
 
 func (h *harness) start(t testing.TB, listen, store string) {
 	t.Helper()
-	srv, err := NewServer(ServerConfig{Listen: listen, Store: store, Clients: h.pubs})
+	if h.admin == nil {
+		h.admin = adminSeed(t)
+	}
+	srv, err := NewServer(ServerConfig{Listen: listen, Store: store, Clients: h.pubs, admin: publicOf(t, h.admin)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.srv = srv
 	t.Cleanup(srv.Shutdown)
+}
+
+// adminSeed returns a new seed for ServerConfig.admin.
+func adminSeed(t testing.TB) []byte {
+	t.Helper()
+	seed, _, err := NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return seed
+}
+
+// publicOf returns the public key of seed.
+func publicOf(t testing.TB, seed []byte) string {
+	t.Helper()
+	kp, err := nkeys.FromSeed(seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := kp.PublicKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pub
+}
+
+// adminConn connects to h's server as the user with every permission,
+// in process.
+func (h *harness) adminConn(t testing.TB) *nats.Conn {
+	t.Helper()
+	d := h.srv.Dial()
+	d.Seed, d.inboxPrefix = h.admin, ""
+	nc, err := d.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
 }
 
 // clientDial is the dial settings of a client of h.

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 
 	"github.com/nats-io/jwt/v2"
@@ -126,7 +127,14 @@ type Key struct {
 
 // ReadKey reads a key file: a bare NKey user seed or a NATS credentials
 // file. Errors wrap ErrKey.
+//
+// A key file that users other than its owner may read (mode 0640, 0644, …)
+// is refused: its seed is no longer a secret of its owner's (chmod 600
+// it, or make a new key if others may have read it).
 func ReadKey(path string) (Key, error) {
+	if err := privateFile(path); err != nil {
+		return Key{}, err
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return Key{}, fmt.Errorf("%w: %w", ErrKey, err)
@@ -152,6 +160,20 @@ func ReadKey(path string) (Key, error) {
 		return Key{}, fmt.Errorf("%w: %s: %w", ErrKey, path, err)
 	}
 	return Key{Seed: bytes.Clone(seed), Public: pub, Creds: creds}, nil
+}
+
+// privateFile returns an error wrapping ErrKey when users other than
+// its owner may read, write or run the file path (on systems with Unix
+// modes).
+func privateFile(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrKey, err)
+	}
+	if runtime.GOOS != "windows" && fi.Mode().Perm()&0o077 != 0 {
+		return fmt.Errorf("%w: %s has mode %04o, so users other than its owner may read its secret seed: chmod 600 %s (and make a new key if they may have read it)", ErrKey, path, fi.Mode().Perm(), path)
+	}
+	return nil
 }
 
 // ReadAllowList reads an allow-list file: one NKey user public key a
@@ -183,6 +205,11 @@ func ParseAllowList(b []byte) ([]string, error) {
 			continue
 		}
 		k := f[0]
+		if strings.HasPrefix(k, "S") {
+			// Perhaps a seed pasted in place of its public key: never
+			// echo it.
+			return nil, fmt.Errorf("%w: line %d holds what looks like a secret seed (it starts with S), not a public key: remove it from the file, and if it is a seed, make a new key (\"fedcalib keys new\"), since this one is no longer secret, and list its public key (starting with U)", ErrAllowList, line)
+		}
 		if !nkeys.IsValidPublicUserKey(k) {
 			return nil, fmt.Errorf("%w: line %d: %.20q is not an NKey user public key (\"fedcalib keys new\" prints one, starting with U)", ErrAllowList, line, k)
 		}
@@ -222,3 +249,45 @@ func ClientPermissions(fed, pub string) *server.Permissions {
 		Subscribe: &server.SubjectPermission{Allow: []string{subjRound(fed), inboxPrefix(fed, pub) + ".>"}},
 	}
 }
+
+// CoordinatorPermissions returns the NATS permissions of the coordinator
+// of federation fed, the least it needs: publish only to the end-of-run
+// subject, the clients' inboxes (its answers, invitations and
+// secure-aggregation messages), its bucket's keys ($KV.fedcalib_F.>) and
+// the JetStream API requests about that bucket (and about the update
+// stream of fedcalib before wire version 3, which it deletes); subscribe
+// only to the clients' enrol, update and secure-aggregation subjects and
+// to its own inbox (CoordinatorInbox), where the JetStream API answers.
+// It can therefore not publish to a client's enrol or update subject,
+// another bucket or stream, or any subject of another federation, even
+// if asked to. The embedded server gives the coordinator's key these; an
+// external deployment should give the coordinator's user the same (see
+// docs/NETWORK.md).
+func CoordinatorPermissions(fed string) *server.Permissions {
+	fed = fedOr(fed)
+	stream := "KV_" + bucketName(fed)
+	api := "$JS.API."
+	return &server.Permissions{
+		Publish: &server.SubjectPermission{Allow: []string{
+			subjRound(fed),
+			inboxPrefix(fed, "*") + ".>",
+			"$KV." + bucketName(fed) + ".>",
+			api + "INFO",
+			api + "STREAM.INFO." + stream,
+			api + "STREAM.CREATE." + stream,
+			api + "STREAM.UPDATE." + stream,
+			api + "STREAM.MSG.GET." + stream,
+			api + "DIRECT.GET." + stream,
+			api + "DIRECT.GET." + stream + ".>",
+			api + "STREAM.DELETE." + oldStreamName(fed),
+		}},
+		Subscribe: &server.SubjectPermission{Allow: []string{
+			subjEnrolAll(fed), subjUpdateAll(fed), subjSecAggAll(fed), CoordinatorInbox(fed) + ".>",
+		}},
+	}
+}
+
+// CoordinatorInbox returns the prefix of the reply subjects of the
+// coordinator of federation fed (fedcalib.F.coordinator), where the
+// answers of the JetStream API reach it: Dial.Coordinator sets it.
+func CoordinatorInbox(fed string) string { return "fedcalib." + fedOr(fed) + ".coordinator" }

@@ -87,3 +87,55 @@ func TestWriteCreds(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyFileReadableByOthers: a key file that others may read is refused,
+// naming the fix; one only its owner may read is read.
+func TestKeyFileReadableByOthers(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "a.nkey")
+	pub, err := WriteKey(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		mode os.FileMode
+		ok   bool
+	}{{0o600, true}, {0o400, true}, {0o640, false}, {0o644, false}, {0o604, false}, {0o660, false}} {
+		if err := os.Chmod(path, tc.mode); err != nil {
+			t.Fatal(err)
+		}
+		k, err := ReadKey(path)
+		switch {
+		case tc.ok && (err != nil || k.Public != pub):
+			t.Errorf("mode %04o: %v", tc.mode, err)
+		case !tc.ok && (!errors.Is(err, ErrKey) || !strings.Contains(err.Error(), "chmod 600")):
+			t.Errorf("mode %04o: %v, want ErrKey saying chmod 600", tc.mode, err)
+		}
+	}
+}
+
+// TestAllowListSeedNotEchoed: a seed pasted into the allow-list is
+// refused without echoing any of it.
+func TestAllowListSeedNotEchoed(t *testing.T) {
+	seed, pub, err := NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, list := range []string{
+		string(seed) + "\n",
+		pub + "\n# a comment\n" + string(seed) + " site-b\n",
+		pub + "\n" + string(seed[:30]) + "\n", // a truncated seed
+	} {
+		_, err := ParseAllowList([]byte(list))
+		if !errors.Is(err, ErrAllowList) || !strings.Contains(err.Error(), "secret seed") {
+			t.Errorf("%v, want ErrAllowList naming a secret seed", err)
+			continue
+		}
+		for i := 2; i+6 <= len(seed); i++ { // no 6 characters of the seed after its "SU"
+			if strings.Contains(err.Error(), string(seed[i:i+6])) {
+				t.Errorf("the error echoes the seed: %v", err)
+				break
+			}
+		}
+	}
+}

@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -23,6 +23,9 @@ const updateBuffer = 4096
 // inbox (fedcalib.F.inbox.P.invite): a client that was not sampled hears
 // nothing of the round, so a round costs O(pK) messages, not O(K).
 func (r *run) invite(a *Announcement, ks []int) error {
+	if err := r.lease.check(); err != nil {
+		return err
+	}
 	b, err := json.Marshal(a)
 	if err != nil {
 		return err
@@ -38,6 +41,9 @@ func (r *run) invite(a *Announcement, ks []int) error {
 // announce publishes a to every client on fedcalib.F.round: only the end
 // of the run goes there.
 func (r *run) announce(a *Announcement) error {
+	if err := r.lease.check(); err != nil {
+		return err
+	}
 	b, err := json.Marshal(a)
 	if err != nil {
 		return err
@@ -243,6 +249,9 @@ func (r *run) closeRound(ctx context.Context, rep *RoundReport) error {
 	if err := r.commit(ctx); err != nil {
 		return err
 	}
+	if err := r.lease.check(); err != nil {
+		return err
+	}
 	if cfg.Progress != nil {
 		if cfg.Spec.Private() {
 			if res, err := r.server.Result(); err == nil && res.Privacy != nil {
@@ -261,6 +270,10 @@ func (r *run) receive(t int, m *nats.Msg, sampled map[int]bool, got map[int][]fl
 	k, ok := r.index[pub]
 	if !ok {
 		r.cfg.Log.Warn("update from a key not on the allow-list", "key", pub)
+		return
+	}
+	if !ownInbox(r.fed, pub, m.Reply) {
+		r.cfg.Log.Warn("ignored an update whose reply subject is not the sender's inbox", "client", k, "reply", fmt.Sprintf("%.80q", m.Reply))
 		return
 	}
 	reason := r.take(t, k, m, sampled, got, refused, chk)
@@ -315,27 +328,58 @@ func (r *run) take(t, k int, m *nats.Msg, sampled map[int]bool, got map[int][]fl
 
 // ack answers the update m of the client pub: an empty message when the
 // update is taken (or was, for a replay), else the reason it is refused.
-// It answers only on the client's own inbox, so that a client cannot have
-// the coordinator write to another's.
 func (r *run) ack(m *nats.Msg, pub, reason string) {
-	if !strings.HasPrefix(m.Reply, inboxPrefix(r.fed, pub)+".") {
-		return
-	}
-	if err := r.nc.Publish(m.Reply, []byte(reason)); err != nil {
+	if err := r.answer(m, pub, []byte(reason)); err != nil {
 		r.cfg.Log.Warn("answering an update", "err", err)
 	}
 }
 
-// finish marks the run done and tells the clients: three times to all on
+// answer sends b in answer to the request m of the client pub, and is the
+// only way the coordinator answers a client's request: only on that
+// client's own inbox (fedcalib.F.inbox.P.…), whatever reply subject the
+// request carries, so that no client can have the coordinator write, with
+// its permissions, to another client's subjects, the round subject, the
+// bucket or the JetStream API (a confused deputy). A request whose reply
+// subject is elsewhere gets no answer, and an error says why.
+func (r *run) answer(m *nats.Msg, pub string, b []byte) error {
+	if !ownInbox(r.fed, pub, m.Reply) {
+		return fmt.Errorf("%w: the reply subject %.80q of client %s is not under its inbox %s.>: not answered", ErrNotAllowed, m.Reply, pub, inboxPrefix(r.fed, pub))
+	}
+	return r.nc.Publish(m.Reply, b)
+}
+
+// finish marks the run done and tells the clients (end).
+func (r *run) finish() {
+	r.end(&Announcement{Federation: r.fed, Round: r.sched.Rounds(), Rounds: r.sched.Rounds(), Seed: r.cp.Seed, Done: true})
+}
+
+// abort tells the clients that the coordinator gives the run up, and why
+// (err): they leave at once instead of waiting for invitations that will
+// not come. Not for a coordinator stopped (it may be restarted and resume)
+// or that lost its lease (another coordinator runs the federation now).
+func (r *run) abort(err error) {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrLeaseLost) || r.nc.IsClosed() {
+		return
+	}
+	rounds := 0
+	if r.sched != nil {
+		rounds = r.sched.Rounds()
+	}
+	r.mu.Lock()
+	r.aborted = err.Error()
+	r.mu.Unlock()
+	r.end(&Announcement{Federation: r.fed, Round: len(r.cp.Records), Rounds: rounds, Seed: r.cp.Seed, Done: true, Abort: err.Error()})
+}
+
+// end marks the run done and announces a: three times to all on
 // fedcalib.F.round, and once on each allow-listed client's own inbox,
 // where a client that missed the broadcasts (while it reconnected, or
 // where the subject's interest had not reached every node of a cluster)
 // still learns it. That is K messages once a run, not once a round.
-func (r *run) finish() {
+func (r *run) end(a *Announcement) {
 	r.mu.Lock()
 	r.done = true
 	r.mu.Unlock()
-	a := &Announcement{Federation: r.fed, Round: r.sched.Rounds(), Rounds: r.sched.Rounds(), Seed: r.cp.Seed, Done: true}
 	for i := range 3 {
 		if i > 0 {
 			time.Sleep(100 * time.Millisecond)

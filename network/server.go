@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -29,7 +30,7 @@ type ServerConfig struct {
 	// which the server admits with ClientPermissions.
 	Clients []string
 	// CoordinatorSeed is the NKey user seed of the coordinator, admitted
-	// with every permission; nil means a key generated for this server
+	// with CoordinatorPermissions; nil means a key generated for this server
 	// (one process: Server.Dial uses it). A cluster's servers share one.
 	CoordinatorSeed []byte
 	// Certificate is the TLS certificate to serve; nil means the
@@ -55,6 +56,10 @@ type ServerConfig struct {
 	// (see docs/NETWORK.md, "Durability"). Syncing every write costs a
 	// disk flush per update: about 4 ms each on a slow virtual disk.
 	SyncAlways bool
+
+	// admin, in tests, is the public key of a user admitted with every
+	// permission, to watch what the coordinator does.
+	admin string
 }
 
 // ClusterConfig makes an embedded server a node of a NATS cluster with
@@ -75,10 +80,17 @@ type Server struct {
 	url         string
 	fingerprint string
 	coordSeed   []byte
+	fed         string
+	lock        *os.File // the store's lock (lockStore), held until Shutdown
+	warnings    []string
 }
 
 // NewServer starts an embedded NATS server and waits until it accepts
-// connections. Errors wrap ErrConfig or ErrInsecure.
+// connections. It locks the store directory (the file Store/LOCK) until
+// Shutdown, so that no second server, and so no second coordinator, runs
+// on it: while another process holds it, NewServer returns an error
+// wrapping ErrLocked that names the holder. Errors wrap ErrConfig,
+// ErrInsecure or ErrLocked.
 func NewServer(cfg ServerConfig) (*Server, error) {
 	fed := fedOr(cfg.Federation)
 	if err := ValidFederation(fed); err != nil {
@@ -101,7 +113,20 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Plaintext && !cfg.Insecure && !loopback(host) {
 		return nil, fmt.Errorf("%w: a plaintext listener on %s would send updates in the clear: serve TLS, listen on loopback, or pass --insecure", ErrInsecure, listen)
 	}
-	s := &Server{coordSeed: cfg.CoordinatorSeed}
+	if err := os.MkdirAll(cfg.Store, 0o700); err != nil {
+		return nil, fmt.Errorf("%w: store: %w", ErrConfig, err)
+	}
+	lock, err := lockStore(cfg.Store)
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			lock.Close()
+		}
+	}()
+	s := &Server{coordSeed: cfg.CoordinatorSeed, fed: fed, lock: lock}
 	if s.coordSeed == nil {
 		if s.coordSeed, _, err = NewKey(); err != nil {
 			return nil, err
@@ -115,7 +140,10 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: coordinator seed: %w", ErrKey, err)
 	}
-	users := []*server.NkeyUser{{Nkey: coordPub}}
+	users := []*server.NkeyUser{{Nkey: coordPub, Permissions: CoordinatorPermissions(fed)}}
+	if cfg.admin != "" {
+		users = append(users, &server.NkeyUser{Nkey: cfg.admin}) // tests: every permission
+	}
 	for _, pub := range cfg.Clients {
 		if !nkeys.IsValidPublicUserKey(pub) {
 			return nil, fmt.Errorf("%w: %q is not an NKey user public key", ErrAllowList, pub)
@@ -190,16 +218,30 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	h := host
 	if h == "" || h == "0.0.0.0" || h == "::" {
+		// Every interface: other machines reach it by this machine's
+		// name, not by 127.0.0.1.
 		h = "127.0.0.1"
+		if name, err := os.Hostname(); err == nil && name != "" {
+			h = name
+		}
+	}
+	if cfg.Plaintext && !loopback(host) {
+		s.warnings = append(s.warnings, fmt.Sprintf("serving plaintext on %s (--insecure): every update and welcome crosses the network in the clear, readable and alterable by anyone on the path; serve TLS unless this network is trusted", listen))
 	}
 	s.url = scheme + "://" + net.JoinHostPort(h, strconv.Itoa(addr.Port))
 	s.ns = ns
+	ok = true
 	return s, nil
 }
 
 // URL returns the URL clients connect to: tls://host:port, or
-// nats://host:port for a plaintext server.
+// nats://host:port for a plaintext server, with this machine's host name
+// for a server listening on every interface (0.0.0.0 or ::).
 func (s *Server) URL() string { return s.url }
+
+// Warnings returns what the operator should know about how the server
+// listens: plaintext on an address other than loopback (Insecure).
+func (s *Server) Warnings() []string { return s.warnings }
 
 // Fingerprint returns the SHA-256 fingerprint of the server's TLS
 // certificate, empty for a plaintext server.
@@ -208,13 +250,14 @@ func (s *Server) Fingerprint() string { return s.fingerprint }
 // Dial returns the dial settings of the coordinator's own connection to s:
 // an in-process connection (no socket, no TLS), which s must outlive.
 func (s *Server) Dial() Dial {
-	return Dial{URL: s.url, Seed: s.coordSeed, Fingerprint: s.fingerprint, Name: "fedcalib coordinator", inProcess: s.ns}
+	return Dial{URL: s.url, Seed: s.coordSeed, Fingerprint: s.fingerprint, Name: "fedcalib coordinator", inProcess: s.ns}.Coordinator(s.fed)
 }
 
 // Shutdown stops the server and waits until it has stopped.
 func (s *Server) Shutdown() {
 	s.ns.Shutdown()
 	s.ns.WaitForShutdown()
+	s.lock.Close()
 }
 
 func splitHostPort(hp string) (string, int, error) {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -46,6 +47,9 @@ type checkpoint struct {
 	// Survivors counts, per round closed, the clients whose distributed
 	// noise reached the sum (distributed noise only).
 	Survivors []int `json:"survivors,omitempty"`
+	// Lease is the token of the lease of the coordinator that wrote the
+	// checkpoint (see lease.go); 0 before fedcalib had leases.
+	Lease uint64 `json:"lease,omitempty"`
 }
 
 // Keys of the state bucket.
@@ -62,6 +66,9 @@ func (r *run) open(ctx context.Context) error {
 }
 
 func (r *run) open1(ctx context.Context) error {
+	if _, err := r.js.AccountInfo(ctx); err != nil {
+		return fmt.Errorf("asking the NATS server for the account's JetStream: %w", err)
+	}
 	if err := r.js.DeleteStream(ctx, oldStreamName(r.fed)); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return fmt.Errorf("deleting the update stream of an older version: %w", err)
 	}
@@ -125,6 +132,7 @@ func (r *run) load(ctx context.Context) (bool, error) {
 	case err != nil:
 		return false, fmt.Errorf("reading the checkpoint: %w", err)
 	}
+	r.revs[checkpointKey] = e.Revision()
 	var cp checkpoint
 	if err := json.Unmarshal(e.Value(), &cp); err != nil {
 		return false, fmt.Errorf("%w: the checkpoint cannot be read: %w", ErrStore, err)
@@ -139,12 +147,13 @@ func (r *run) load(ctx context.Context) (bool, error) {
 		if err != nil {
 			return false, fmt.Errorf("%w: the store has a checkpoint but no settings: %w", ErrStore, err)
 		}
+		r.revs[settingsKey] = e.Revision()
 		if err := json.Unmarshal(e.Value(), &cp.Settings); err != nil {
 			return false, fmt.Errorf("%w: the stored settings cannot be read: %w", ErrStore, err)
 		}
 	}
 	if !reflect.DeepEqual(cp.Settings, want) {
-		return false, fmt.Errorf("%w: the store holds a run of federation %q with other settings (method, rounds, sampling, seed, privacy or allow-list): resume it with the same flags, or use another --store", ErrStore, r.fed)
+		return false, fmt.Errorf("%w: the store holds a run of federation %q with other settings: %s; resume it with the same settings, or start the new run elsewhere", ErrStore, r.fed, strings.Join(diffSettings(cp.Settings, want), "; "))
 	}
 	if old {
 		if err := r.storeSettings(ctx); err != nil {
@@ -174,22 +183,77 @@ func (r *run) commit(ctx context.Context) error {
 		return err
 	}
 	r.cp.State = state
+	r.cp.Lease = r.lease.token()
 	return r.put(ctx, checkpointKey, "committing the checkpoint", &r.cp)
 }
 
-// put stores v as JSON under key of the bucket, retrying as r.retry does;
-// what names the step in errors.
+// put stores v as JSON under key of the bucket, revision-checked
+// (fencedPut) and retrying as r.retry does; what names the step in
+// errors.
 func (r *run) put(ctx context.Context, key, what string, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	err = r.retry(ctx, what, func(ctx context.Context) error {
-		_, err := r.kv.Put(ctx, key, b)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+	return r.fencedPut(ctx, key, what, b)
+}
+
+// settingNames names the fields of settings and of federation.Spec for
+// diffSettings, after the flags of serve that set them.
+var settingNames = map[string]string{
+	"Federation": "federation", "T": "rounds", "SampleRate": "sample rate", "Seed": "seed",
+	"DrawSeed": "seed drawn at random (no --seed)", "SecureNoise": "noise from crypto/rand (no --seed)", "Classes": "classes",
+	"Secure": "secure aggregation", "Method": "method", "Mexp": "bins-exp", "Weighting": "weighting",
+	"ServerLR": "server-lr", "Clip": "clip", "Epsilon": "epsilon", "Delta": "delta", "ClipPos": "clip-pos",
+	"ClipNeg": "clip-neg", "Accountant": "accountant", "AlphaZ": "dp-alpha-z", "ODIR": "odir",
+}
+
+// diffSettings describes how the settings now differ from those stored,
+// one item a setting, values included (the allow-list by its length and
+// first differing line).
+func diffSettings(stored, now settings) []string {
+	var out []string
+	describe := func(v reflect.Value) string {
+		switch v.Kind() {
+		case reflect.Pointer:
+			if v.IsNil() {
+				return "none"
+			}
+			b, _ := json.Marshal(v.Interface())
+			return fmt.Sprintf("%.80s", b)
+		case reflect.String:
+			return fmt.Sprintf("%q", v.String())
+		}
+		return fmt.Sprintf("%v", v.Interface())
 	}
-	return nil
+	var walk func(a, b reflect.Value)
+	walk = func(a, b reflect.Value) {
+		for i := range a.NumField() {
+			f := a.Type().Field(i)
+			x, y := a.Field(i), b.Field(i)
+			if reflect.DeepEqual(x.Interface(), y.Interface()) {
+				continue
+			}
+			switch f.Name {
+			case "Spec":
+				walk(x, y)
+				continue
+			case "Clients":
+				xs, ys := x.Interface().([]string), y.Interface().([]string)
+				k := 0
+				for k < min(len(xs), len(ys)) && xs[k] == ys[k] {
+					k++
+				}
+				out = append(out, fmt.Sprintf("allow-list: stored %d keys, now %d, the first different is client %d's", len(xs), len(ys), k))
+				continue
+			}
+			name := settingNames[f.Name]
+			if name == "" {
+				name = f.Name
+			}
+			out = append(out, fmt.Sprintf("%s: stored %s, now %s", name, describe(x), describe(y)))
+		}
+	}
+	walk(reflect.ValueOf(stored), reflect.ValueOf(now))
+	return out
 }

@@ -74,6 +74,9 @@ type Welcome struct {
 	SparseUpdates bool `json:"sparse_updates,omitempty"`
 	// Done reports that the run has finished.
 	Done bool `json:"done,omitempty"`
+	// Abort, with Done, says why the coordinator gave the run up
+	// (Announcement.Abort).
+	Abort string `json:"abort,omitempty"`
 }
 
 // Announcement is a round invitation, which the coordinator sends to each
@@ -105,6 +108,11 @@ type Announcement struct {
 	Seed uint64 `json:"seed"`
 	// Done reports that the run has finished: clients may leave.
 	Done bool `json:"done,omitempty"`
+	// Abort, with Done, says why the coordinator gave up the run before
+	// its end (too few clients, a store it cannot write, …); empty for a
+	// run that ended normally. A client then exits with an error
+	// wrapping ErrAborted.
+	Abort string `json:"abort,omitempty"`
 	// Secure, if not nil, runs the round under secure aggregation: the
 	// participants send their update only quantised and masked
 	// (SecureRound).
