@@ -214,7 +214,10 @@ func (ff *fedFlags) check(cmd *cobra.Command, fl *calibrateFlags) error {
 	if err := ff.checkPrivacy(changed); err != nil {
 		return err
 	}
-	return checkOut("--out", fl.out, calibratorOut, fl.logits, ff.partition)
+	if err := ff.ledger.checkFiles(fl.logits, ff.partition); err != nil {
+		return err
+	}
+	return checkOut("--out", fl.out, calibratorOut, fl.logits, ff.partition, ff.ledger.path)
 }
 
 // run is a federated calibrate run.

@@ -165,6 +165,9 @@ func (ef *evalFedFlags) run(cmd *cobra.Command) error {
 	case bins < 1 || bins > calib.MaxMetricBins:
 		return fmt.Errorf("--bins is %d: want 1 to %d bins", bins, calib.MaxMetricBins)
 	}
+	if err := ef.ff.ledger.checkFiles(append([]string{path, partPath}, calibPaths...)...); err != nil {
+		return err
+	}
 	s := federation.Test
 	switch split {
 	case "", "test":

@@ -1,0 +1,215 @@
+package integration
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// Issue #26: no run loses a ledger entry or a result row, and no input
+// can exhaust memory. Each case runs the binary in fresh processes.
+
+// ledgerRuns returns the number of runs a ledger file records over all
+// its datasets.
+func ledgerRuns(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Datasets map[string]struct {
+			Runs []json.RawMessage `json:"runs"`
+		} `json:"datasets"`
+	}
+	if err := json.Unmarshal(b, &f); err != nil {
+		t.Fatalf("%s: %v\n%s", path, err, b)
+	}
+	n := 0
+	for _, d := range f.Datasets {
+		n += len(d.Runs)
+	}
+	return n
+}
+
+// lockFiles returns the *.lock files under dir.
+func lockFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && strings.HasSuffix(p, ".lock") {
+			out = append(out, p)
+		}
+		return nil
+	})
+	return out
+}
+
+// oneLine checks that a refusal printed one line starting "fedcalib:".
+func oneLine(t *testing.T, out string) {
+	t.Helper()
+	if !strings.HasPrefix(out, "fedcalib: ") || strings.Count(out, "\n") != 1 {
+		t.Errorf("want one line starting \"fedcalib: \", got:\n%s", out)
+	}
+}
+
+func TestLedgerLinks(t *testing.T) {
+	bin := fedcalibBin(t)
+	dir := t.TempDir()
+	logitsPath, part := filepath.Join(dir, "l.npz"), filepath.Join(dir, "p.json")
+	writeBadLogits(t, logitsPath, 400, 10, false)
+	if out, code := run(t, bin, "partition", "--data-or-logits", logitsPath, "--clients", "4", "--beta", "1", "--seed", "1", "--out", part); code != 0 {
+		t.Fatalf("partition: %d %s", code, out)
+	}
+	fit := func(ledger, out string, extra ...string) *exec.Cmd {
+		args := append([]string{"calibrate", "--method", "temp", "--logits", logitsPath, "--partition", part,
+			"--rounds", "2", "--sample-rate", "1", "--epsilon", "0.5", "--ledger", ledger, "--out", out}, extra...)
+		return exec.Command(bin, args...)
+	}
+	output := func(c *exec.Cmd) (string, int) {
+		b, err := c.CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); ok {
+			return string(b), ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return string(b), 0
+	}
+
+	t.Run("ledger is the output", func(t *testing.T) {
+		d := t.TempDir()
+		l := filepath.Join(d, "L.json")
+		// Not there yet: the first run would make it, then write over it.
+		out, code := output(fit(l, l))
+		if code != 2 || !strings.Contains(out, "is an input") {
+			t.Fatalf("new ledger as --out: exit %d: %s", code, out)
+		}
+		oneLine(t, out)
+		if _, err := os.Stat(l); !os.IsNotExist(err) {
+			t.Errorf("refused run left %s", l)
+		}
+		if out, code := output(fit(l, filepath.Join(d, "c.json"))); code != 0 {
+			t.Fatalf("first run: %d %s", code, out)
+		}
+		before, _ := os.ReadFile(l)
+		link := filepath.Join(d, "link.json")
+		if err := os.Symlink(l, link); err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range []string{l, link} {
+			out, code := output(fit(l, o))
+			if code != 2 || !strings.Contains(out, "is an input") {
+				t.Errorf("--ledger %s --out %s: exit %d: %s", l, o, code, out)
+			}
+			oneLine(t, out)
+		}
+		// The partition as the ledger would be read as a ledger and refused;
+		// the check names it first.
+		out, code = output(fit(part, filepath.Join(d, "c2.json")))
+		if code != 2 || !strings.Contains(out, "--ledger") {
+			t.Errorf("--ledger = --partition: exit %d: %s", code, out)
+		}
+		if after, _ := os.ReadFile(l); string(after) != string(before) {
+			t.Error("a refused run changed the ledger")
+		}
+		if locks := lockFiles(t, d); len(locks) > 0 {
+			t.Errorf("lock files left: %v", locks)
+		}
+	})
+
+	t.Run("two paths, one through a symlink", func(t *testing.T) {
+		d := t.TempDir()
+		shared := filepath.Join(d, "shared")
+		if err := os.Mkdir(shared, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		ledger := filepath.Join(shared, "ledger.json")
+		link := filepath.Join(d, "link.json")
+		if err := os.Symlink(filepath.Join("shared", "ledger.json"), link); err != nil {
+			t.Fatal(err)
+		}
+		// A budget of 0.6 admits one run of ε 0.5, not two: the runs must
+		// see each other's spend whichever path they came by.
+		var wg sync.WaitGroup
+		outs, codes := make([]string, 2), make([]int, 2)
+		for i, l := range []string{link, ledger} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				outs[i], codes[i] = output(fit(l, filepath.Join(d, "c"+string(rune('0'+i))+".json"), "--budget", "0.6"))
+			}()
+		}
+		wg.Wait()
+		ok := 0
+		for i := range codes {
+			switch codes[i] {
+			case 0:
+				ok++
+			case 2:
+				if !strings.Contains(outs[i], "budget") {
+					t.Errorf("run %d refused for another reason: %s", i, outs[i])
+				}
+				oneLine(t, outs[i])
+			default:
+				t.Errorf("run %d: exit %d: %s", i, codes[i], outs[i])
+			}
+		}
+		if ok != 1 {
+			t.Errorf("%d runs passed a budget for one:\n%s\n%s", ok, outs[0], outs[1])
+		}
+		fi, err := os.Lstat(link)
+		if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			t.Errorf("the link was replaced: %v %v", fi.Mode(), err)
+		}
+		if n := ledgerRuns(t, ledger); n != 1 {
+			t.Errorf("the shared ledger records %d runs, want 1", n)
+		}
+		// Without a budget both record, in the one file.
+		for _, l := range []string{link, ledger} {
+			if out, code := output(fit(l, filepath.Join(d, "more.json"))); code != 0 {
+				t.Fatalf("--ledger %s: %d %s", l, code, out)
+			}
+		}
+		if n := ledgerRuns(t, ledger); n != 3 {
+			t.Errorf("the shared ledger records %d runs, want 3", n)
+		}
+		if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			t.Errorf("the link was replaced")
+		}
+		if locks := lockFiles(t, d); len(locks) > 0 {
+			t.Errorf("lock files left: %v", locks)
+		}
+	})
+
+	t.Run("hard link refused", func(t *testing.T) {
+		d := t.TempDir()
+		l := filepath.Join(d, "L.json")
+		if out, code := output(fit(l, filepath.Join(d, "c.json"))); code != 0 {
+			t.Fatalf("first run: %d %s", code, out)
+		}
+		hard := filepath.Join(d, "hard.json")
+		if err := os.Link(l, hard); err != nil {
+			t.Fatal(err)
+		}
+		out, code := output(fit(hard, filepath.Join(d, "c2.json")))
+		if code != 2 || !strings.Contains(out, "hard links") {
+			t.Errorf("hard-linked ledger: exit %d: %s", code, out)
+		}
+		oneLine(t, out)
+		// A hard link to the ledger as the output is an input too.
+		out, code = output(fit(l, hard))
+		if code != 2 || !strings.Contains(out, "is an input") {
+			t.Errorf("--out a hard link of the ledger: exit %d: %s", code, out)
+		}
+		if n := ledgerRuns(t, l); n != 1 {
+			t.Errorf("ledger records %d runs, want 1", n)
+		}
+		if locks := lockFiles(t, d); len(locks) > 0 {
+			t.Errorf("lock files left: %v", locks)
+		}
+	})
+}
