@@ -47,7 +47,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 // Once ctx is cancelled, MainContext waits up to 2 seconds for the
 // command to stop (commands check ctx between steps; a step running in
 // ONNX Runtime cannot be stopped), removes every temporary file still
-// open (fileio.RemoveTemps), prints one line saying so and returns
+// open (fileio.RemoveTemps), prints one line saying what the command
+// left (its stopAnnotation, or no partial output) and returns
 // ExitInterrupted; the command may still be running when it returns, so
 // the caller should exit. A command that completes despite the signal
 // gets its own status.
@@ -71,11 +72,25 @@ func MainContext(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	case err == nil:
 		return ExitOK
 	case ctx.Err() != nil:
-		fmt.Fprintf(stderr, "fedcalib: stopped (%v): no partial output was left behind\n", context.Cause(ctx))
+		fmt.Fprintf(stderr, "fedcalib: stopped (%v): %s\n", context.Cause(ctx), stopNote(root, args))
 		return ExitInterrupted
 	}
 	fmt.Fprintf(stderr, "fedcalib: %v\n", err)
 	return exitStatus(err)
+}
+
+// stopAnnotation is the cobra annotation in which a command that keeps
+// what it finished when interrupted (experiment's runs.csv, serve's
+// checkpoints) says so; the others leave no partial output.
+const stopAnnotation = "fedcalib.stopped"
+
+// stopNote says what an interrupted command left: its stopAnnotation, or
+// that it left no partial output.
+func stopNote(root *cobra.Command, args []string) string {
+	if cmd, _, err := root.Find(args); err == nil && cmd.Annotations[stopAnnotation] != "" {
+		return cmd.Annotations[stopAnnotation]
+	}
+	return "no partial output was left behind"
 }
 
 // exitStatus maps an error of a command to the exit status it means.
@@ -106,7 +121,9 @@ Exit status:
   2    bad usage or bad input (a flag, a file, a value); nothing was written
   3    the environment failed: ONNX Runtime is missing or cannot be loaded
        (run "fedcalib setup"), or npm could not fetch it during setup
-  130  interrupted by SIGINT or SIGTERM; no partial output was left behind`,
+  130  interrupted by SIGINT or SIGTERM; no partial output was left behind
+       (experiment keeps the runs it finished, serve its last checkpoint:
+       the message says so)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !version {

@@ -210,6 +210,20 @@ func ReadConfig(path string) (*Config, error) {
 	return c, nil
 }
 
+// Inputs returns the files the experiment reads: each dataset's logits,
+// partition and holdout files, those that are named.
+func (c *Config) Inputs() []string {
+	var out []string
+	for _, d := range c.Datasets {
+		for _, p := range []string{d.Logits, d.Partition.File, d.Partition.Holdout} {
+			if p != "" {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
 // ParseConfig parses a YAML configuration and checks it. Every parameter
 // of a grid takes one value or a list; "none" is ε of a run without
 // privacy and a clip norm of no clipping. Paths expand environment

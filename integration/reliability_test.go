@@ -2,12 +2,15 @@ package integration
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Issue #26: no run loses a ledger entry or a result row, and no input
@@ -212,4 +215,126 @@ func TestLedgerLinks(t *testing.T) {
 			t.Errorf("lock files left: %v", locks)
 		}
 	})
+}
+
+// csvRows returns the lines of a CSV file after its header.
+func csvRows(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	return lines[1:]
+}
+
+// missing returns the lines of want not in got.
+func missing(want, got []string) []string {
+	have := map[string]bool{}
+	for _, l := range got {
+		have[l] = true
+	}
+	var out []string
+	for _, l := range want {
+		if !have[l] {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func TestExperimentKeepsRows(t *testing.T) {
+	bin := fedcalibBin(t)
+	dir := t.TempDir()
+	writeBadLogits(t, filepath.Join(dir, "l.npz"), 2000, 10, false)
+	config := func(name, grid string) string {
+		p := filepath.Join(dir, name+".yaml")
+		y := "datasets:\n  - {name: d, logits: l.npz, partition: {clients: 8, beta: 1, seed: 1}}\ngrid:\n" + grid
+		if err := os.WriteFile(p, []byte(y), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	// Table-1-like and table-2-like grids, a one-cell grid, and a grid slow
+	// enough to interrupt.
+	a := config("a", "  method: [temp, bbq]\n  rounds: 2\n  seed: [1, 2, 3]\n")
+	b := config("b", "  method: bin\n  rounds: 3\n  seed: [1, 2]\n")
+	one := config("one", "  method: temp\n  rounds: 5\n  seed: 9\n")
+	seeds := "1"
+	for i := 2; i <= 100; i++ {
+		seeds += fmt.Sprintf(", %d", i)
+	}
+	slow := config("slow", "  method: [temp, bbq]\n  rounds: 1000\n  seed: ["+seeds+"]\n")
+	slowStart := config("slow-start", "  method: [temp, bbq]\n  rounds: 1000\n  seed: [1, 2]\n")
+	out := filepath.Join(dir, "out")
+	runs := filepath.Join(out, "runs.csv")
+	exp := func(cfg string, extra ...string) {
+		t.Helper()
+		args := append([]string{"experiment", "--config", cfg, "--out", out, "--quiet", "--workers", "1"}, extra...)
+		if o, code := run(t, bin, args...); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, o)
+		}
+	}
+
+	exp(a)
+	rowsA := csvRows(t, runs)
+	if len(rowsA) != 6 {
+		t.Fatalf("a: %d rows, want 6", len(rowsA))
+	}
+	exp(b) // another configuration into the same directory
+	if lost := missing(rowsA, csvRows(t, runs)); len(lost) > 0 {
+		t.Fatalf("running b dropped %d of a's rows: %q", len(lost), lost)
+	}
+	if n := len(csvRows(t, runs)); n != 8 {
+		t.Errorf("after b: %d rows, want 6 + 2", n)
+	}
+	before := csvRows(t, runs)
+	exp(one) // a one-cell grid
+	if lost := missing(before, csvRows(t, runs)); len(lost) > 0 {
+		t.Fatalf("a one-cell grid dropped %d rows: %q", len(lost), lost)
+	}
+	before = csvRows(t, runs)
+	exp(a, "--fresh") // --fresh recomputes a's cells to the same bytes, keeps the rest
+	if after := csvRows(t, runs); len(missing(before, after)) > 0 || len(after) != len(before) {
+		t.Fatalf("--fresh changed the rows: %d before, %d after, lost %q", len(before), len(after), missing(before, after))
+	}
+
+	// An interrupted --fresh run keeps every row it had not recomputed,
+	// and every row outside its grid.
+	start := time.Now()
+	exp(slowStart)
+	t.Logf("4 cells of the slow grid took %v", time.Since(start))
+	before = csvRows(t, runs)
+	cmd := exec.Command(bin, "experiment", "--config", slow, "--out", out, "--quiet", "--workers", "1", "--fresh")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Interrupt once the run is under way: after its first checkpoint.
+	fi0, _ := os.Stat(runs)
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if fi, err := os.Stat(runs); err == nil && !fi.ModTime().Equal(fi0.ModTime()) {
+			break
+		}
+	}
+	cmd.Process.Signal(os.Interrupt)
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+		t.Fatalf("interrupted --fresh: %v (the grid finished before the signal?) %s", err, stderr.String())
+	}
+	if want := "fedcalib: stopped (interrupt signal received): the runs finished are saved in --out's runs.csv"; !strings.HasPrefix(stderr.String(), want) {
+		t.Errorf("stop message %q, want it to start %q", stderr.String(), want)
+	}
+	after := csvRows(t, runs)
+	if lost := missing(before, after); len(lost) > 0 || len(after) >= len(before)+200 {
+		t.Errorf("interrupted --fresh: %d rows before, %d after, lost %d", len(before), len(after), len(lost))
+	}
+	entries, _ := os.ReadDir(out)
+	for _, e := range entries {
+		if strings.Contains(e.Name(), ".tmp") {
+			t.Errorf("temporary file left: %s", e.Name())
+		}
+	}
 }
