@@ -7,7 +7,6 @@ import (
 	"io"
 	"maps"
 	"math"
-	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -583,14 +582,19 @@ func Decode(r io.Reader) (Calibrator, *File, error) {
 	return c, &f, nil
 }
 
-// ReadFile reads the sidecar file at path; see Decode.
+// MaxFileBytes is the largest calibrator file ReadFile reads: 1 GiB,
+// far above the parameters of any method at MaxClasses classes.
+const MaxFileBytes = 1 << 30
+
+// ReadFile reads the sidecar file at path; see Decode. It refuses a path
+// that is not a regular file (such as /dev/zero or a FIFO) and a file of
+// more than MaxFileBytes before reading it.
 func ReadFile(path string) (Calibrator, *File, error) {
-	fh, err := os.Open(path)
+	b, err := fileio.ReadLimited(path, MaxFileBytes)
 	if err != nil {
 		return nil, nil, err
 	}
-	defer fh.Close()
-	c, f, err := Decode(fh)
+	c, f, err := Decode(bytes.NewReader(b))
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}

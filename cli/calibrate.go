@@ -103,7 +103,7 @@ func runCalibrate(cmd *cobra.Command, fl *calibrateFlags) error {
 	if err := checkCalibrateFlags(cmd, fl); err != nil {
 		return err
 	}
-	f, err := readLogits(fl.logits, fl.input)
+	f, err := readLogitsIn(cmd.Context(), fl.logits, fl.input)
 	if err != nil {
 		return err
 	}

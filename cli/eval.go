@@ -130,7 +130,7 @@ percentile intervals at --level for every metric, and the equal-mass
 			}
 			// --bootstrap resamples rows and --partition selects them: both
 			// need the file in memory; otherwise it is read a block at a time.
-			in, err := openEvalInput(logitsPath, input, partPath, split, resamples > 0 || partPath != "")
+			in, err := openEvalInput(cmd.Context(), logitsPath, input, partPath, split, resamples > 0 || partPath != "")
 			if err != nil {
 				return err
 			}
@@ -276,11 +276,12 @@ type evalInput struct {
 // openEvalInput opens the logits file at path, holding input, for
 // measuring the rows split selects: read whole when whole is set (and
 // then with the client and split columns of the partition file partPath
-// when it is not empty), else a block at a time.
-func openEvalInput(path string, input inputKind, partPath, split string, whole bool) (*evalInput, error) {
+// when it is not empty), else a block at a time; within the memory
+// budget of ctx.
+func openEvalInput(ctx context.Context, path string, input inputKind, partPath, split string, whole bool) (*evalInput, error) {
 	in := &evalInput{path: path, close: func() error { return nil }}
 	if whole {
-		f, err := readLogits(path, input)
+		f, err := readLogitsIn(ctx, path, input)
 		if err != nil {
 			return nil, err
 		}
@@ -302,6 +303,7 @@ func openEvalInput(path string, input inputKind, partPath, split string, whole b
 		return nil, err
 	}
 	in.close = a.Close
+	a.SetMemoryBudget(memoryBudget(ctx))
 	if in.split, in.want, err = evalSplit(a.Has("split"), split, path); err == nil {
 		in.names, err = a.ClassNames()
 	}
@@ -315,7 +317,7 @@ func openEvalInput(path string, input inputKind, partPath, split string, whole b
 	}
 	in.close = func() error { return errors.Join(blocks.Close(), a.Close()) }
 	in.classes = a.NumClasses()
-	in.src = &streamChunks{blocks: blocks, classes: in.classes, split: in.want, input: input}
+	in.src = &streamChunks{blocks: blocks, classes: in.classes, split: in.want, input: input, rows: a.Len()}
 	return in, nil
 }
 

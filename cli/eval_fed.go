@@ -185,7 +185,7 @@ func (ef *evalFedFlags) run(cmd *cobra.Command) error {
 		p      *federation.Partition
 		source string
 	)
-	f, err := readColumnsFirst(path, in, func(f *logits.File) (err error) {
+	f, err := readColumnsFirst(cmd.Context(), path, in, func(f *logits.File) (err error) {
 		p, source, err = federation.Source{File: partPath}.Partition(f.IntLabels(), f.Classes, f.Client, f.Split)
 		switch {
 		case errors.Is(err, federation.ErrNoClientColumn):

@@ -89,7 +89,7 @@ A progress bar is drawn on a terminal unless --quiet.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer stop()
-			opt := experiment.Options{Workers: workers, Fresh: fresh}
+			opt := experiment.Options{Workers: workers, Fresh: fresh, MemoryBudget: memoryBudget(cmd.Context())}
 			stderr := cmd.ErrOrStderr()
 			f, isFile := stderr.(*os.File)
 			var bar *progressbar.ProgressBar

@@ -135,6 +135,7 @@ Exit status:
 		SilenceErrors: true,
 	}
 	root.Flags().BoolVar(&version, "version", false, "print the version, commit, Go version and ONNX Runtime version")
+	registerMemoryBudget(root)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.CompletionOptions.DisableDefaultCmd = true

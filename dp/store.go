@@ -181,12 +181,16 @@ func (s spend) epsilon(acc Accountant, delta float64) (float64, error) {
 	return ZCDPEpsilon(s.rho, delta)
 }
 
+// maxLedgerBytes is the largest ledger file ReadLedgerFile reads: a run
+// takes about 300 bytes, so 256 MiB holds some 10^6 runs.
+const maxLedgerBytes = 256 << 20
+
 // ReadLedgerFile reads and checks the ledger file at path. A file that
 // does not exist is an empty ledger. It refuses another format, unknown
 // keys, fields out of their domain, and a composed state that the runs do
 // not add up to; errors name the file, the dataset and the field.
 func ReadLedgerFile(path string) (*LedgerFile, error) {
-	b, err := os.ReadFile(path)
+	b, err := fileio.ReadLimited(path, maxLedgerBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		return &LedgerFile{Format: LedgerFormatV1, Datasets: map[string]*DatasetSpend{}}, nil
 	}

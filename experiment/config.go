@@ -18,6 +18,7 @@ import (
 	"github.com/fedcalib/fedcalib/dp"
 	"github.com/fedcalib/fedcalib/federation"
 	"github.com/fedcalib/fedcalib/infer/logits"
+	"github.com/fedcalib/fedcalib/internal/fileio"
 )
 
 // Config is a declared experiment: datasets, grids of run parameters,
@@ -196,7 +197,7 @@ func Metrics() []string {
 // ReadConfig reads the YAML configuration at path (see ParseConfig).
 // Relative paths in it are relative to its directory.
 func ReadConfig(path string) (*Config, error) {
-	b, err := os.ReadFile(path)
+	b, err := fileio.ReadLimited(path, maxConfigBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -223,6 +224,9 @@ func (c *Config) Inputs() []string {
 	}
 	return out
 }
+
+// maxConfigBytes is the largest configuration ReadConfig reads.
+const maxConfigBytes = 16 << 20
 
 // ParseConfig parses a YAML configuration and checks it. Every parameter
 // of a grid takes one value or a list; "none" is ε of a run without

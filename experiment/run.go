@@ -47,9 +47,12 @@ type Options struct {
 	// Checkpoint is the least time between two rewrites of runs.csv and
 	// timings.csv while cells finish; zero means DefaultCheckpoint.
 	Checkpoint time.Duration
-	// Fresh ignores the results already in the output directory and
-	// recomputes every cell.
+	// Fresh recomputes every cell, replacing its row in runs.csv once it
+	// has run.
 	Fresh bool
+	// MemoryBudget bounds the memory of each dataset's logits file
+	// (logits.ReadBudget); zero means logits.DefaultMemoryBudget.
+	MemoryBudget int64
 }
 
 // Progress reports how far an experiment is.
@@ -160,6 +163,7 @@ func (r *runner) run(ctx context.Context, cfg *Config, dir string, opt Options) 
 	var jobs []job
 	for _, c := range cells {
 		if in := byName[c.Dataset]; in != nil {
+			in.budget = opt.MemoryBudget
 			jobs = append(jobs, job{idx: len(jobs), cell: c, id: cellID(&c, in.fingerprint), in: in})
 		}
 	}
@@ -480,6 +484,7 @@ func (r *runner) runCell(ctx context.Context, j job) (Row, Timing, error) {
 type input struct {
 	ds          *Dataset
 	fingerprint string
+	budget      int64 // the memory budget of its logits file
 
 	once   sync.Once
 	err    error
@@ -547,7 +552,7 @@ func fileExists(path string) bool {
 // partition has a holdout.
 func (in *input) load() error {
 	in.once.Do(func() {
-		f, err := logits.Read(in.ds.Logits)
+		f, err := logits.ReadBudget(in.ds.Logits, in.budget)
 		if err != nil {
 			in.err = err
 			return
