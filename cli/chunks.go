@@ -46,7 +46,21 @@ const evalChunk = 4096
 // chunkBytes bounds the float64 logits of one chunk, and so each buffer
 // of a goroutine of eachChunk, once a row is wider than
 // chunkBytes/evalChunk.
-const chunkBytes = 8 << 20
+const chunkBytes = 2 << 20
+
+// accumulatorBytes bounds the memory of the per-goroutine metric
+// accumulators of measureChunks: with many classes (an accumulator takes
+// 32 bytes a class and bin) it runs fewer goroutines, so that memory
+// follows the classes once, not once per CPU.
+const accumulatorBytes = 64 << 20
+
+// cappedSource is a chunkSource run on at most n goroutines.
+type cappedSource struct {
+	chunkSource
+	n int
+}
+
+func (cs cappedSource) workers() int { return max(1, min(cs.chunkSource.workers(), cs.n)) }
 
 // chunkRows returns the rows of a chunk of rows of c classes: evalChunk,
 // or fewer (at least 1) when c is large.
@@ -314,6 +328,13 @@ func measureChunks(ctx context.Context, src chunkSource, cals []calib.Calibrator
 		if cal != nil && cal.Classes() != c {
 			return nil, fmt.Errorf("%s calibrator is for %d classes but the data has %d", cal.Method(), cal.Classes(), c)
 		}
+	}
+	b := bins
+	if b == 0 {
+		b = calib.DefaultMetricBins
+	}
+	if per := int64(len(cals)) * int64(c) * int64(max(b, 1)) * 32; per > 0 {
+		src = cappedSource{src, int(max(1, accumulatorBytes/per))}
 	}
 	workers := src.workers()
 	accs := make([][]*calib.Accumulator, workers+1) // accs[workers] is the total

@@ -225,6 +225,28 @@ func (c *Config) Inputs() []string {
 	return out
 }
 
+// MaxCells is the most runs a configuration may declare: its datasets
+// times the cross product of each grid's lists, counted before runs that
+// coincide are merged. The paper's largest table has a few hundred; the
+// bound stops a small file from declaring billions of cells (and the
+// memory to list them).
+const MaxCells = 100000
+
+// size returns the number of cells g declares for one dataset, before
+// coinciding cells are merged, as a float64 (it may be astronomically
+// large).
+func (g *Grid) size() float64 {
+	n := 1.0
+	for _, k := range []int{
+		len(g.Method), len(g.Weighting), len(g.Rounds), len(g.Beta), len(g.Epsilon), len(g.Delta),
+		len(g.Mexp), len(g.Clip), len(g.ClipPos), len(g.ClipNeg), len(g.AlphaZ),
+		len(g.ClientsPerRound) + len(g.SampleRate), len(g.ServerLR), len(g.Accountant), len(g.Seed),
+	} {
+		n *= float64(max(k, 1))
+	}
+	return n
+}
+
 // maxConfigBytes is the largest configuration ReadConfig reads.
 const maxConfigBytes = 16 << 20
 
@@ -282,6 +304,13 @@ func (c *Config) Validate() error {
 				return fmt.Errorf("%s and datasets[%d] (%s): %w", gridName(c, i), j, c.Datasets[j].Name, err)
 			}
 		}
+	}
+	total := 0.0
+	for i := range c.Grids {
+		total += c.Grids[i].size()
+	}
+	if total *= float64(len(c.Datasets)); total > MaxCells {
+		return fmt.Errorf("the grids declare %.4g runs over %d dataset(s), more than %d: split the experiment into several configurations", total, len(c.Datasets), MaxCells)
 	}
 	for _, m := range c.Summary.Metrics {
 		if !slices.Contains(Metrics(), m) {

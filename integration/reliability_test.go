@@ -1,6 +1,9 @@
 package integration
 
 import (
+	"archive/zip"
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,8 +12,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/klauspost/compress/flate"
 )
 
 // Issue #26: no run loses a ledger entry or a result row, and no input
@@ -336,5 +342,246 @@ func TestExperimentKeepsRows(t *testing.T) {
 		if strings.Contains(e.Name(), ".tmp") {
 			t.Errorf("temporary file left: %s", e.Name())
 		}
+	}
+}
+
+// writeBomb writes a logits file declaring rows × classes float32 logits
+// deflated into as few bytes as DEFLATE allows (1/1032), as a zip bomb
+// does: the header, then zeros standing for the compressed data.
+func writeBomb(t *testing.T, path string, rows, classes int) {
+	t.Helper()
+	fh, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	zw := zip.NewWriter(fh)
+	add := func(name, descr string, shape []int, elem int, deflate bool) {
+		dims := make([]string, len(shape))
+		for i, d := range shape {
+			dims[i] = fmt.Sprint(d)
+		}
+		sh := strings.Join(dims, ", ")
+		if len(shape) == 1 {
+			sh += ","
+		}
+		dict := fmt.Sprintf("{'descr': '%s', 'fortran_order': False, 'shape': (%s), }", descr, sh)
+		pad := (64 - (10+len(dict)+1)%64) % 64
+		hdr := []byte("\x93NUMPY\x01\x00")
+		hdr = binary.LittleEndian.AppendUint16(hdr, uint16(len(dict)+pad+1))
+		hdr = append(append(hdr, dict...), bytes.Repeat([]byte{' '}, pad)...)
+		hdr = append(hdr, '\n')
+		n := uint64(elem)
+		for _, d := range shape {
+			n *= uint64(d)
+		}
+		usize := uint64(len(hdr)) + n
+		h := &zip.FileHeader{Name: name + ".npy", UncompressedSize64: usize}
+		var raw []byte
+		if deflate {
+			var c bytes.Buffer
+			fw, _ := flate.NewWriter(&c, flate.BestSpeed)
+			fw.Write(hdr)
+			fw.Flush()
+			raw = append(c.Bytes(), make([]byte, usize/1032)...)
+			h.Method = zip.Deflate
+		} else {
+			raw = append(hdr, make([]byte, n)...)
+			h.Method = zip.Store
+		}
+		h.CompressedSize64 = uint64(len(raw))
+		w, err := zw.CreateRaw(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Write(raw); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add("logits", "<f4", []int{rows, classes}, 4, true)
+	add("labels", "<i8", []int{rows}, 8, false)
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runRSS runs the binary and returns its output, exit status and peak
+// resident memory in bytes. The peak is getrusage's of the command, run
+// by this test binary started afresh as a small helper (TestMain): Linux
+// counts in a child's peak the memory of the process it was forked from
+// when it shares its memory until exec, as Go's os/exec does, so a child
+// of this large test process would report this process's peak.
+func runRSS(t *testing.T, bin string, args ...string) (string, int, int64) {
+	t.Helper()
+	rssFile := filepath.Join(t.TempDir(), "rss")
+	argv, _ := json.Marshal(append([]string{bin}, args...))
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), rssArgsEnv+"="+string(argv), rssOutEnv+"="+rssFile)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(rssFile)
+	if err != nil {
+		t.Fatalf("the helper recorded no peak: %v (%s)", err, out.String())
+	}
+	var kb int64
+	if _, err := fmt.Sscan(string(b), &kb); err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), code, kb * 1024 // kilobytes on Linux
+}
+
+// The helper mode of the test binary: rssArgsEnv holds the command as a
+// JSON array, rssOutEnv the file to write its peak RSS (KiB) to.
+const (
+	rssArgsEnv = "FEDCALIB_RSS_HELPER_ARGS"
+	rssOutEnv  = "FEDCALIB_RSS_HELPER_OUT"
+)
+
+func TestMain(m *testing.M) {
+	if argv := os.Getenv(rssArgsEnv); argv != "" {
+		os.Exit(rssHelper(argv, os.Getenv(rssOutEnv)))
+	}
+	os.Exit(m.Run())
+}
+
+// rssHelper runs the command argv (JSON), passing its output through,
+// writes its peak RSS to out and returns its exit status.
+func rssHelper(argv, out string) int {
+	var args []string
+	if err := json.Unmarshal([]byte(argv), &args); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 99
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	err := cmd.Run()
+	if cmd.ProcessState == nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 99
+	}
+	ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	if !ok {
+		return 99
+	}
+	if err := os.WriteFile(out, []byte(fmt.Sprint(ru.Maxrss)), 0o644); err != nil {
+		return 99
+	}
+	return cmd.ProcessState.ExitCode()
+}
+
+const maxRSS = 256 << 20
+
+func TestBoundedReads(t *testing.T) {
+	bin := fedcalibBin(t)
+	dir := t.TempDir()
+	p := func(name string) string { return filepath.Join(dir, name) }
+	writeBomb(t, p("bomb.npz"), 100000, 100000) // 10^10 logits in 39 MB
+	if fi, err := os.Stat(p("bomb.npz")); err != nil || fi.Size() > 40<<20 {
+		t.Fatalf("bomb: %v %d bytes", err, fi.Size())
+	}
+	writeBadLogits(t, p("l.npz"), 400, 10, false)
+	writeBadLogits(t, p("wide.npz"), 100, 50000, true) // 20 MB
+	writeMNISTIDX(t, dir, 20)
+	if out, code := run(t, bin, "partition", "--data-or-logits", p("l.npz"), "--clients", "4", "--beta", "1", "--seed", "1", "--out", p("p.json")); code != 0 {
+		t.Fatalf("partition: %s", out)
+	}
+	if out, code := run(t, bin, "calibrate", "--central", "--method", "temp", "--logits", p("l.npz"), "--out", p("temp.json")); code != 0 {
+		t.Fatalf("calibrate: %s", out)
+	}
+	fifo := p("fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mnist := "mnist:" + filepath.Join(dir, "m-images-idx3-ubyte")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string // part of the one line
+	}{
+		{"eval bomb", []string{"eval", "--logits", p("bomb.npz")}, "above the memory budget"},
+		{"calibrate bomb", []string{"calibrate", "--central", "--method", "temp", "--logits", p("bomb.npz"), "--out", p("o.json")}, "above the memory budget"},
+		{"federated bomb", []string{"calibrate", "--method", "temp", "--logits", p("bomb.npz"), "--partition", p("p.json"), "--out", p("o.json")}, "above the memory budget"},
+		{"partition bomb", []string{"partition", "--data-or-logits", p("bomb.npz"), "--clients", "4", "--beta", "1", "--out", p("o.json")}, "above the memory budget"},
+		{"check bomb", []string{"check", "--logits", p("bomb.npz"), "--calibrator", p("temp.json")}, "above the memory budget"},
+		{"infer /dev/zero", []string{"infer", "--model", "/dev/zero", "--data", mnist, "--out", p("o.npz")}, "not a regular file"},
+		{"infer FIFO", []string{"infer", "--model", fifo, "--data", mnist, "--out", p("o.npz")}, "not a regular file"},
+		{"inspect /dev/zero", []string{"inspect", "/dev/zero"}, "not a regular file"},
+		{"eval --calibrator /dev/zero", []string{"eval", "--logits", p("l.npz"), "--calibrator", "/dev/zero"}, "not a regular file"},
+		{"calibrate --logits /dev/zero", []string{"calibrate", "--central", "--method", "temp", "--logits", "/dev/zero", "--out", p("o.json")}, "not a regular file"},
+		{"calibrate --partition FIFO", []string{"calibrate", "--method", "temp", "--logits", p("l.npz"), "--partition", fifo, "--out", p("o.json")}, "not a regular file"},
+		{"experiment --config /dev/zero", []string{"experiment", "--config", "/dev/zero", "--out", p("exp")}, "not a regular file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			out, code, rss := runRSS(t, bin, tc.args...)
+			if code != 2 || !strings.Contains(out, tc.want) {
+				t.Errorf("exit %d, want 2 and %q: %s", code, tc.want, out)
+			}
+			oneLine(t, out)
+			if rss > maxRSS {
+				t.Errorf("peak RSS %d MB, want ≤ %d", rss>>20, maxRSS>>20)
+			}
+			t.Logf("peak RSS %.1f MB in %v", float64(rss)/(1<<20), time.Since(start).Round(time.Millisecond))
+		})
+	}
+	// Memory follows the rows, not the class count: 100 rows of 50,000
+	// classes.
+	for _, args := range [][]string{
+		{"calibrate", "--central", "--method", "temp", "--logits", p("wide.npz"), "--out", p("wide-temp.json")},
+		{"eval", "--logits", p("wide.npz"), "--calibrator", p("wide-temp.json")},
+	} {
+		out, code, rss := runRSS(t, bin, args...)
+		if code != 0 {
+			t.Errorf("%v: exit %d: %s", args[0], code, out)
+		}
+		if rss > maxRSS {
+			t.Errorf("%s on 100 rows × 50,000 classes: peak RSS %d MB, want ≤ %d", args[0], rss>>20, maxRSS>>20)
+		}
+		t.Logf("%s on 100 × 50,000: peak RSS %.1f MB", args[0], float64(rss)/(1<<20))
+	}
+	// --memory-budget lowers (or raises) the bound.
+	out, code := run(t, bin, "eval", "--logits", p("l.npz"), "--memory-budget", "1KiB")
+	if code != 2 || !strings.Contains(out, "above the memory budget of 1 KiB") {
+		t.Errorf("--memory-budget 1KiB: exit %d: %s", code, out)
+	}
+}
+
+// TestInterruptedRead sends SIGTERM while eval reads a large file: the
+// process exits 130 within 2 s.
+func TestInterruptedRead(t *testing.T) {
+	bin := fedcalibBin(t)
+	dir := t.TempDir()
+	big := filepath.Join(dir, "big.npz")
+	writeBadLogits(t, big, 2_000_000, 10, true) // 80 MB of logits
+	for _, args := range [][]string{
+		{"eval", "--logits", big},
+		{"calibrate", "--central", "--method", "dirichlet", "--logits", big, "--out", filepath.Join(dir, "o.json")},
+	} {
+		cmd := exec.Command(bin, args...)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond)
+		sent := time.Now()
+		cmd.Process.Signal(syscall.SIGTERM)
+		err := cmd.Wait()
+		took := time.Since(sent)
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+			t.Errorf("%s after SIGTERM: %v %s (finished before the signal?)", args[0], err, stderr.String())
+		}
+		if took > 2500*time.Millisecond {
+			t.Errorf("%s took %v to stop after SIGTERM, want ≤ 2 s", args[0], took)
+		}
+		t.Logf("%s stopped %v after SIGTERM", args[0], took.Round(time.Millisecond))
 	}
 }

@@ -1,10 +1,13 @@
 package fileio
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestResolve(t *testing.T) {
@@ -66,5 +69,43 @@ func TestResolve(t *testing.T) {
 	}
 	if err := CheckOutput(hard, "", rel); !errors.Is(err, ErrOutputIsInput) {
 		t.Errorf("CheckOutput(hard link, symlink) = %v", err)
+	}
+}
+
+// TestLongNames writes outputs whose names are legal up to NAME_MAX (255
+// bytes): the temporary file's name must fit too.
+func TestLongNames(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []int{6, 230, 231, 240, 250, 255} {
+		for _, r := range []string{"a", "é"} { // multi-byte: the cut falls at a character
+			body := strings.Repeat(r, (n-5)/len(r))
+			base := body + strings.Repeat("b", n-5-len(body)) + ".json"
+			if len(base) != n {
+				t.Fatalf("built a %d-byte name, want %d", len(base), n)
+			}
+			path := filepath.Join(dir, base)
+			if err := CheckDir(path); err != nil {
+				t.Errorf("%d bytes: CheckDir: %v", n, err)
+			}
+			if err := Write(path, []byte("x")); err != nil {
+				t.Errorf("%d bytes: Write: %v", n, err)
+			}
+			if b, err := os.ReadFile(path); err != nil || string(b) != "x" {
+				t.Errorf("%d bytes: read back %q, %v", n, b, err)
+			}
+			if p := filepath.Base(TempPrefix(path)); len(p)+20 > 255 || !utf8.ValidString(p) {
+				t.Errorf("%d bytes: temporary prefix %q is %d bytes", n, p, len(p))
+			}
+			if err := WriteDir(context.Background(), filepath.Join(dir, strings.TrimSuffix(base, ".json")+"d"), []DirFile{{Name: "f", Data: []byte("y")}}); err != nil && n < 255 {
+				t.Errorf("%d bytes: WriteDir: %v", n, err)
+			}
+			os.Remove(path)
+		}
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if strings.Contains(e.Name(), ".tmp") {
+			t.Errorf("temporary file left: %s", e.Name())
+		}
 	}
 }

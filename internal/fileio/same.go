@@ -91,7 +91,7 @@ func CheckDir(path string) error {
 	case !fi.IsDir():
 		return fmt.Errorf("%s: %s is not a directory", path, dir)
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	f, err := os.CreateTemp(dir, tempBase(filepath.Base(path))+"*")
 	if err != nil {
 		return fmt.Errorf("%s: cannot write into directory %s (%w): choose another directory", path, dir, unwrapPath(err))
 	}
