@@ -13,6 +13,7 @@ import (
 
 	"github.com/fedcalib/fedcalib/dp"
 	"github.com/fedcalib/fedcalib/internal/fileio"
+	"github.com/fedcalib/fedcalib/internal/strictjson"
 )
 
 // FormatV1 is the format tag of version 1 of the calibrator sidecar file.
@@ -507,7 +508,8 @@ func WriteFile(path string, c Calibrator, priv *Privacy, prov Provenance) error 
 
 // Decode reads a sidecar file from r and returns the calibrator it holds,
 // with the file's metadata. It is strict: it refuses unknown format
-// versions and methods, unknown keys at any level, data after the JSON
+// versions and methods, unknown keys at any level, a key given twice in
+// one object (strictjson.DuplicateKeys), data after the JSON
 // object, parameters that do not fit the declared number of classes, and
 // a privacy record that Privacy.Check refuses.
 func Decode(r io.Reader) (Calibrator, *File, error) {
@@ -518,6 +520,9 @@ func Decode(r io.Reader) (Calibrator, *File, error) {
 	var keys map[string]json.RawMessage
 	if err := json.Unmarshal(b, &keys); err != nil {
 		return nil, nil, fmt.Errorf("not a calibrator file: %w", err)
+	}
+	if err := strictjson.DuplicateKeys(b); err != nil {
+		return nil, nil, fmt.Errorf("calibrator file: %w", err)
 	}
 	var f File
 	if err := json.Unmarshal(b, &f); err != nil {

@@ -114,8 +114,11 @@ func runCalibrate(cmd *cobra.Command, fl *calibrateFlags) error {
 	if f.Split == nil {
 		desc = fmt.Sprintf("all %d rows", n)
 	}
-	if n == 0 {
-		return fmt.Errorf("%s has no calibration rows (split %d) to fit on: mark some rows as calibration data", fl.logits, logits.SplitCalibration)
+	switch {
+	case f.Len() == 0:
+		return fmt.Errorf("%s holds no rows: there is nothing to fit on; make it again from data with examples (fedcalib infer)", fl.logits)
+	case n == 0:
+		return fmt.Errorf("%s has no calibration rows (split %d) among its %d to fit on: mark some rows as calibration data (split column 1), or fit federatedly with --partition", fl.logits, logits.SplitCalibration, f.Len())
 	}
 	m, err := calib.LookupMethod(fl.method)
 	if err != nil {

@@ -241,9 +241,13 @@ func evalSplit(hasSplit bool, split, path string) (string, int, error) {
 	return split, want, nil
 }
 
-// noRows is the error of a selected split without rows.
-func noRows(path, split string, want int) error {
-	return fmt.Errorf("%s has no %s rows (split %d): pass another --split", path, split, want)
+// noRows is the error of a selected split without rows, in a file of
+// total rows: an empty file says so, since no --split helps.
+func noRows(path, split string, want, total int) error {
+	if total == 0 {
+		return fmt.Errorf("%s holds no rows: there is nothing to measure; make it again from data with examples (fedcalib infer)", path)
+	}
+	return fmt.Errorf("%s has no %s rows (split %d) among its %d: pass another --split", path, split, want, total)
 }
 
 // evalRows returns the name and indices of the rows that split selects.
@@ -254,7 +258,7 @@ func evalRows(f *logits.File, split, path string) (string, []int, error) {
 	}
 	rows := f.Rows(want)
 	if len(rows) == 0 {
-		return "", nil, noRows(path, name, want)
+		return "", nil, noRows(path, name, want, f.Len())
 	}
 	return name, rows, nil
 }
@@ -266,6 +270,7 @@ type evalInput struct {
 	split   string // the split's name: test, calibration or all
 	want    int    // the split's value, or logits.AllRows
 	classes int
+	rows    int // of the file
 	names   []string
 	src     chunkSource
 	f       *logits.File
@@ -294,7 +299,7 @@ func openEvalInput(ctx context.Context, path string, input inputKind, partPath, 
 		if in.split, in.want, err = evalSplit(f.Split != nil, split, path); err != nil {
 			return nil, err
 		}
-		in.f, in.sel, in.classes, in.names = f, selectSplit(in.want), f.Classes, f.ClassNames
+		in.f, in.sel, in.classes, in.names, in.rows = f, selectSplit(in.want), f.Classes, f.ClassNames, f.Len()
 		in.src = newFileChunks(f, in.sel)
 		return in, nil
 	}
@@ -316,7 +321,7 @@ func openEvalInput(ctx context.Context, path string, input inputKind, partPath, 
 		return nil, err
 	}
 	in.close = func() error { return errors.Join(blocks.Close(), a.Close()) }
-	in.classes = a.NumClasses()
+	in.classes, in.rows = a.NumClasses(), a.Len()
 	in.src = &streamChunks{blocks: blocks, classes: in.classes, split: in.want, input: input, rows: a.Len()}
 	return in, nil
 }
@@ -332,7 +337,7 @@ func (in *evalInput) measure(ctx context.Context, cals []calib.Calibrator, bins 
 		return nil, fmt.Errorf("%s: %w", in.path, err)
 	}
 	if accs[0].N() == 0 {
-		return nil, noRows(in.path, in.split, in.want)
+		return nil, noRows(in.path, in.split, in.want, in.rows)
 	}
 	return accs, nil
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fedcalib/fedcalib/internal/fileio"
+	"github.com/fedcalib/fedcalib/internal/strictjson"
 )
 
 // A privacy ledger file accumulates the privacy spent on each dataset
@@ -214,6 +215,9 @@ func decodeLedger(b []byte) (*LedgerFile, error) {
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, errors.New("data after the ledger's JSON object")
+	}
+	if err := strictjson.DuplicateKeys(b); err != nil {
+		return nil, err
 	}
 	if f.Format != LedgerFormatV1 {
 		return nil, fmt.Errorf("format %q: this fedcalib reads %q", f.Format, LedgerFormatV1)
