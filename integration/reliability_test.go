@@ -1,8 +1,10 @@
 package integration
 
 import (
+	"archive/tar"
 	"archive/zip"
 	"bytes"
+	"compress/gzip"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -17,6 +19,8 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/flate"
+
+	"github.com/fedcalib/fedcalib/infer/logits"
 )
 
 // Issue #26: no run loses a ledger entry or a result row, and no input
@@ -584,4 +588,108 @@ func TestInterruptedRead(t *testing.T) {
 		}
 		t.Logf("%s stopped %v after SIGTERM", args[0], took.Round(time.Millisecond))
 	}
+}
+
+// TestSmallItems covers point 7 of issue #26, each in a fresh process.
+func TestSmallItems(t *testing.T) {
+	bin := fedcalibBin(t)
+	dir := t.TempDir()
+	p := func(name string) string { return filepath.Join(dir, name) }
+	writeBadLogits(t, p("l.npz"), 400, 10, false)
+	if out, code := run(t, bin, "calibrate", "--central", "--method", "temp", "--logits", p("l.npz"), "--out", p("temp.json")); code != 0 {
+		t.Fatalf("calibrate: %s", out)
+	}
+
+	t.Run("experiment grid size cap", func(t *testing.T) {
+		// 1 KB of configuration declaring 10^10 runs.
+		list := "[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]"
+		y := "datasets:\n  - {name: d, logits: " + p("l.npz") + ", partition: {clients: 4, beta: 1, seed: 1}}\ngrid:\n  method: [temp, bbq, bin, vector, matrix, dirichlet, isotonic, fedcal, opvector, scalbin]\n" +
+			"  rounds: " + list + "\n  seed: " + list + "\n  server_lr: " + list + "\n  clip: " + list + "\n  clip_pos: " + list + "\n  clip_neg: " + list + "\n  epsilon: " + list + "\n  delta: [1e-5, 1e-6, 1e-7, 1e-8, 1e-9, 1e-10, 1e-11, 1e-12, 1e-13, 1e-14]\n  mexp: " + list + "\n"
+		if len(y) > 1100 {
+			t.Fatalf("config of %d bytes", len(y))
+		}
+		cfg := p("huge.yaml")
+		os.WriteFile(cfg, []byte(y), 0o644)
+		out, code, rss := runRSS(t, bin, "experiment", "--config", cfg, "--out", p("huge"))
+		if code != 2 || !strings.Contains(out, "more than 100000") {
+			t.Errorf("exit %d: %s", code, out)
+		}
+		oneLine(t, out)
+		if rss > maxRSS {
+			t.Errorf("peak RSS %d MB", rss>>20)
+		}
+	})
+
+	t.Run("duplicate JSON keys", func(t *testing.T) {
+		b, err := os.ReadFile(p("temp.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The same key twice: "classes" again, last, with another value.
+		dup := bytes.TrimSuffix(bytes.TrimSpace(b), []byte("}"))
+		dup = append(dup, []byte(",\n  \"classes\": 3\n}\n")...)
+		os.WriteFile(p("dup.json"), dup, 0o644)
+		for _, args := range [][]string{
+			{"eval", "--logits", p("l.npz"), "--calibrator", p("dup.json")},
+			{"check", "--logits", p("l.npz"), "--calibrator", p("dup.json")},
+		} {
+			out, code := run(t, bin, args...)
+			if code != 2 || !strings.Contains(out, `key "classes" appears twice`) {
+				t.Errorf("%s: exit %d: %s", args[0], code, out)
+			}
+			oneLine(t, out)
+		}
+	})
+
+	t.Run("legal long output names", func(t *testing.T) {
+		for _, n := range []int{240, 250, 255} {
+			name := strings.Repeat("c", n-len(".json")) + ".json"
+			out, code := run(t, bin, "calibrate", "--central", "--method", "temp", "--logits", p("l.npz"), "--out", p(name))
+			if code != 0 {
+				t.Errorf("%d-byte --out: exit %d: %s", n, code, out)
+			}
+			if _, err := os.Stat(p(name)); err != nil {
+				t.Errorf("%d-byte --out: %v", n, err)
+			}
+		}
+	})
+
+	t.Run("setup tarball entry size", func(t *testing.T) {
+		var buf bytes.Buffer
+		zw := gzip.NewWriter(&buf)
+		tw := tar.NewWriter(zw)
+		tw.WriteHeader(&tar.Header{Name: "package/bin/napi-v6/linux/x64/libonnxruntime.so.1", Mode: 0o755, Size: 1 << 40, Typeflag: tar.TypeReg})
+		tw.Write(make([]byte, 1<<20))
+		zw.Close()
+		tgz := p("huge.tgz")
+		os.WriteFile(tgz, buf.Bytes(), 0o644)
+		cmd := exec.Command(bin, "setup", "--tarball", tgz)
+		cmd.Env = append(os.Environ(), "XDG_CACHE_HOME="+p("cache"), "HOME="+p("home"))
+		b, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(b), "declares 1099511627776 bytes") {
+			t.Errorf("setup of a 1 TiB entry: %v: %s", err, b)
+		}
+		if left, _ := filepath.Glob(filepath.Join(p("cache"), "fedcalib", "onnxruntime", "*", "*")); len(left) > 0 {
+			t.Errorf("setup left %v", left)
+		}
+	})
+
+	t.Run("0-row files", func(t *testing.T) {
+		f := &logits.File{Classes: 10, Labels: []int32{}, Logits: []float32{}}
+		if err := logits.Write(p("empty-rows.npz"), f); err != nil {
+			t.Fatal(err)
+		}
+		for _, args := range [][]string{
+			{"eval", "--logits", p("empty-rows.npz")},
+			{"calibrate", "--central", "--method", "temp", "--logits", p("empty-rows.npz"), "--out", p("o.json")},
+			{"check", "--logits", p("empty-rows.npz"), "--calibrator", p("temp.json")},
+		} {
+			out, code := run(t, bin, args...)
+			if code != 2 || !strings.Contains(out, "holds no rows") || strings.Contains(out, "--split") {
+				t.Errorf("%s of a 0-row file: exit %d: %s", args[0], code, out)
+			}
+			oneLine(t, out)
+		}
+	})
 }
