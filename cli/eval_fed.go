@@ -45,7 +45,9 @@ scaled down), the server adds Gaussian noise of σ = z·C to every summed
 statistic (one release, z from --accountant) and computes the metrics from
 the noisy statistics, made valid first (counts ≥ 0, each bin's confidence
 sum within the bin, numbers labelled within [0, count]). The noise comes
-from --seed: a simulation, not a release of real data. A private
+from --seed: a simulation, not a release of real data. When σ exceeds
+the mean count of a bin (rows / --bins) the metrics are mostly noise, and
+eval warns on stderr. A private
 evaluation measures one model: the calibrator, or without --calibrator
 the base model. --ledger records it, kind "evaluation", in the privacy
 ledger with the fits on the same data. docs/CALIBRATION.md has the
@@ -271,6 +273,9 @@ func (ef *evalFedFlags) run(cmd *cobra.Command) error {
 	if err := ff.ledger.commit(cmd.ErrOrStderr(), reservation); err != nil {
 		return err
 	}
+	if w := noiseWarning(rep); w != "" {
+		fmt.Fprintln(cmd.ErrOrStderr(), w)
+	}
 	out := cmd.OutOrStdout()
 	if asJSON {
 		enc := json.NewEncoder(out)
@@ -278,6 +283,25 @@ func (ef *evalFedFlags) run(cmd *cobra.Command) error {
 		return enc.Encode(rep)
 	}
 	return printFedEval(out, path, rep)
+}
+
+// noiseWarning returns a warning when a private evaluation's noise is
+// larger than the statistics it measures: when σ, the noise of each
+// summed statistic, exceeds the mean count of a bin (N / bins, N the
+// noisy number of rows: every row adds 1 to one bin of each class and to
+// one top-label bin). The metrics are then mostly noise, however
+// plausible they look; "" otherwise.
+func noiseWarning(rep *fedEvalReport) string {
+	pr := rep.Privacy
+	if pr == nil || rep.Bins < 1 {
+		return ""
+	}
+	mean := float64(rep.N) / float64(rep.Bins)
+	if !(pr.Sigma > mean) {
+		return ""
+	}
+	return fmt.Sprintf("warning: the noise (σ = %.4g per statistic) exceeds the mean count of a bin (%d rows / %d bins = %.4g): these metrics are mostly noise; evaluate more rows, or use fewer --bins, a larger --epsilon or a smaller --clip",
+		pr.Sigma, rep.N, rep.Bins, mean)
 }
 
 // printFedEval writes the report of eval --federated as a table.
