@@ -675,6 +675,23 @@ func TestSmallItems(t *testing.T) {
 		}
 	})
 
+	t.Run("export --out inside --test-vectors", func(t *testing.T) {
+		model, err := filepath.Abs("../models/mnist-tiny/model.onnx")
+		if err != nil {
+			t.Fatal(err)
+		}
+		vec := p("vectors")
+		out, code := run(t, bin, "export", "--model", model, "--calibrator", p("temp.json"),
+			"--out", filepath.Join(vec, "model.onnx"), "--test-vectors", vec)
+		if code != 2 || !strings.Contains(out, "is inside --test-vectors") {
+			t.Errorf("exit %d: %s", code, out)
+		}
+		oneLine(t, out)
+		if _, err := os.Stat(vec); !os.IsNotExist(err) {
+			t.Errorf("the refused export wrote %s", vec)
+		}
+	})
+
 	t.Run("0-row files", func(t *testing.T) {
 		f := &logits.File{Classes: 10, Labels: []int32{}, Logits: []float32{}}
 		if err := logits.Write(p("empty-rows.npz"), f); err != nil {
