@@ -26,8 +26,11 @@ const (
 )
 
 // interruptGrace is how long MainContext waits, once its context is
-// cancelled, for the command to stop and clean up by itself.
-const interruptGrace = 2 * time.Second
+// cancelled, for the command to stop and clean up by itself: 1.5 s, so
+// that a process stops within 2 s of SIGINT or SIGTERM even in a step
+// that cannot be stopped (a model run in ONNX Runtime, a fit), its
+// temporary files removed.
+const interruptGrace = 1500 * time.Millisecond
 
 // ErrCheckFailed is wrapped by errors that mean "the command ran correctly
 // and the thing it checked did not pass"; Main maps them to ExitFailed.
@@ -44,7 +47,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 
 // MainContext is Main with a context, which the command gets as its
 // cmd.Context(); the fedcalib binary cancels it on SIGINT and SIGTERM.
-// Once ctx is cancelled, MainContext waits up to 2 seconds for the
+// Once ctx is cancelled, MainContext waits up to interruptGrace for the
 // command to stop (commands check ctx between steps; a step running in
 // ONNX Runtime cannot be stopped), removes every temporary file still
 // open (fileio.RemoveTemps), prints one line saying what the command
