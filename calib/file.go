@@ -7,13 +7,13 @@ import (
 	"io"
 	"maps"
 	"math"
-	"os"
 	"reflect"
 	"slices"
 	"strings"
 
 	"github.com/fedcalib/fedcalib/dp"
 	"github.com/fedcalib/fedcalib/internal/fileio"
+	"github.com/fedcalib/fedcalib/internal/strictjson"
 )
 
 // FormatV1 is the format tag of version 1 of the calibrator sidecar file.
@@ -535,7 +535,8 @@ func WriteFile(path string, c Calibrator, priv *Privacy, prov Provenance) error 
 
 // Decode reads a sidecar file from r and returns the calibrator it holds,
 // with the file's metadata. It is strict: it refuses unknown format
-// versions and methods, unknown keys at any level, data after the JSON
+// versions and methods, unknown keys at any level, a key given twice in
+// one object (strictjson.DuplicateKeys), data after the JSON
 // object, parameters that do not fit the declared number of classes, and
 // a privacy record that Privacy.Check refuses.
 func Decode(r io.Reader) (Calibrator, *File, error) {
@@ -546,6 +547,9 @@ func Decode(r io.Reader) (Calibrator, *File, error) {
 	var keys map[string]json.RawMessage
 	if err := json.Unmarshal(b, &keys); err != nil {
 		return nil, nil, fmt.Errorf("not a calibrator file: %w", err)
+	}
+	if err := strictjson.DuplicateKeys(b); err != nil {
+		return nil, nil, fmt.Errorf("calibrator file: %w", err)
 	}
 	var f File
 	if err := json.Unmarshal(b, &f); err != nil {
@@ -613,14 +617,19 @@ func Decode(r io.Reader) (Calibrator, *File, error) {
 	return c, &f, nil
 }
 
-// ReadFile reads the sidecar file at path; see Decode.
+// MaxFileBytes is the largest calibrator file ReadFile reads: 1 GiB,
+// far above the parameters of any method at MaxClasses classes.
+const MaxFileBytes = 1 << 30
+
+// ReadFile reads the sidecar file at path; see Decode. It refuses a path
+// that is not a regular file (such as /dev/zero or a FIFO) and a file of
+// more than MaxFileBytes before reading it.
 func ReadFile(path string) (Calibrator, *File, error) {
-	fh, err := os.Open(path)
+	b, err := fileio.ReadLimited(path, MaxFileBytes)
 	if err != nil {
 		return nil, nil, err
 	}
-	defer fh.Close()
-	c, f, err := Decode(fh)
+	c, f, err := Decode(bytes.NewReader(b))
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}

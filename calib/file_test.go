@@ -112,6 +112,7 @@ func TestFitMetricsRoundTrip(t *testing.T) {
 func TestDecodeErrors(t *testing.T) {
 	const (
 		head   = `{"format":"fedcalib.calibrator/v1","method":"bin","classes":2,"provenance":{"seed":0},"params":`
+		bare   = `{"format":"fedcalib.calibrator/v1","method":"bin","classes":2,"params":` // without provenance
 		bbqTop = `{"format":"fedcalib.calibrator/v1","method":"bbq","classes":2,"provenance":{"seed":0},"params":`
 	)
 	tests := []struct {
@@ -139,11 +140,14 @@ func TestDecodeErrors(t *testing.T) {
 		{"unknown key before format", `{"x":1,"format":"fedcalib.calibrator/v1","method":"bin","classes":2,"params":{"bins":1,"table":[0.5,0.5]}}`, `unknown key "x"`},
 		{"future version with new keys", `{"format":"fedcalib.calibrator/v2","method":"bin","calibration_set":"x"}`, `unsupported calibrator format "fedcalib.calibrator/v2"`},
 		{"unknown privacy key", head + `{"bins":1,"table":[0.5,0.5]},"privacy":{"epsilon":1,"audited":true}}`, `calibrator file's privacy: json: unknown field "audited"`},
-		{"unknown provenance key", head + `{"bins":1,"table":[0.5,0.5]},"provenance":{"seed":0,"owner":"x"}}`, `calibrator file's provenance: json: unknown field "owner"`},
+		{"unknown provenance key", bare + `{"bins":1,"table":[0.5,0.5]},"provenance":{"seed":0,"owner":"x"}}`, `calibrator file's provenance: json: unknown field "owner"`},
+		{"duplicate top-level key", head + `{"bins":1,"table":[0.5,0.5]},"classes":3}`, `key "classes" appears twice in one object (classes)`},
+		{"duplicate parameter", head + `{"bins":1,"table":[0.5,0.5],"table":[0.2,0.8]}}`, `key "table" appears twice in one object (params.table)`},
+		{"duplicate provenance", head + `{"bins":1,"table":[0.5,0.5]},"provenance":{"seed":1}}`, `key "provenance" appears twice`},
 		{"trailing object", head + `{"bins":1,"table":[0.5,0.5]}}{}`, "not a calibrator file"},
-		{"fit metrics rows", head + `{"bins":1,"table":[0.5,0.5]},"provenance":{"seed":0,"fit_metrics":{"rows":3,"before":{"n":4,"classes":2,"accuracy":0.5,"cwece":0.1,"ece":0.1,"nll":0.5,"brier":0.3},"after":{"n":4,"classes":2,"accuracy":0.5,"cwece":0.1,"ece":0.1,"nll":0.5,"brier":0.3}}}}`, "provenance.fit_metrics: rows 3 but metrics of 4 and 4 examples"},
-		{"fit metrics accuracy", head + `{"bins":1,"table":[0.5,0.5]},"provenance":{"seed":0,"fit_metrics":{"rows":4,"before":{"n":4,"classes":2,"accuracy":-1,"cwece":0.1,"ece":0.1,"nll":0.5,"brier":0.3},"after":{"n":4,"classes":2,"accuracy":0.5,"cwece":0.1,"ece":0.1,"nll":0.5,"brier":0.3}}}}`, "provenance.fit_metrics: accuracy -1 out of range"},
-		{"fit metrics key", head + `{"bins":1,"table":[0.5,0.5]},"provenance":{"seed":0,"fit_metrics":{"rows":1,"auc":1}}}`, `unknown field "auc"`},
+		{"fit metrics rows", bare + `{"bins":1,"table":[0.5,0.5]},"provenance":{"seed":0,"fit_metrics":{"rows":3,"before":{"n":4,"classes":2,"accuracy":0.5,"cwece":0.1,"ece":0.1,"nll":0.5,"brier":0.3},"after":{"n":4,"classes":2,"accuracy":0.5,"cwece":0.1,"ece":0.1,"nll":0.5,"brier":0.3}}}}`, "provenance.fit_metrics: rows 3 but metrics of 4 and 4 examples"},
+		{"fit metrics accuracy", bare + `{"bins":1,"table":[0.5,0.5]},"provenance":{"seed":0,"fit_metrics":{"rows":4,"before":{"n":4,"classes":2,"accuracy":-1,"cwece":0.1,"ece":0.1,"nll":0.5,"brier":0.3},"after":{"n":4,"classes":2,"accuracy":0.5,"cwece":0.1,"ece":0.1,"nll":0.5,"brier":0.3}}}}`, "provenance.fit_metrics: accuracy -1 out of range"},
+		{"fit metrics key", bare + `{"bins":1,"table":[0.5,0.5]},"provenance":{"seed":0,"fit_metrics":{"rows":1,"auc":1}}}`, `unknown field "auc"`},
 		{"privacy without accountant", head + `{"bins":1,"table":[0.5,0.5]},"privacy":{"epsilon":1,"delta":1e-5}}`, "privacy.accountant is missing"},
 		{"privacy with negative sigma", head + `{"bins":1,"table":[0.5,0.5]},"privacy":{"epsilon":1,"delta":1e-5,"rho":0.1,"sigma":-1,"accountant":"zcdp","rounds":1,"sample_rate":1,"clip_pos":10,"clip_neg":50}}`, "privacy.sigma is -1"},
 	}

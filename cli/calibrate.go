@@ -48,7 +48,10 @@ calibrator sidecar file (versioned JSON, numbers only), which "fedcalib eval
 --calibrator" applies and the export commands append to a model.
 
 With --central it fits one calibrator on every calibration row of the
-logits file (split 1), or on every row when the file has no split column.
+logits file (split 1), or on every row when the file has no split column;
+with --partition P as well, the rows' split is P's, pooled over its
+clients (fit on its calibration rows, report its test rows), so held-out
+data such as a test set can be split for an honest fit.
 
 Methods (M is --bins-exp):
 ` + methodHelp() + `
@@ -70,6 +73,9 @@ the output atomically and never over an input.`,
 		Example: `  fedcalib calibrate --central --method temp --logits cifar10.npz --out temp.json
   fedcalib calibrate --central --method bbq --bins-exp 5 --logits cifar10.npz --out bbq.json
   fedcalib calibrate --central --method fedcal --seed 7 --logits femnist.npz --out fedcal.json
+  # split held-out data in halves: fit on one, report on the other
+  fedcalib partition --data-or-logits test.npz --scheme iid --clients 1 --fractions 0,0.5,0.5 --out halves.json
+  fedcalib calibrate --central --method temp --logits test.npz --partition halves.json --out temp.json
   # refuse a calibrator that makes the held-out test rows worse
   fedcalib calibrate --central --method vector --guard --logits cifar10.npz --out vector.json`,
 		Args: cobra.NoArgs,
@@ -110,19 +116,32 @@ func runCalibrate(cmd *cobra.Command, fl *calibrateFlags) error {
 	if err := checkCalibrateFlags(cmd, fl); err != nil {
 		return err
 	}
-	f, err := readLogits(fl.logits, fl.input)
+	f, err := readLogitsIn(cmd.Context(), fl.logits, fl.input)
 	if err != nil {
 		return err
 	}
 	boundHeap(f)
+	if part := fl.fed.partition; part != "" {
+		// The partition's split, pooled over its clients: fit on its
+		// calibration rows, report on its test rows.
+		if err := applyPartition(f, part, fl.logits); err != nil {
+			return err
+		}
+	}
 	sel := selectSplit(logits.SplitCalibration) // every row without a split column
 	n := sel.count(f)
 	desc := fmt.Sprintf("%d calibration rows", n)
+	if fl.fed.partition != "" {
+		desc += " of " + filepath.Base(fl.fed.partition)
+	}
 	if f.Split == nil {
 		desc = fmt.Sprintf("all %d rows", n)
 	}
-	if n == 0 {
-		return fmt.Errorf("%s has no calibration rows (split %d) to fit on: mark some rows as calibration data", fl.logits, logits.SplitCalibration)
+	switch {
+	case f.Len() == 0:
+		return fmt.Errorf("%s holds no rows: there is nothing to fit on; make it again from data with examples (fedcalib infer)", fl.logits)
+	case n == 0:
+		return fmt.Errorf("%s has no calibration rows (split %d) among its %d to fit on: mark some rows as calibration data (split column 1), or fit federatedly with --partition", fl.logits, logits.SplitCalibration, f.Len())
 	}
 	m, err := calib.LookupMethod(fl.method)
 	if err != nil {
@@ -292,7 +311,7 @@ func checkCalibrateFlags(cmd *cobra.Command, fl *calibrateFlags) error {
 	if binning && (fl.binsExp < 1 || fl.binsExp > calib.MaxMexp) {
 		return fmt.Errorf("--bins-exp %d: want M in [1, %d] (2^M bins)", fl.binsExp, calib.MaxMexp)
 	}
-	return checkOut("--out", fl.out, calibratorOut, fl.logits)
+	return checkOut("--out", fl.out, calibratorOut, fl.logits, fl.fed.partition)
 }
 
 // binsExpUsage is the usage of --bins-exp: its range, and the binning

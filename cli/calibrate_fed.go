@@ -36,7 +36,7 @@ type fedFlags struct {
 
 // fedFlagNames lists the flags that only federated runs take.
 var fedFlagNames = []string{
-	"partition", "clients", "beta", "rounds", "sample-rate", "clients-per-round", "weighting",
+	"clients", "beta", "rounds", "sample-rate", "clients-per-round", "weighting",
 	"server-lr", "epsilon", "delta", "clip", "clip-pos", "clip-neg", "dp-alpha-z", "accountant", "workers",
 	"ledger", "budget",
 }
@@ -91,7 +91,7 @@ func (ff *fedFlags) register(cmd *cobra.Command) {
 	if s := f.Lookup("seed"); s != nil {
 		s.Usage = "random seed, 0 to 2^64−1: fedcal's initial weights and example order, and in federated runs the partition, client sampling and noise; recorded in the output"
 	}
-	f.StringVar(&ff.partition, "partition", "", "partition file from \"fedcalib partition\" giving the clients")
+	f.StringVar(&ff.partition, "partition", "", "partition file from \"fedcalib partition\" giving the clients; with --central, the rows' split only: fit on its calibration rows, report its test rows")
 	f.IntVar(&ff.clients, "clients", 0, "number of clients K of a Dirichlet label-skew partition made on the fly (needs --beta)")
 	f.Float64Var(&ff.beta, "beta", 0, "Dirichlet concentration β > 0 of that partition (smaller is more skewed)")
 	f.IntVar(&ff.rounds, "rounds", 1, fmt.Sprintf("number of rounds T, 1 to %d", federation.MaxRounds))
@@ -214,7 +214,10 @@ func (ff *fedFlags) check(cmd *cobra.Command, fl *calibrateFlags) error {
 	if err := ff.checkPrivacy(changed); err != nil {
 		return err
 	}
-	return checkOut("--out", fl.out, calibratorOut, fl.logits, ff.partition)
+	if err := ff.ledger.checkFiles(fl.logits, ff.partition); err != nil {
+		return err
+	}
+	return checkOut("--out", fl.out, calibratorOut, fl.logits, ff.partition, ff.ledger.path)
 }
 
 // run is a federated calibrate run.
@@ -233,7 +236,7 @@ func (ff *fedFlags) run(cmd *cobra.Command, fl *calibrateFlags) error {
 		p      *federation.Partition
 		source string
 	)
-	f, err := readColumnsFirst(fl.logits, fl.input, func(f *logits.File) (err error) {
+	f, err := readColumnsFirst(cmd.Context(), fl.logits, fl.input, func(f *logits.File) (err error) {
 		p, source, err = ff.partitionFor(f, fl)
 		return err
 	})

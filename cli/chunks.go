@@ -37,10 +37,36 @@ func boundHeap(f *logits.File) {
 	}
 }
 
-// evalChunk is the number of rows that measure converts to float64 at a
+// evalChunk is the most rows that measure converts to float64 at a
 // time: 4096 rows of 10 classes take 320 KiB, plus as much for their
-// probabilities.
+// probabilities. With many classes a chunk holds fewer rows
+// (chunkRows), so that its buffers stay near chunkBytes whatever C is.
 const evalChunk = 4096
+
+// chunkBytes bounds the float64 logits of one chunk, and so each buffer
+// of a goroutine of eachChunk, once a row is wider than
+// chunkBytes/evalChunk.
+const chunkBytes = 2 << 20
+
+// accumulatorBytes bounds the memory of the per-goroutine metric
+// accumulators of measureChunks: with many classes (an accumulator takes
+// 32 bytes a class and bin) it runs fewer goroutines, so that memory
+// follows the classes once, not once per CPU.
+const accumulatorBytes = 64 << 20
+
+// cappedSource is a chunkSource run on at most n goroutines.
+type cappedSource struct {
+	chunkSource
+	n int
+}
+
+func (cs cappedSource) workers() int { return max(1, min(cs.chunkSource.workers(), cs.n)) }
+
+// chunkRows returns the rows of a chunk of rows of c classes: evalChunk,
+// or fewer (at least 1) when c is large.
+func chunkRows(c int) int {
+	return max(1, min(evalChunk, chunkBytes/(8*max(c, 1))))
+}
 
 // rowSel selects rows of a logits file: the rows of list, or, when list
 // is nil, every row whose split is split (every row for logits.AllRows or
@@ -68,18 +94,20 @@ func (sel rowSel) chunks(f *logits.File) int {
 	if sel.list != nil {
 		n = len(sel.list)
 	}
-	return (n + evalChunk - 1) / evalChunk
+	size := chunkRows(f.Classes)
+	return (n + size - 1) / size
 }
 
 // chunk appends the selected rows of chunk k to dst: rows
-// sel.list[k·evalChunk:…], or those of the file rows [k·evalChunk, …) of
-// the selected split.
+// sel.list[k·size:…], or those of the file rows [k·size, …) of the
+// selected split, where size is chunkRows(f.Classes).
 func (sel rowSel) chunk(f *logits.File, k int, dst []int) []int {
-	lo := k * evalChunk
+	size := chunkRows(f.Classes)
+	lo := k * size
 	if sel.list != nil {
-		return append(dst, sel.list[lo:min(lo+evalChunk, len(sel.list))]...)
+		return append(dst, sel.list[lo:min(lo+size, len(sel.list))]...)
 	}
-	for i := lo; i < min(lo+evalChunk, f.Len()); i++ {
+	for i := lo; i < min(lo+size, f.Len()); i++ {
 		if sel.split == logits.AllRows || f.Split == nil || int(f.Split[i]) == sel.split {
 			dst = append(dst, i)
 		}
@@ -123,10 +151,13 @@ func (sel rowSel) count(f *logits.File) int {
 type chunkSource interface {
 	// numClasses returns the number of classes C.
 	numClasses() int
+	// chunkRows returns the most rows of a chunk: chunkRows(C), or the
+	// rows of the source when it has fewer.
+	chunkRows() int
 	// workers returns the number of goroutines worth running.
 	workers() int
 	// fill writes the rows of the next chunk, converted to float64, into
-	// s, whose slices have room for evalChunk rows, using sc's memory, and
+	// s, whose slices have room for chunkRows() rows, using sc's memory, and
 	// returns the file index of its first and last row; done is true
 	// when no chunk is left. It is safe for concurrent use.
 	fill(s *calib.Set, sc *chunkScratch) (first, last int, done bool, err error)
@@ -152,6 +183,8 @@ func newFileChunks(f *logits.File, sel rowSel) *fileChunks {
 }
 
 func (fc *fileChunks) numClasses() int { return fc.f.Classes }
+
+func (fc *fileChunks) chunkRows() int { return max(1, min(chunkRows(fc.f.Classes), fc.f.Len())) }
 
 // workers returns GOMAXPROCS, or fewer when there are fewer chunks.
 func (fc *fileChunks) workers() int { return max(1, min(runtime.GOMAXPROCS(0), fc.chunks)) }
@@ -182,9 +215,12 @@ type streamChunks struct {
 	classes int
 	split   int // the split whose rows are taken, or logits.AllRows
 	input   inputKind
+	rows    int // the rows of the file
 }
 
 func (st *streamChunks) numClasses() int { return st.classes }
+
+func (st *streamChunks) chunkRows() int { return max(1, min(chunkRows(st.classes), st.rows)) }
 
 // workers returns GOMAXPROCS: reading is sequential, conversion and
 // what the caller does with a chunk are not.
@@ -192,7 +228,7 @@ func (st *streamChunks) workers() int { return runtime.GOMAXPROCS(0) }
 
 func (st *streamChunks) fill(s *calib.Set, sc *chunkScratch) (int, int, bool, error) {
 	st.mu.Lock()
-	err := st.blocks.Next(&sc.block, evalChunk)
+	err := st.blocks.Next(&sc.block, st.chunkRows())
 	st.mu.Unlock()
 	if err == io.EOF {
 		return 0, 0, true, nil
@@ -223,7 +259,7 @@ type namedFile struct{ error }
 
 func (e namedFile) Unwrap() error { return e.error }
 
-// eachChunk takes the chunks of src, evalChunk rows at a time converted
+// eachChunk takes the chunks of src, src.chunkRows() rows at a time converted
 // to a float64 calib.Set, and calls fn(w, s) with each that has rows, on
 // src.workers() goroutines; w names the goroutine, whose calls are
 // sequential, and s is reused once fn returns. The chunks are taken in no
@@ -237,8 +273,9 @@ func eachChunk(ctx context.Context, src chunkSource, fn func(w int, s *calib.Set
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
-			sc := &chunkScratch{rows: make([]int, 0, evalChunk)}
-			s := &calib.Set{Logits: make([]float64, 0, evalChunk*c), Labels: make([]int, 0, evalChunk), Classes: c}
+			size := src.chunkRows()
+			sc := &chunkScratch{rows: make([]int, 0, size)}
+			s := &calib.Set{Logits: make([]float64, 0, size*c), Labels: make([]int, 0, size), Classes: c}
 			for !stop.Load() {
 				err := ctx.Err()
 				if err == nil {
@@ -292,6 +329,13 @@ func measureChunks(ctx context.Context, src chunkSource, cals []calib.Calibrator
 			return nil, fmt.Errorf("%s calibrator is for %d classes but the data has %d", cal.Method(), cal.Classes(), c)
 		}
 	}
+	b := bins
+	if b == 0 {
+		b = calib.DefaultMetricBins
+	}
+	if per := int64(len(cals)) * int64(c) * int64(max(b, 1)) * 32; per > 0 {
+		src = cappedSource{src, int(max(1, accumulatorBytes/per))}
+	}
 	workers := src.workers()
 	accs := make([][]*calib.Accumulator, workers+1) // accs[workers] is the total
 	for w := range accs {
@@ -306,7 +350,7 @@ func measureChunks(ctx context.Context, src chunkSource, cals []calib.Calibrator
 	probs := make([][]float64, workers)
 	err := eachChunk(ctx, src, func(w int, s *calib.Set) error {
 		if probs[w] == nil {
-			probs[w] = make([]float64, evalChunk*c)
+			probs[w] = make([]float64, src.chunkRows()*c)
 		}
 		p := probs[w][:len(s.Logits)]
 		for a, cal := range cals {
@@ -340,7 +384,7 @@ func setOf(f *logits.File, sel rowSel) *calib.Set {
 	n, c := sel.count(f), f.Classes
 	s := &calib.Set{Logits: make([]float64, n*c), Labels: make([]int, n), Classes: c}
 	r := 0
-	rows := make([]int, 0, evalChunk)
+	rows := make([]int, 0, chunkRows(c))
 	for k := range sel.chunks(f) {
 		rows = sel.chunk(f, k, rows[:0])
 		for _, i := range rows {

@@ -224,7 +224,7 @@ func TestStreamedEqualsWhole(t *testing.T) {
 		for _, split := range []string{"", "all", "test", "calibration"} {
 			var got [2][]*calib.Accumulator
 			for k, whole := range []bool{false, true} {
-				in, err := openEvalInput(path, input, "", split, whole)
+				in, err := openEvalInput(context.Background(), path, input, "", split, whole)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -130,7 +130,7 @@ percentile intervals at --level for every metric, and the equal-mass
 			}
 			// --bootstrap resamples rows and --partition selects them: both
 			// need the file in memory; otherwise it is read a block at a time.
-			in, err := openEvalInput(logitsPath, input, partPath, split, resamples > 0 || partPath != "")
+			in, err := openEvalInput(cmd.Context(), logitsPath, input, partPath, split, resamples > 0 || partPath != "")
 			if err != nil {
 				return err
 			}
@@ -244,9 +244,13 @@ func evalSplit(hasSplit bool, split, path string) (string, int, error) {
 	return split, want, nil
 }
 
-// noRows is the error of a selected split without rows.
-func noRows(path, split string, want int) error {
-	return fmt.Errorf("%s has no %s rows (split %d): pass another --split", path, split, want)
+// noRows is the error of a selected split without rows, in a file of
+// total rows: an empty file says so, since no --split helps.
+func noRows(path, split string, want, total int) error {
+	if total == 0 {
+		return fmt.Errorf("%s holds no rows: there is nothing to measure; make it again from data with examples (fedcalib infer)", path)
+	}
+	return fmt.Errorf("%s has no %s rows (split %d) among its %d: pass another --split", path, split, want, total)
 }
 
 // evalRows returns the name and indices of the rows that split selects.
@@ -257,7 +261,7 @@ func evalRows(f *logits.File, split, path string) (string, []int, error) {
 	}
 	rows := f.Rows(want)
 	if len(rows) == 0 {
-		return "", nil, noRows(path, name, want)
+		return "", nil, noRows(path, name, want, f.Len())
 	}
 	return name, rows, nil
 }
@@ -269,6 +273,7 @@ type evalInput struct {
 	split   string // the split's name: test, calibration or all
 	want    int    // the split's value, or logits.AllRows
 	classes int
+	rows    int // of the file
 	names   []string
 	src     chunkSource
 	f       *logits.File
@@ -282,11 +287,12 @@ type evalInput struct {
 // openEvalInput opens the logits file at path, holding input, for
 // measuring the rows split selects: read whole when whole is set (and
 // then with the client and split columns of the partition file partPath
-// when it is not empty), else a block at a time.
-func openEvalInput(path string, input inputKind, partPath, split string, whole bool) (*evalInput, error) {
+// when it is not empty), else a block at a time; within the memory
+// budget of ctx.
+func openEvalInput(ctx context.Context, path string, input inputKind, partPath, split string, whole bool) (*evalInput, error) {
 	in := &evalInput{path: path, close: func() error { return nil }}
 	if whole {
-		f, err := readLogits(path, input)
+		f, err := readLogitsIn(ctx, path, input)
 		if err != nil {
 			return nil, err
 		}
@@ -299,7 +305,7 @@ func openEvalInput(path string, input inputKind, partPath, split string, whole b
 		if in.split, in.want, err = evalSplit(f.Split != nil, split, path); err != nil {
 			return nil, err
 		}
-		in.f, in.sel, in.classes, in.names, in.kind = f, selectSplit(in.want), f.Classes, f.ClassNames, inputKind(f.Input)
+		in.f, in.sel, in.classes, in.names, in.kind, in.rows = f, selectSplit(in.want), f.Classes, f.ClassNames, inputKind(f.Input), f.Len()
 		in.src = newFileChunks(f, in.sel)
 		return in, nil
 	}
@@ -308,6 +314,7 @@ func openEvalInput(path string, input inputKind, partPath, split string, whole b
 		return nil, err
 	}
 	in.close = a.Close
+	a.SetMemoryBudget(memoryBudget(ctx))
 	if in.split, in.want, err = evalSplit(a.Has("split"), split, path); err == nil {
 		in.names, err = a.ClassNames()
 	}
@@ -327,9 +334,9 @@ func openEvalInput(path string, input inputKind, partPath, split string, whole b
 		return nil, err
 	}
 	in.close = func() error { return errors.Join(blocks.Close(), a.Close()) }
-	in.classes = a.NumClasses()
+	in.classes, in.rows = a.NumClasses(), a.Len()
 	in.kind = input
-	in.src = &streamChunks{blocks: blocks, classes: in.classes, split: in.want, input: input}
+	in.src = &streamChunks{blocks: blocks, classes: in.classes, split: in.want, input: input, rows: a.Len()}
 	return in, nil
 }
 
@@ -344,7 +351,7 @@ func (in *evalInput) measure(ctx context.Context, cals []calib.Calibrator, bins 
 		return nil, fmt.Errorf("%s: %w", in.path, err)
 	}
 	if accs[0].N() == 0 {
-		return nil, noRows(in.path, in.split, in.want)
+		return nil, noRows(in.path, in.split, in.want, in.rows)
 	}
 	return accs, nil
 }

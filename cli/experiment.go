@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/fedcalib/fedcalib/experiment"
 	"github.com/fedcalib/fedcalib/federation"
+	"github.com/fedcalib/fedcalib/internal/fileio"
 )
 
 func newExperimentCmd() *cobra.Command {
@@ -23,8 +25,9 @@ func newExperimentCmd() *cobra.Command {
 		quiet, fresh    bool
 	)
 	cmd := &cobra.Command{
-		Use:   "experiment --config FILE.yaml --out DIR",
-		Short: "Run a declared grid of federated calibration experiments from cached logits",
+		Annotations: map[string]string{stopAnnotation: "the runs finished are saved in --out's runs.csv with every row it held before (each file replaced whole); run it again to resume"},
+		Use:         "experiment --config FILE.yaml --out DIR",
+		Short:       "Run a declared grid of federated calibration experiments from cached logits",
 		Long: `experiment runs the grid of federated calibration runs that a YAML
 configuration declares — datasets (a logits file and its clients) crossed
 with methods, weighting, rounds T, β, ε, δ, the BBQ exponent M, the clip
@@ -47,6 +50,12 @@ inputs whatever the number of workers (timings.csv is a measurement and is
 not). A cell already in --out/runs.csv with the same parameters and input
 files is not recomputed, so an interrupted experiment (Ctrl-C saves what
 is finished) or an extended grid resumes; --fresh recomputes every cell.
+Every other row of runs.csv stays as it was, byte for byte — those of
+another configuration, of parameters no longer in the grid, of earlier
+input files, and the rows of cells not yet recomputed when a run (--fresh
+included) is interrupted — and runs.csv and timings.csv are only ever
+replaced whole (a temporary file renamed over them). The summaries and
+plots are made from this configuration's rows.
 
 The configuration format is documented in package experiment
 and by the committed configurations under integration/experiments/.
@@ -71,9 +80,16 @@ A progress bar is drawn on a terminal unless --quiet.`,
 			if err != nil {
 				return err
 			}
+			// No file the experiment writes may be one it reads.
+			inputs := append([]string{configPath}, cfg.Inputs()...)
+			for _, name := range experiment.OutputFiles() {
+				if err := fileio.CheckOutput(filepath.Join(out, name), inputs...); err != nil {
+					return fmt.Errorf("--out %w", err)
+				}
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer stop()
-			opt := experiment.Options{Workers: workers, Fresh: fresh}
+			opt := experiment.Options{Workers: workers, Fresh: fresh, MemoryBudget: memoryBudget(cmd.Context())}
 			stderr := cmd.ErrOrStderr()
 			f, isFile := stderr.(*os.File)
 			var bar *progressbar.ProgressBar
@@ -104,7 +120,11 @@ A progress bar is drawn on a terminal unless --quiet.`,
 			for _, s := range rep.Skipped {
 				fmt.Fprintln(w, s)
 			}
-			fmt.Fprintf(w, "%s: %d runs (%d computed, %d reused) in %v\n", cfg.Name, len(rep.Rows), rep.Computed, rep.Reused, rep.Wall.Round(time.Millisecond))
+			fmt.Fprintf(w, "%s: %d runs (%d computed, %d reused) in %v", cfg.Name, len(rep.Rows), rep.Computed, rep.Reused, rep.Wall.Round(time.Millisecond))
+			if rep.Kept > len(rep.Rows)-rep.Computed-rep.Reused {
+				fmt.Fprintf(w, "; runs.csv also keeps %d other rows as they were", rep.Kept-(len(rep.Rows)-rep.Computed-rep.Reused))
+			}
+			fmt.Fprintln(w)
 			for _, f := range rep.Files {
 				fmt.Fprintf(w, "wrote %s\n", f)
 			}

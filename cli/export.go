@@ -127,6 +127,9 @@ external files.`,
 			if sidecar {
 				kind = sidecarOut
 			}
+			if err := checkApart(anOutput{flag: "--out", path: outPath}, anOutput{flag: "--test-vectors", path: vectorsDir, dir: true}); err != nil {
+				return err
+			}
 			if outPath != "" {
 				if err := checkOut("--out", outPath, kind, calibPath, modelPath); err != nil {
 					return err

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"runtime/debug"
 
@@ -41,12 +42,17 @@ func (in *inputKind) Set(v string) error {
 // Type names the flag's values in help texts.
 func (in *inputKind) Type() string { return "logits|probabilities" }
 
-// readLogits reads the logits file at path (logits.Read) holding input of
-// kind in (see recordedInput), and turns probabilities into
-// log-probabilities (logits.File.ConvertInput). f.Input then says which
-// kind it read.
+// readLogits is readLogitsIn within logits.DefaultMemoryBudget. f.Input
+// then says which kind it read.
 func readLogits(path string, in inputKind) (*logits.File, error) {
-	f, err := logits.Read(path)
+	return readLogitsIn(context.Background(), path, in)
+}
+
+// readLogitsIn reads the logits file at path (logits.ReadBudget, within
+// the memory budget of ctx) holding input of kind in, and turns
+// probabilities into log-probabilities (logits.File.ConvertInput).
+func readLogitsIn(ctx context.Context, path string, in inputKind) (*logits.File, error) {
+	f, err := logits.ReadBudget(path, memoryBudget(ctx))
 	if err != nil {
 		return nil, err
 	}
@@ -96,12 +102,19 @@ func convertInput(f *logits.File, path string, in inputKind) error {
 // the operating system — its logits. A federated run's peak memory is
 // then the logits, the labels and the partition, not also the columns
 // and the partition's transient memory beside them.
-func readColumnsFirst(path string, in inputKind, partition func(*logits.File) error) (*logits.File, error) {
+//
+// The whole file must fit the memory budget of ctx, checked before
+// anything is read.
+func readColumnsFirst(ctx context.Context, path string, in inputKind, partition func(*logits.File) error) (*logits.File, error) {
 	a, err := logits.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer a.Close()
+	a.SetMemoryBudget(memoryBudget(ctx))
+	if err := a.CheckBudget(); err != nil {
+		return nil, err
+	}
 	f, err := a.ReadColumns()
 	if err != nil {
 		return nil, err

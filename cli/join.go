@@ -16,6 +16,7 @@ import (
 	"github.com/fedcalib/fedcalib/federation"
 	"github.com/fedcalib/fedcalib/infer"
 	"github.com/fedcalib/fedcalib/infer/logits"
+	"github.com/fedcalib/fedcalib/internal/fileio"
 	"github.com/fedcalib/fedcalib/network"
 )
 
@@ -139,7 +140,7 @@ func runJoin(cmd *cobra.Command, fl *joinFlags) error {
 	}
 	d := network.Dial{URL: fl.server, Fingerprint: fl.fingerprint, Insecure: fl.insecure, Name: "fedcalib join " + key.Public, Wait: fl.wait}
 	if fl.ca != "" {
-		pem, err := os.ReadFile(fl.ca)
+		pem, err := fileio.ReadLimited(fl.ca, 16<<20)
 		if err != nil {
 			return fmt.Errorf("--ca: %w", err)
 		}

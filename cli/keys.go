@@ -40,7 +40,41 @@ stdout: send that line to the coordinator for its allow-list.`,
 		},
 	}
 	newCmd.Flags().StringVar(&out, "out", "", "file to write the key's seed to, mode 0600 (required)")
-	cmd.AddCommand(newCmd, newKeysCredsCmd())
+	cmd.AddCommand(newCmd, newKeysPublicCmd(), newKeysCredsCmd())
+	return cmd
+}
+
+func newKeysPublicCmd() *cobra.Command {
+	var key string
+	cmd := &cobra.Command{
+		Use:   "public --key F",
+		Short: "Print the public key of an existing client identity",
+		Long: `keys public prints on stdout the public key of the client identity in --key
+(an NKey user seed made by "keys new", or a NATS credentials file from
+"keys creds"): the line the coordinator's allow-list needs. It reads the
+file and writes nothing, so a script may run it as often as it likes, for
+instance to rebuild an allow-list from the keys it already has.`,
+		Example: `  fedcalib keys public --key site-a.nkey >> allow.txt
+  # make the keys that are missing, then list every public key
+  for s in a b c; do
+    [ -f site-$s.nkey ] || fedcalib keys new --out site-$s.nkey > /dev/null
+    fedcalib keys public --key site-$s.nkey
+  done > allow.txt`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if key == "" {
+				return errors.New("keys public needs --key F, a key made by \"fedcalib keys new\"")
+			}
+			k, err := network.ReadKey(key)
+			if err != nil {
+				return fmt.Errorf("--key: %w", err)
+			}
+			clear(k.Seed)
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), k.Public)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&key, "key", "", `client identity file made by "fedcalib keys new" or "fedcalib keys creds" (required)`)
 	return cmd
 }
 

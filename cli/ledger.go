@@ -17,6 +17,7 @@ import (
 	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/dp"
 	"github.com/fedcalib/fedcalib/federation"
+	"github.com/fedcalib/fedcalib/internal/fileio"
 )
 
 // ledgerFlags are calibrate's privacy-ledger flags: the ledger lives in
@@ -37,7 +38,8 @@ its noise plan and refuses the run if the dataset's total would exceed
 --budget ε (under zcdp ρ adds across runs, under rdp the RDP curves add);
 it records the run once the fit has succeeded, before the calibrator is
 written. Runs sharing a ledger take turns (a lock on F.lock), so two runs
-cannot both spend the last of a budget. All runs on one dataset must use
+cannot both spend the last of a budget; a link to a ledger is followed,
+so the file it names is updated and locked. All runs on one dataset must use
 the same --accountant and --delta. "fedcalib privacy --ledger F" prints
 the spend.`
 
@@ -64,6 +66,19 @@ func (lf *ledgerFlags) check(changed func(string) bool) error {
 		return errors.New("--ledger is empty: name the ledger file, e.g. --ledger privacy-ledger.json")
 	case changed("budget") && !(lf.budget > 0 && lf.budget < math.Inf(1)):
 		return fmt.Errorf("--budget is %v: want a finite ε > 0 (drop --budget to record without a limit)", lf.budget)
+	}
+	return nil
+}
+
+// checkFiles refuses a ledger that is one of the files the run reads
+// (inputs: its logits, partition, calibrators), since the run would
+// write its spend over it; see fileio.CheckOutput.
+func (lf *ledgerFlags) checkFiles(inputs ...string) error {
+	if lf.path == "" {
+		return nil
+	}
+	if err := fileio.CheckOutput(lf.path, inputs...); err != nil {
+		return fmt.Errorf("--ledger %w", err)
 	}
 	return nil
 }

@@ -72,3 +72,54 @@ func checkOutDir(flag, dir string, inputs ...string) error {
 	}
 	return nil
 }
+
+// anOutput is one output of a command, for checkApart: the flag that
+// named it, its path, and whether it is a directory the command writes
+// whole (such as export's --test-vectors).
+type anOutput struct {
+	flag, path string
+	dir        bool
+}
+
+// checkApart refuses, before any work, outputs of one command that
+// overlap: two naming one file (through links too), or an output inside
+// a directory another output writes whole, which the directory's write
+// would destroy or fail on once the first output is written. Empty paths
+// are skipped. Commands writing several outputs call it with all of them
+// (export: --out with --test-vectors).
+func checkApart(outs ...anOutput) error {
+	type resolved struct {
+		anOutput
+		real string
+	}
+	var rs []resolved
+	for _, o := range outs {
+		if strings.TrimSpace(o.path) == "" {
+			continue
+		}
+		real, err := fileio.Resolve(o.path)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", o.flag, o.path, err)
+		}
+		rs = append(rs, resolved{o, real})
+	}
+	for i, a := range rs {
+		for _, b := range rs[i+1:] {
+			switch {
+			case a.real == b.real || fileio.Same(a.path, b.path):
+				return fmt.Errorf("%s %s and %s %s name the same file: give each output its own name", a.flag, a.path, b.flag, b.path)
+			case b.dir && within(a.real, b.real):
+				return fmt.Errorf("%s %s is inside %s %s, which is written whole: put it elsewhere", a.flag, a.path, b.flag, b.path)
+			case a.dir && within(b.real, a.real):
+				return fmt.Errorf("%s %s is inside %s %s, which is written whole: put it elsewhere", b.flag, b.path, a.flag, a.path)
+			}
+		}
+	}
+	return nil
+}
+
+// within reports whether the absolute path p lies under the directory dir.
+func within(p, dir string) bool {
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != "." && filepath.IsLocal(rel)
+}

@@ -214,3 +214,47 @@ func TestCalibrateWarnsOnAccuracyDrop(t *testing.T) {
 		t.Errorf("temp: exit %d, stdout %q; want no warning", code, stdout)
 	}
 }
+
+func TestCheckApart(t *testing.T) {
+	dir := t.TempDir()
+	vec := filepath.Join(dir, "vectors")
+	model := filepath.Join(dir, "model.onnx")
+	if err := os.WriteFile(model, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.onnx")
+	if err := os.Symlink(model, link); err != nil {
+		t.Fatal(err)
+	}
+	vecLink := filepath.Join(dir, "veclink")
+	if err := os.Symlink("vectors", vecLink); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(vec, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out := func(flag, p string) anOutput { return anOutput{flag: flag, path: p} }
+	tvec := func(p string) anOutput { return anOutput{flag: "--test-vectors", path: p, dir: true} }
+	for _, tc := range []struct {
+		name string
+		outs []anOutput
+		want string // "" for none
+	}{
+		{"apart", []anOutput{out("--out", model), tvec(vec)}, ""},
+		{"beside, same prefix", []anOutput{out("--out", vec+"2.onnx"), tvec(vec)}, ""},
+		{"inside", []anOutput{out("--out", filepath.Join(vec, "model.onnx")), tvec(vec)}, "--out " + filepath.Join(vec, "model.onnx") + " is inside --test-vectors " + vec},
+		{"inside, given second", []anOutput{tvec(vec), out("--out", filepath.Join(vec, "m.onnx"))}, "is inside --test-vectors"},
+		{"inside through a link", []anOutput{out("--out", filepath.Join(vecLink, "m.onnx")), tvec(vec)}, "is inside --test-vectors"},
+		{"the directory itself", []anOutput{out("--out", vec), tvec(vec)}, "name the same file"},
+		{"one file by a link", []anOutput{out("--out", model), out("--sidecar", link)}, "name the same file"},
+		{"empty skipped", []anOutput{out("--out", model), tvec("")}, ""},
+	} {
+		err := checkApart(tc.outs...)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}

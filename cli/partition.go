@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -58,7 +59,7 @@ randomness comes from --seed.`,
   fedcalib partition --data-or-logits femnist.npz --scheme natural --min-samples 100 --out leaf.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			p, err := makePartition(&fl, cmd.Flags().Changed("beta"))
+			p, err := makePartition(cmd.Context(), &fl, cmd.Flags().Changed("beta"))
 			if err != nil {
 				return err
 			}
@@ -90,7 +91,7 @@ randomness comes from --seed.`,
 }
 
 // makePartition reads the input and partitions it as fl says.
-func makePartition(fl *partitionFlags, betaSet bool) (*federation.Partition, error) {
+func makePartition(ctx context.Context, fl *partitionFlags, betaSet bool) (*federation.Partition, error) {
 	if err := checkOut("--out", fl.out, partitionOut, fl.input); err != nil {
 		return nil, err
 	}
@@ -129,7 +130,7 @@ func makePartition(fl *partitionFlags, betaSet bool) (*federation.Partition, err
 	if fl.scheme != federation.SchemeNatural && fl.rule != "" && fl.rule != string(federation.RuleFractions) {
 		return nil, fmt.Errorf("--rule %s needs the data's own split, so it only applies to --scheme natural", fl.rule)
 	}
-	in, err := infer.ReadLabels(fl.input)
+	in, err := infer.ReadLabelsBudget(fl.input, memoryBudget(ctx))
 	if err != nil {
 		return nil, err
 	}

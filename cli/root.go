@@ -28,8 +28,11 @@ const (
 )
 
 // interruptGrace is how long MainContext waits, once its context is
-// cancelled, for the command to stop and clean up by itself.
-const interruptGrace = 2 * time.Second
+// cancelled, for the command to stop and clean up by itself: 1.5 s, so
+// that a process stops within 2 s of SIGINT or SIGTERM even in a step
+// that cannot be stopped (a model run in ONNX Runtime, a fit), its
+// temporary files removed.
+const interruptGrace = 1500 * time.Millisecond
 
 // ErrCheckFailed is wrapped by errors that mean "the command ran correctly
 // and the thing it checked did not pass"; Main maps them to ExitFailed.
@@ -47,10 +50,11 @@ func Main(args []string, stdout, stderr io.Writer) int {
 
 // MainContext is Main with a context, which the command gets as its
 // cmd.Context(); the fedcalib binary cancels it on SIGINT and SIGTERM.
-// Once ctx is cancelled, MainContext waits up to 2 seconds for the
+// Once ctx is cancelled, MainContext waits up to interruptGrace for the
 // command to stop (commands check ctx between steps; a step running in
 // ONNX Runtime cannot be stopped), removes every temporary file still
-// open (fileio.RemoveTemps), prints one line saying so and returns
+// open (fileio.RemoveTemps), prints one line saying what the command
+// left (its stopAnnotation, or no partial output) and returns
 // ExitInterrupted; the command may still be running when it returns, so
 // the caller should exit. A command that completes despite the signal
 // gets its own status.
@@ -74,11 +78,25 @@ func MainContext(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	case err == nil:
 		return ExitOK
 	case ctx.Err() != nil:
-		fmt.Fprintf(stderr, "fedcalib: stopped (%v): no partial output was left behind\n", context.Cause(ctx))
+		fmt.Fprintf(stderr, "fedcalib: stopped (%v): %s\n", context.Cause(ctx), stopNote(root, args))
 		return ExitInterrupted
 	}
 	fmt.Fprintf(stderr, "fedcalib: %v\n", err)
 	return exitStatus(err)
+}
+
+// stopAnnotation is the cobra annotation in which a command that keeps
+// what it finished when interrupted (experiment's runs.csv, serve's
+// checkpoints) says so; the others leave no partial output.
+const stopAnnotation = "fedcalib.stopped"
+
+// stopNote says what an interrupted command left: its stopAnnotation, or
+// that it left no partial output.
+func stopNote(root *cobra.Command, args []string) string {
+	if cmd, _, err := root.Find(args); err == nil && cmd.Annotations[stopAnnotation] != "" {
+		return cmd.Annotations[stopAnnotation]
+	}
+	return "no partial output was left behind"
 }
 
 // exitStatus maps an error of a command to the exit status it means.
@@ -115,7 +133,9 @@ Exit status:
        the network (server unreachable, connection lost), too few clients,
        the run given up by its coordinator, or another coordinator holding
        the federation or its store
-  130  interrupted by SIGINT or SIGTERM; no partial output was left behind`,
+  130  interrupted by SIGINT or SIGTERM; no partial output was left behind
+       (experiment keeps the runs it finished, serve its last checkpoint:
+       the message says so)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !version {
@@ -127,6 +147,7 @@ Exit status:
 		SilenceErrors: true,
 	}
 	root.Flags().BoolVar(&version, "version", false, "print the version, commit, Go version and ONNX Runtime version")
+	registerMemoryBudget(root)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.CompletionOptions.DisableDefaultCmd = true

@@ -61,8 +61,9 @@ func newServeCmd() *cobra.Command {
 	// checks of fedFlags.check are shared.
 	scratch := &cobra.Command{}
 	cmd := &cobra.Command{
-		Use:   "serve --method METHOD --clients ALLOW.txt (--listen HOST:PORT --store DIR | --nats URL --creds F) --out C.json",
-		Short: "Coordinate a federated calibration across machines (NATS JetStream)",
+		Annotations: map[string]string{stopAnnotation: "the rounds finished are committed to --store (or --nats); run serve again on it to resume"},
+		Use:         "serve --method METHOD --clients ALLOW.txt (--listen HOST:PORT --store DIR | --nats URL --creds F) --out C.json",
+		Short:       "Coordinate a federated calibration across machines (NATS JetStream)",
 		Long: `serve is the coordinator of a federated fit whose clients run "fedcalib
 join" on their own machines, next to their data; only clipped updates
 reach the coordinator. It takes the method, weighting, rounds, sampling

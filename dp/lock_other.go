@@ -14,4 +14,7 @@ func lockFile(path string) (*os.File, error) {
 }
 
 // unlockFile closes f.
-func unlockFile(f *os.File) { f.Close() }
+func unlockFile(path string, f *os.File) { f.Close() }
+
+// linkCount returns 1: hard links are not counted here.
+func linkCount(os.FileInfo) uint64 { return 1 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fedcalib/fedcalib/internal/fileio"
+	"github.com/fedcalib/fedcalib/internal/strictjson"
 )
 
 // A privacy ledger file accumulates the privacy spent on each dataset
@@ -59,10 +60,16 @@ import (
 // renamed over it) while holding an exclusive lock (flock(2)) on a lock
 // file next to it, path+".lock", from the budget check to the write: of
 // two runs that would each fit in what is left of a budget, the second
-// waits for the first and then sees its spend. The lock file stays after
-// use; it holds nothing. A process that dies holding the lock releases
-// it (the kernel drops flock locks on exit), and leaves the ledger as it
-// was before its run.
+// waits for the first and then sees its spend. Both act on the file the
+// path resolves to (fileio.Resolve): a ledger reached through a symbolic
+// link is updated where the link points, the link left in place, and
+// runs reaching one ledger by different paths take turns on one lock. A
+// ledger with several hard links is refused, since the rename would
+// update one of them only. The lock file lasts as long as the lock: its
+// holder removes it before letting go. A process that dies holding the
+// lock releases it (the kernel drops flock locks on exit; only SIGKILL
+// leaves the empty lock file, which the next run takes over), and leaves
+// the ledger as it was before its run.
 
 // LedgerFormatV1 is the format tag of version 1 of the privacy ledger
 // file.
@@ -175,12 +182,16 @@ func (s spend) epsilon(acc Accountant, delta float64) (float64, error) {
 	return ZCDPEpsilon(s.rho, delta)
 }
 
+// maxLedgerBytes is the largest ledger file ReadLedgerFile reads: a run
+// takes about 300 bytes, so 256 MiB holds some 10^6 runs.
+const maxLedgerBytes = 256 << 20
+
 // ReadLedgerFile reads and checks the ledger file at path. A file that
 // does not exist is an empty ledger. It refuses another format, unknown
 // keys, fields out of their domain, and a composed state that the runs do
 // not add up to; errors name the file, the dataset and the field.
 func ReadLedgerFile(path string) (*LedgerFile, error) {
-	b, err := os.ReadFile(path)
+	b, err := fileio.ReadLimited(path, maxLedgerBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		return &LedgerFile{Format: LedgerFormatV1, Datasets: map[string]*DatasetSpend{}}, nil
 	}
@@ -204,6 +215,9 @@ func decodeLedger(b []byte) (*LedgerFile, error) {
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, errors.New("data after the ledger's JSON object")
+	}
+	if err := strictjson.DuplicateKeys(b); err != nil {
+		return nil, err
 	}
 	if f.Format != LedgerFormatV1 {
 		return nil, fmt.Errorf("format %q: this fedcalib reads %q", f.Format, LedgerFormatV1)
@@ -325,12 +339,14 @@ const KindEvaluation = "evaluation"
 // Reservation is a run admitted by Reserve: it holds the ledger's lock
 // until Commit or Cancel. The zero value holds nothing.
 type Reservation struct {
-	path  string
-	key   string
-	lock  *os.File
-	file  *LedgerFile
-	entry *DatasetSpend // the dataset's spend with the run recorded
-	run   LedgerRun
+	path     string // as given, for messages
+	target   string // the file it resolves to, written
+	lockPath string
+	key      string
+	lock     *os.File
+	file     *LedgerFile
+	entry    *DatasetSpend // the dataset's spend with the run recorded
+	run      LedgerRun
 }
 
 // Reserve locks the ledger file at path (see the format's description),
@@ -345,17 +361,44 @@ func Reserve(path string, c Charge) (*Reservation, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	lock, err := lockFile(path + ".lock")
+	target, err := fileio.Resolve(path)
+	if err != nil {
+		return nil, fmt.Errorf("privacy ledger %s: %w", path, err)
+	}
+	if err := checkLinks(path, target); err != nil {
+		return nil, err
+	}
+	lockPath := target + ".lock"
+	lock, err := lockFile(lockPath)
 	if err != nil {
 		return nil, fmt.Errorf("privacy ledger %s: locking: %w", path, err)
 	}
-	r, err := reserve(path, c)
+	r, err := reserve(path, target, c)
 	if err != nil {
-		unlockFile(lock)
+		unlockFile(lockPath, lock)
 		return nil, err
 	}
-	r.lock = lock
+	r.lock, r.lockPath = lock, lockPath
 	return r, nil
+}
+
+// checkLinks refuses a ledger file target (reached by path) that an
+// atomic update cannot keep whole: one that is not a regular file, or has
+// several hard links.
+func checkLinks(path, target string) error {
+	fi, err := os.Stat(target)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("privacy ledger %s: %w", path, err)
+	case !fi.Mode().IsRegular():
+		return fmt.Errorf("privacy ledger %s is not a regular file: name a ledger file", path)
+	}
+	if n := linkCount(fi); n > 1 {
+		return fmt.Errorf("privacy ledger %s has %d hard links: an update replaces the file, so the other links would keep the old spend; reach a shared ledger by a symbolic link instead", path, n)
+	}
+	return nil
 }
 
 func (c *Charge) validate() error {
@@ -376,8 +419,8 @@ func (c *Charge) validate() error {
 }
 
 // reserve does Reserve's work under the lock.
-func reserve(path string, c Charge) (*Reservation, error) {
-	f, err := ReadLedgerFile(path)
+func reserve(path, target string, c Charge) (*Reservation, error) {
+	f, err := ReadLedgerFile(target)
 	if err != nil {
 		return nil, err
 	}
@@ -419,7 +462,7 @@ func reserve(path string, c Charge) (*Reservation, error) {
 		Kind: c.Kind, Method: c.Method, Calibrator: c.Calibrator, Epsilon: runEps, Rho: one.rho,
 		NoiseMultiplier: z, Rounds: rounds, SampleRate: q,
 	}
-	return &Reservation{path: path, key: c.Dataset, file: f, entry: next, run: run}, nil
+	return &Reservation{path: path, target: target, key: c.Dataset, file: f, entry: next, run: run}, nil
 }
 
 // Spent returns the dataset's ε with the reserved run, at its δ.
@@ -446,7 +489,7 @@ func (r *Reservation) Commit(at time.Time) error {
 	if err != nil {
 		return err
 	}
-	if err := fileio.Write(r.path, append(b, '\n')); err != nil {
+	if err := fileio.Write(r.target, append(b, '\n')); err != nil {
 		return fmt.Errorf("privacy ledger %s: %w", r.path, err)
 	}
 	return nil
@@ -456,7 +499,7 @@ func (r *Reservation) Commit(at time.Time) error {
 // after Commit or a first Cancel, or on a nil *Reservation.
 func (r *Reservation) Cancel() {
 	if r != nil && r.lock != nil {
-		unlockFile(r.lock)
+		unlockFile(r.lockPath, r.lock)
 		r.lock = nil
 	}
 }

@@ -450,3 +450,71 @@ func TestLedgerEvaluationRun(t *testing.T) {
 		t.Errorf("a third run of ε 1 under a budget of 1.5: %v, want ErrBudgetExceeded", err)
 	}
 }
+
+// TestLedgerThroughLinks spends on one ledger by its path and through a
+// symbolic link, concurrently: the runs take turns on one lock, the link
+// stays a link, no lock file is left, and a hard-linked ledger is
+// refused.
+func TestLedgerThroughLinks(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "shared"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "shared", "ledger.json")
+	link := filepath.Join(dir, "link.json")
+	if err := os.Symlink(filepath.Join("shared", "ledger.json"), link); err != nil {
+		t.Fatal(err)
+	}
+	rho1, _ := ZCDPRho(1, 1e-5)
+	budget, _ := ZCDPEpsilon(3.5*rho1, 1e-5) // three runs of ε 1, not four
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := path
+			if i%2 == 0 {
+				p = link
+			}
+			r, err := Reserve(p, charge(ZCDP, budget, fedTemp(t, ZCDP, 1, 12, 0.1)))
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+			errs[i] = r.Commit(time.Now())
+		}()
+	}
+	wg.Wait()
+	ok := 0
+	for _, err := range errs {
+		if err == nil {
+			ok++
+		} else if !errors.Is(err, ErrBudgetExceeded) {
+			t.Errorf("unexpected error: %v", err)
+		}
+	}
+	f, err := ReadLedgerFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok != 3 || len(f.Datasets["labels-a"].Runs) != 3 {
+		t.Errorf("%d runs admitted, %d recorded; want 3 and 3", ok, len(f.Datasets["labels-a"].Runs))
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the link was replaced: %v", err)
+	}
+	for _, d := range []string{dir, filepath.Join(dir, "shared")} {
+		if locks, _ := filepath.Glob(filepath.Join(d, "*.lock")); len(locks) > 0 {
+			t.Errorf("lock files left: %v", locks)
+		}
+	}
+	hard := filepath.Join(dir, "hard.json")
+	if err := os.Link(path, hard); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Reserve(hard, charge(ZCDP, math.Inf(1), fedTemp(t, ZCDP, 1, 12, 0.1))); err == nil || !strings.Contains(err.Error(), "2 hard links") {
+		t.Errorf("Reserve of a hard-linked ledger: %v", err)
+	}
+}

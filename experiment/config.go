@@ -18,6 +18,7 @@ import (
 	"github.com/fedcalib/fedcalib/dp"
 	"github.com/fedcalib/fedcalib/federation"
 	"github.com/fedcalib/fedcalib/infer/logits"
+	"github.com/fedcalib/fedcalib/internal/fileio"
 )
 
 // Config is a declared experiment: datasets, grids of run parameters,
@@ -196,7 +197,7 @@ func Metrics() []string {
 // ReadConfig reads the YAML configuration at path (see ParseConfig).
 // Relative paths in it are relative to its directory.
 func ReadConfig(path string) (*Config, error) {
-	b, err := os.ReadFile(path)
+	b, err := fileio.ReadLimited(path, maxConfigBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -209,6 +210,45 @@ func ReadConfig(path string) (*Config, error) {
 	}
 	return c, nil
 }
+
+// Inputs returns the files the experiment reads: each dataset's logits,
+// partition and holdout files, those that are named.
+func (c *Config) Inputs() []string {
+	var out []string
+	for _, d := range c.Datasets {
+		for _, p := range []string{d.Logits, d.Partition.File, d.Partition.Holdout} {
+			if p != "" {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// MaxCells is the most runs a configuration may declare: its datasets
+// times the cross product of each grid's lists, counted before runs that
+// coincide are merged. The paper's largest table has a few hundred; the
+// bound stops a small file from declaring billions of cells (and the
+// memory to list them).
+const MaxCells = 100000
+
+// size returns the number of cells g declares for one dataset, before
+// coinciding cells are merged, as a float64 (it may be astronomically
+// large).
+func (g *Grid) size() float64 {
+	n := 1.0
+	for _, k := range []int{
+		len(g.Method), len(g.Weighting), len(g.Rounds), len(g.Beta), len(g.Epsilon), len(g.Delta),
+		len(g.Mexp), len(g.Clip), len(g.ClipPos), len(g.ClipNeg), len(g.AlphaZ),
+		len(g.ClientsPerRound) + len(g.SampleRate), len(g.ServerLR), len(g.Accountant), len(g.Seed),
+	} {
+		n *= float64(max(k, 1))
+	}
+	return n
+}
+
+// maxConfigBytes is the largest configuration ReadConfig reads.
+const maxConfigBytes = 16 << 20
 
 // ParseConfig parses a YAML configuration and checks it. Every parameter
 // of a grid takes one value or a list; "none" is ε of a run without
@@ -264,6 +304,13 @@ func (c *Config) Validate() error {
 				return fmt.Errorf("%s and datasets[%d] (%s): %w", gridName(c, i), j, c.Datasets[j].Name, err)
 			}
 		}
+	}
+	total := 0.0
+	for i := range c.Grids {
+		total += c.Grids[i].size()
+	}
+	if total *= float64(len(c.Datasets)); total > MaxCells {
+		return fmt.Errorf("the grids declare %.4g runs over %d dataset(s), more than %d: split the experiment into several configurations", total, len(c.Datasets), MaxCells)
 	}
 	for _, m := range c.Summary.Metrics {
 		if !slices.Contains(Metrics(), m) {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/internal/fileio"
 )
 
 // Row is the result of one run: its parameters and what it measured on the
@@ -339,26 +340,117 @@ func decodeTimings(r io.Reader) (map[string]Timing, error) {
 	return out, nil
 }
 
-// readPrevious reads the rows, in file order, and the timings of an
-// earlier run; missing files are no error.
-func readPrevious(runsPath, timingsPath string) ([]Row, map[string]Timing, error) {
-	var rows []Row
-	times := map[string]Timing{}
-	if b, err := os.ReadFile(runsPath); err == nil {
-		if rows, err = DecodeRuns(bytes.NewReader(b)); err != nil {
-			return nil, nil, fmt.Errorf("%s: %w; delete it to start afresh, or choose another --out", runsPath, err)
+// previous is what an earlier run left in the output directory: the rows
+// of runs.csv in file order, each with its bytes as they are in the file
+// (so that a row a run does not run is written back byte for byte), and
+// the timings of timings.csv by cell, parsed and as their bytes.
+type previous struct {
+	rows     []Row
+	raw      [][]byte // raw[i]: the record of rows[i], its line ending included
+	times    map[string]Timing
+	rawTimes map[string][]byte
+}
+
+// readPrevious reads the runs.csv and timings.csv of an earlier run;
+// missing files are no error.
+func readPrevious(runsPath, timingsPath string) (*previous, error) {
+	p := &previous{times: map[string]Timing{}, rawTimes: map[string][]byte{}}
+	b, err := readSmall(runsPath)
+	if err == nil {
+		recs, raw, err := readCSVRaw(b, runsHeader)
+		if err == nil {
+			p.raw = raw
+			for n, rec := range recs {
+				row, perr := parseRow(rec)
+				if perr != nil {
+					err = fmt.Errorf("%w: line %d: %v", ErrFormat, n+2, perr)
+					break
+				}
+				p.rows = append(p.rows, row)
+			}
 		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return nil, nil, err
-	}
-	if b, err := os.ReadFile(timingsPath); err == nil {
-		ts, err := decodeTimings(bytes.NewReader(b))
 		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w; delete it to start afresh, or choose another --out", timingsPath, err)
+			return nil, fmt.Errorf("%s: %w; delete it to start afresh, or choose another --out", runsPath, err)
 		}
-		times = ts
 	} else if !errors.Is(err, os.ErrNotExist) {
-		return nil, nil, err
+		return nil, err
 	}
-	return rows, times, nil
+	if b, err := readSmall(timingsPath); err == nil {
+		ts, err := decodeTimings(bytes.NewReader(b))
+		if err == nil {
+			var raw [][]byte
+			var recs [][]string
+			if recs, raw, err = readCSVRaw(b, timingsHeader); err == nil {
+				for i, rec := range recs {
+					p.rawTimes[rec[0]] = raw[i]
+				}
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w; delete it to start afresh, or choose another --out", timingsPath, err)
+		}
+		p.times = ts
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	return p, nil
+}
+
+// maxResultsFile is the largest runs.csv or timings.csv read back: far
+// above any grid's (a row is about 400 bytes, and a grid holds at most
+// MaxCells cells), and a bound on what a damaged or hostile file can make
+// Run allocate.
+const maxResultsFile = 1 << 30
+
+// readSmall reads the file at path, refusing one that is not a regular
+// file or is larger than maxResultsFile.
+func readSmall(path string) ([]byte, error) {
+	return fileio.ReadLimited(path, maxResultsFile)
+}
+
+// readCSVRaw reads the CSV records of b after its header, which must be
+// header, and the bytes of each record as they are in b.
+func readCSVRaw(b []byte, header []string) ([][]string, [][]byte, error) {
+	cr := csv.NewReader(bytes.NewReader(b))
+	cr.FieldsPerRecord = len(header)
+	cr.ReuseRecord = false
+	var recs [][]string
+	var raw [][]byte
+	first := true
+	for {
+		start := cr.InputOffset()
+		rec, err := cr.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: %v", ErrFormat, err)
+		}
+		if first {
+			if !slices.Equal(rec, header) {
+				return nil, nil, fmt.Errorf("%w: its header is not %s", ErrFormat, strings.Join(header, ","))
+			}
+			first = false
+			continue
+		}
+		line := b[start:cr.InputOffset()]
+		if len(line) == 0 || line[len(line)-1] != '\n' {
+			line = append(slices.Clip(line), '\n') // a last line without its newline
+		}
+		recs = append(recs, rec)
+		raw = append(raw, line)
+	}
+	if first {
+		return nil, nil, fmt.Errorf("%w: its header is not %s", ErrFormat, strings.Join(header, ","))
+	}
+	return recs, raw, nil
+}
+
+// encodeRecord returns rec as one CSV line.
+func encodeRecord(rec []string) []byte {
+	var b bytes.Buffer
+	cw := csv.NewWriter(&b)
+	cw.Write(rec)
+	cw.Flush()
+	return b.Bytes()
 }

@@ -42,9 +42,10 @@ func datasetsOf(s string) []string {
 // TestCommittedRowsSurviveMissingLogits is the machine with the logits of
 // only one dataset: Table 1's committed runs.csv and timings.csv are the
 // earlier results, mnist-tiny's logits are a synthetic file and the other
-// datasets of the committed table have none. The run recomputes
-// mnist-tiny only; every committed row of the others survives byte for
-// byte, in place, and the summary is made from all of them.
+// datasets of the committed table have none. The run computes
+// mnist-tiny's cells only; every committed row survives byte for byte, in
+// place (mnist-tiny's, for other logits, before the new ones), and the
+// summary is made from the new rows and the skipped datasets' rows.
 func TestCommittedRowsSurviveMissingLogits(t *testing.T) {
 	runs, err := os.ReadFile(filepath.Join(committedResults, "table1", RunsFile))
 	if err != nil {
@@ -88,9 +89,9 @@ func TestCommittedRowsSurviveMissingLogits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Computed != 4 || rep.Reused != 0 || rep.Kept != kept || len(rep.Rows) != 4+kept || len(rep.Skipped) != len(others) {
+	if rep.Computed != 4 || rep.Reused != 0 || rep.Kept != kept+tinyCommitted || len(rep.Rows) != 4+kept || len(rep.Skipped) != len(others)+1 {
 		t.Fatalf("%d computed, %d reused, %d kept, %d rows, notices %q; want 4, 0, %d, %d and %d notices",
-			rep.Computed, rep.Reused, rep.Kept, len(rep.Rows), rep.Skipped, kept, 4+kept, len(others))
+			rep.Computed, rep.Reused, rep.Kept, len(rep.Rows), rep.Skipped, kept+tinyCommitted, 4+kept, len(others)+1)
 	}
 	i := slices.Index(others, "cifar10-cnn")
 	if want := "skipped dataset cifar10-cnn: no logits file " + filepath.Join(dir, "absent", "cifar10-cnn.npz") + "; kept its 25 earlier rows from "; i < 0 || !strings.HasPrefix(rep.Skipped[i], want) {
@@ -102,10 +103,13 @@ func TestCommittedRowsSurviveMissingLogits(t *testing.T) {
 	// does the new one, whose tail is the committed tail byte for byte.
 	committedLines := strings.Split(strings.TrimSuffix(string(runs), "\n"), "\n")
 	afterLines := strings.Split(strings.TrimSuffix(after, "\n"), "\n")
-	if len(afterLines) != 1+4+kept || afterLines[0] != committedLines[0] {
-		t.Fatalf("runs.csv has %d lines, want %d, and the same header", len(afterLines), 1+4+kept)
+	if len(afterLines) != 1+4+kept+tinyCommitted || afterLines[0] != committedLines[0] {
+		t.Fatalf("runs.csv has %d lines, want %d, and the same header", len(afterLines), 1+4+kept+tinyCommitted)
 	}
-	if !slices.Equal(afterLines[5:], committedLines[1+tinyCommitted:]) {
+	if !slices.Equal(afterLines[1:1+tinyCommitted], committedLines[1:1+tinyCommitted]) {
+		t.Error("mnist-tiny's committed rows changed")
+	}
+	if !slices.Equal(afterLines[5+tinyCommitted:], committedLines[1+tinyCommitted:]) {
 		t.Error("the committed rows of the skipped datasets changed")
 	}
 	for _, name := range others {
@@ -116,9 +120,10 @@ func TestCommittedRowsSurviveMissingLogits(t *testing.T) {
 			t.Errorf("%s: %d timings after the run, %d committed, or they differ", name, len(got), len(want))
 		}
 	}
-	// mnist-tiny's committed rows were for other logits: replaced.
-	if tiny := linesOf(after, "mnist-tiny"); len(tiny) != 4 || slices.Contains(committedLines, tiny[0]) {
-		t.Errorf("mnist-tiny rows %q: want the 4 cells run now", tiny)
+	// mnist-tiny's committed rows were for other logits: kept, then the
+	// 4 cells run now.
+	if tiny := linesOf(after, "mnist-tiny"); len(tiny) != tinyCommitted+4 || slices.Contains(committedLines, tiny[tinyCommitted]) {
+		t.Errorf("mnist-tiny has %d rows: want the %d committed and the 4 cells run now", len(tiny), tinyCommitted)
 	}
 	// The summary is made from all the rows, every dataset.
 	summary := readFile(t, filepath.Join(out, SummaryFile))
@@ -200,17 +205,25 @@ func TestSkippedDatasetRowsKept(t *testing.T) {
 		t.Error("other's rows are no longer first, where the configuration lists it")
 	}
 
-	// A configuration without other drops its rows, and says so.
+	// A configuration without other keeps its rows, byte for byte, last,
+	// out of the summaries, and says so.
 	cfg.Datasets = cfg.Datasets[1:]
 	rep, err = Run(context.Background(), cfg, out, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Rows) != 18 || rep.Kept != 0 || len(rep.Skipped) != 1 || !strings.Contains(rep.Skipped[0], "dropped the rows of dataset other") {
+	if len(rep.Rows) != 18 || rep.Kept != 12 || len(rep.Skipped) != 1 || !strings.Contains(rep.Skipped[0], "kept 12 rows of dataset other") {
 		t.Errorf("%d rows, %d kept, notices %q", len(rep.Rows), rep.Kept, rep.Skipped)
 	}
-	if got := linesOf(readFile(t, filepath.Join(out, RunsFile)), "other"); len(got) != 0 {
-		t.Errorf("%d rows of other remain", len(got))
+	fourth := readFile(t, filepath.Join(out, RunsFile))
+	if got := linesOf(fourth, "other"); !slices.Equal(got, otherRows) {
+		t.Errorf("other's rows changed:\n%q\nwere\n%q", got, otherRows)
+	}
+	if !strings.HasSuffix(fourth, strings.Join(otherRows, "\n")+"\n") {
+		t.Error("the rows of the unlisted dataset are not last")
+	}
+	if strings.Contains(readFile(t, filepath.Join(out, SummaryFile)), "| other |") {
+		t.Error("the summary tabulates a dataset the configuration does not list")
 	}
 }
 

@@ -27,6 +27,10 @@ const (
 	TimingsSummary = "timings.md"
 )
 
+// OutputFiles returns the names of the files Run writes in the output
+// directory besides the plots.
+func OutputFiles() []string { return []string{RunsFile, TimingsFile, SummaryFile, TimingsSummary} }
+
 // DefaultCheckpoint is the default least time between two checkpoints of
 // runs.csv while an experiment runs.
 const DefaultCheckpoint = 2 * time.Second
@@ -43,9 +47,12 @@ type Options struct {
 	// Checkpoint is the least time between two rewrites of runs.csv and
 	// timings.csv while cells finish; zero means DefaultCheckpoint.
 	Checkpoint time.Duration
-	// Fresh ignores the results already in the output directory and
-	// recomputes every cell.
+	// Fresh recomputes every cell, replacing its row in runs.csv once it
+	// has run.
 	Fresh bool
+	// MemoryBudget bounds the memory of each dataset's logits file
+	// (logits.ReadBudget); zero means logits.DefaultMemoryBudget.
+	MemoryBudget int64
 }
 
 // Progress reports how far an experiment is.
@@ -60,21 +67,23 @@ type Progress struct {
 
 // Report is what Run did.
 type Report struct {
-	// Rows holds every row of runs.csv, in the configuration's dataset
-	// order: for a dataset that ran, its cells in grid order; for an
-	// optional dataset skipped for want of its logits file, the rows an
-	// earlier run left in runs.csv, as they were.
+	// Rows holds the rows the summaries and plots are made from, in the
+	// configuration's dataset order: for a dataset that ran, its cells in
+	// grid order; for an optional dataset skipped for want of its logits
+	// file, the rows an earlier run left in runs.csv, as they were.
 	Rows []Row
 	// Timings holds the measured times of the cells, by ID; a reused
 	// cell whose time was not recorded has none.
 	Timings map[string]Timing
 	// Computed and Reused count the cells run now and read back; Kept
-	// counts the rows of skipped datasets kept from the earlier runs.csv.
+	// counts the rows of the earlier runs.csv kept as they were that are
+	// not cells of the grid: those of skipped datasets (also in Rows),
+	// of other parameters or earlier input files, and of datasets the
+	// configuration does not list (in runs.csv only).
 	Computed, Reused, Kept int
 	// Skipped holds one notice per optional dataset skipped for want of
 	// its logits file (saying how many of its earlier rows were kept),
-	// and one per dataset of the earlier runs.csv that the configuration
-	// no longer lists, whose rows are dropped.
+	// and one per dataset with rows kept outside the grid.
 	Skipped []string
 	// Files lists the files written, runs.csv first.
 	Files []string
@@ -85,13 +94,16 @@ type Report struct {
 // Run runs the experiment cfg, writing its results to dir (created if
 // needed): runs.csv, timings.csv, summary.md, timings.md and the plots.
 // Cells already in dir/runs.csv, with the same parameters and input
-// files, are reused (unless opt.Fresh). Run updates only the cells it
-// runs: the rows of an optional dataset skipped for want of its logits
-// file are kept from dir/runs.csv as they were (and its timings from
-// dir/timings.csv), even with opt.Fresh, and the summaries and plots are
-// made from all the rows. On an error or when ctx is done it stops the
-// cells in flight, saves the finished ones with the kept rows to
-// runs.csv and returns the error.
+// files, are reused (unless opt.Fresh). Run changes only the rows of the
+// cells it runs: every other row of dir/runs.csv (and its timing in
+// dir/timings.csv) is written back byte for byte — of an optional
+// dataset skipped for want of its logits file, of parameters outside the
+// grid or earlier input files, of a dataset the configuration does not
+// list, and, until its cell is recomputed, a row of the grid with
+// opt.Fresh. runs.csv and timings.csv are replaced whole each time
+// (fileio.Write). The summaries and plots are made from Report.Rows. On
+// an error or when ctx is done it stops the cells in flight, saves the
+// finished ones with the kept rows to runs.csv and returns the error.
 func Run(ctx context.Context, cfg *Config, dir string, opt Options) (*Report, error) {
 	return (&runner{newFitter: federation.New}).run(ctx, cfg, dir, opt)
 }
@@ -151,6 +163,7 @@ func (r *runner) run(ctx context.Context, cfg *Config, dir string, opt Options) 
 	var jobs []job
 	for _, c := range cells {
 		if in := byName[c.Dataset]; in != nil {
+			in.budget = opt.MemoryBudget
 			jobs = append(jobs, job{idx: len(jobs), cell: c, id: cellID(&c, in.fingerprint), in: in})
 		}
 	}
@@ -161,44 +174,66 @@ func (r *runner) run(ctx context.Context, cfg *Config, dir string, opt Options) 
 		return nil, err
 	}
 	runsPath, timingsPath := filepath.Join(dir, RunsFile), filepath.Join(dir, TimingsFile)
-	var prev []Row
-	prevTimes := map[string]Timing{}
-	if !opt.Fresh || len(skipped) > 0 {
-		if prev, prevTimes, err = readPrevious(runsPath, timingsPath); err != nil {
-			return nil, err
+	prev, err := readPrevious(runsPath, timingsPath)
+	if err != nil {
+		return nil, err
+	}
+	// Every row of runs.csv that this run does not run stays, byte for
+	// byte: a row of a cell of the grid until the cell runs (then the new
+	// row replaces it; without opt.Fresh a row of the grid is reused and
+	// not run), every other row for good. Those of a listed dataset go
+	// before its grid's rows, those of unlisted datasets last.
+	jobOf := map[string]int{}
+	for _, j := range jobs {
+		jobOf[j.id] = j.idx
+	}
+	prevOf := map[string]int{}  // a grid cell's row in prev
+	other := map[string][]int{} // by dataset: rows outside the grid
+	var unlistedRows []int
+	for i, row := range prev.rows {
+		if _, ok := jobOf[row.ID]; ok {
+			if _, dup := prevOf[row.ID]; !dup {
+				prevOf[row.ID] = i
+				continue
+			}
+		}
+		if slices.ContainsFunc(cfg.Datasets, func(d Dataset) bool { return d.Name == row.Dataset }) {
+			other[row.Dataset] = append(other[row.Dataset], i)
+		} else {
+			unlistedRows = append(unlistedRows, i)
 		}
 	}
-	// The rows of skipped datasets are kept, those of datasets the
-	// configuration no longer lists dropped (and said so), and with
-	// opt.Fresh no others are reused.
-	kept := map[string][]Row{}
-	prevRows := map[string]Row{}
-	for _, row := range prev {
-		switch i := slices.IndexFunc(cfg.Datasets, func(d Dataset) bool { return d.Name == row.Dataset }); {
-		case i < 0: // a dataset no longer listed: dropped
-		case inputs[i] == nil:
-			kept[row.Dataset] = append(kept[row.Dataset], row)
-			rep.Kept++
-		case !opt.Fresh:
-			prevRows[row.ID] = row
-		}
-	}
+	rep.Kept = len(prev.rows) - len(prevOf)
+	skippedSet := map[string]bool{}
 	for _, i := range skipped {
 		d := &cfg.Datasets[i]
-		rep.Skipped = append(rep.Skipped, fmt.Sprintf("skipped dataset %s: no logits file %s; kept its %s from %s", d.Name, d.Logits, count(len(kept[d.Name]), "earlier row"), runsPath))
+		skippedSet[d.Name] = true
+		rep.Skipped = append(rep.Skipped, fmt.Sprintf("skipped dataset %s: no logits file %s; kept its %s from %s", d.Name, d.Logits, count(len(other[d.Name]), "earlier row"), runsPath))
 	}
-	for _, name := range unlisted(cfg, prev) {
-		rep.Skipped = append(rep.Skipped, fmt.Sprintf("dropped the rows of dataset %s from %s: the configuration no longer lists it", name, runsPath))
+	for _, d := range cfg.Datasets {
+		if n := len(other[d.Name]); n > 0 && !skippedSet[d.Name] {
+			rep.Skipped = append(rep.Skipped, fmt.Sprintf("kept %s of dataset %s from %s outside this grid (other parameters or earlier input files), as they were; they are not in the summaries", count(n, "row"), d.Name, runsPath))
+		}
+	}
+	for _, name := range unlisted(cfg, prev.rows) {
+		n := 0
+		for _, i := range unlistedRows {
+			if prev.rows[i].Dataset == name {
+				n++
+			}
+		}
+		rep.Skipped = append(rep.Skipped, fmt.Sprintf("kept %s of dataset %s from %s, as they were: the configuration does not list it, so they are not in the summaries", count(n, "row"), name, runsPath))
 	}
 
 	rows := make([]Row, len(jobs))
 	done := make([]bool, len(jobs))
+	computed := make([]bool, len(jobs))
 	rep.Timings = map[string]Timing{}
 	var todo []job
 	for _, j := range jobs {
-		if row, ok := prevRows[j.id]; ok {
-			rows[j.idx], done[j.idx] = row, true
-			if t, ok := prevTimes[j.id]; ok {
+		if i, ok := prevOf[j.id]; ok && !opt.Fresh {
+			rows[j.idx], done[j.idx] = prev.rows[i], true
+			if t, ok := prev.times[j.id]; ok {
 				rep.Timings[j.id] = t
 			}
 			rep.Reused++
@@ -206,20 +241,26 @@ func (r *runner) run(ctx context.Context, cfg *Config, dir string, opt Options) 
 		}
 		todo = append(todo, j)
 	}
-	for _, rs := range kept {
-		for _, row := range rs {
-			if t, ok := prevTimes[row.ID]; ok {
-				rep.Timings[row.ID] = t
+	for name, is := range other {
+		if skippedSet[name] {
+			for _, i := range is {
+				if t, ok := prev.times[prev.rows[i].ID]; ok {
+					rep.Timings[prev.rows[i].ID] = t
+				}
 			}
 		}
 	}
-	// merged returns the rows of runs.csv: per dataset in the
-	// configuration's order, its finished cells in grid order or its
-	// kept rows.
+	// merged returns the rows the summaries are made from: per dataset in
+	// the configuration's order, the rows of a skipped dataset, or the
+	// finished cells of its grid in grid order.
 	merged := func() []Row {
 		var out []Row
 		for _, d := range cfg.Datasets {
-			out = append(out, kept[d.Name]...)
+			if skippedSet[d.Name] {
+				for _, i := range other[d.Name] {
+					out = append(out, prev.rows[i])
+				}
+			}
 			for i := range rows {
 				if done[i] && jobs[i].cell.Dataset == d.Name {
 					out = append(out, rows[i])
@@ -228,19 +269,46 @@ func (r *runner) run(ctx context.Context, cfg *Config, dir string, opt Options) 
 		}
 		return out
 	}
+	// csvFiles returns runs.csv and timings.csv as they stand: the rows in
+	// the order above, each row not computed now as its bytes were.
+	csvFiles := func() ([]byte, []byte) {
+		rb := encodeRecord(runsHeader)
+		tb := encodeRecord(timingsHeader)
+		keep := func(i int) {
+			rb = append(rb, prev.raw[i]...)
+			tb = append(tb, prev.rawTimes[prev.rows[i].ID]...)
+		}
+		for _, d := range cfg.Datasets {
+			for _, i := range other[d.Name] {
+				keep(i)
+			}
+			for k := range jobs {
+				if jobs[k].cell.Dataset != d.Name {
+					continue
+				}
+				if computed[k] {
+					rb = append(rb, encodeRecord(rows[k].record())...)
+					if t, ok := rep.Timings[rows[k].ID]; ok {
+						tb = append(tb, encodeRecord(t.record(&rows[k]))...)
+					}
+				} else if i, ok := prevOf[jobs[k].id]; ok {
+					keep(i)
+				}
+			}
+		}
+		for _, i := range unlistedRows {
+			keep(i)
+		}
+		return rb, tb
+	}
+	// save writes both files, each atomically (fileio.Write), so that an
+	// interrupted run leaves every row it had plus those it finished.
 	save := func() error {
-		finished := merged()
-		var rb, tb bytes.Buffer
-		if err := EncodeRuns(&rb, finished); err != nil {
+		rb, tb := csvFiles()
+		if err := fileio.Write(runsPath, rb); err != nil {
 			return err
 		}
-		if err := encodeTimings(&tb, finished, rep.Timings); err != nil {
-			return err
-		}
-		if err := fileio.Write(runsPath, rb.Bytes()); err != nil {
-			return err
-		}
-		return fileio.Write(timingsPath, tb.Bytes())
+		return fileio.Write(timingsPath, tb)
 	}
 	progress := func(row *Row) {
 		if opt.Progress != nil {
@@ -250,7 +318,7 @@ func (r *runner) run(ctx context.Context, cfg *Config, dir string, opt Options) 
 	progress(nil)
 
 	if err := r.execute(ctx, todo, opt, func(o outcome) error {
-		rows[o.idx], done[o.idx] = o.row, true
+		rows[o.idx], done[o.idx], computed[o.idx] = o.row, true, true
 		rep.Timings[o.row.ID] = o.timing
 		rep.Computed++
 		progress(&rows[o.idx])
@@ -416,6 +484,7 @@ func (r *runner) runCell(ctx context.Context, j job) (Row, Timing, error) {
 type input struct {
 	ds          *Dataset
 	fingerprint string
+	budget      int64 // the memory budget of its logits file
 
 	once   sync.Once
 	err    error
@@ -483,7 +552,7 @@ func fileExists(path string) bool {
 // partition has a holdout.
 func (in *input) load() error {
 	in.once.Do(func() {
-		f, err := logits.Read(in.ds.Logits)
+		f, err := logits.ReadBudget(in.ds.Logits, in.budget)
 		if err != nil {
 			in.err = err
 			return

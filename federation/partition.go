@@ -1,7 +1,6 @@
 package federation
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
@@ -11,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"slices"
 
 	"github.com/klauspost/compress/gzip"
@@ -388,28 +386,53 @@ func DecodePartition(r io.Reader) (*Partition, error) {
 	return p, nil
 }
 
+// MaxPartitionBytes is the largest partition file, once decompressed,
+// that ReadPartition reads: 1 GiB, some 10^8 rows.
+const MaxPartitionBytes = 1 << 30
+
 // ReadPartition reads and validates the partition file at path, which may
-// be gzip-compressed (as the model zoo's partition files are).
+// be gzip-compressed (as the model zoo's partition files are). It refuses
+// a path that is not a regular file (/dev/zero, a FIFO) and a file of
+// more than MaxPartitionBytes, compressed or once decompressed, stopping
+// a gzip bomb there.
 func ReadPartition(path string) (*Partition, error) {
-	f, err := os.Open(path)
+	b, err := fileio.ReadLimited(path, MaxPartitionBytes)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	var r io.Reader = bufio.NewReader(f)
-	if magic, _ := r.(*bufio.Reader).Peek(2); bytes.Equal(magic, []byte{0x1f, 0x8b}) {
+	var r io.Reader = bytes.NewReader(b)
+	if bytes.HasPrefix(b, []byte{0x1f, 0x8b}) {
 		zr, err := gzip.NewReader(r)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 		defer zr.Close()
-		r = zr
+		r = &limitedReader{r: zr, left: MaxPartitionBytes}
 	}
 	p, err := DecodePartition(r)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return p, nil
+}
+
+// limitedReader reads r and fails with fileio.ErrTooLarge past left
+// bytes (io.LimitReader would end quietly, leaving a truncated JSON).
+type limitedReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (l *limitedReader) Read(p []byte) (int, error) {
+	if l.left <= 0 {
+		return 0, fmt.Errorf("decompressed, it is %w: more than %d bytes", fileio.ErrTooLarge, MaxPartitionBytes)
+	}
+	if int64(len(p)) > l.left {
+		p = p[:l.left]
+	}
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	return n, err
 }
 
 // WritePartition writes p to path atomically: to a temporary file in the

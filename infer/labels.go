@@ -15,8 +15,14 @@ import (
 // first appearance, as Session.Infer numbers them, so a partition made
 // from a dataset's labels fits the logits that infer writes for it.
 func ReadLabels(pathOrSpec string) (*logits.Labels, error) {
+	return ReadLabelsBudget(pathOrSpec, 0)
+}
+
+// ReadLabelsBudget is ReadLabels reading a logits file within a memory
+// budget of budget bytes (logits.ReadBudget; ≤ 0: the default).
+func ReadLabelsBudget(pathOrSpec string, budget int64) (*logits.Labels, error) {
 	if logits.IsFile(pathOrSpec) {
-		return logits.ReadLabels(pathOrSpec)
+		return logits.ReadLabelsBudget(pathOrSpec, budget)
 	}
 	rd, err := data.Open(pathOrSpec)
 	if err != nil {

@@ -281,6 +281,11 @@ func npmPack(ctx context.Context, npm, dir string) (string, error) {
 	return matches[0], nil
 }
 
+// maxRuntimeBytes bounds the library extracted from a tarball: the pinned
+// one takes about 20 MB, so an entry declaring more is not it, and is
+// refused before a byte is written.
+const maxRuntimeBytes = 256 << 20
+
 // installEntry reads the gzip-compressed tar stream r, extracts the regular
 // file named entry, checks that its SHA-256 is wantSHA and renames it to
 // dest. Nothing is left at dest unless every check passed.
@@ -305,7 +310,10 @@ func installEntry(r io.Reader, entry, wantSHA, dest string) error {
 		if hdr.Typeflag != tar.TypeReg {
 			return fmt.Errorf("%s in the tarball is not a regular file", entry)
 		}
-		return writeVerified(tr, wantSHA, dest)
+		if hdr.Size > maxRuntimeBytes {
+			return fmt.Errorf("%s in the tarball declares %d bytes, more than the %d an ONNX Runtime library may take: not the pinned package", entry, hdr.Size, maxRuntimeBytes)
+		}
+		return writeVerified(io.LimitReader(tr, maxRuntimeBytes), wantSHA, dest)
 	}
 }
 

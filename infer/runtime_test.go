@@ -42,6 +42,22 @@ func tgz(t *testing.T, files ...[2]string) []byte {
 	return buf.Bytes()
 }
 
+// hugeEntry returns a gzip-compressed tar whose entry declares 1 TiB and
+// holds nothing.
+func hugeEntry(t *testing.T, name string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: 1 << 40, Typeflag: tar.TypeReg}); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
 func sha(s string) string {
 	h := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(h[:])
@@ -63,6 +79,7 @@ func TestInstallEntry(t *testing.T) {
 		{"missing entry", archive, "package/bin/other.so", sha(good), "no package/bin/other.so in the tarball"},
 		{"not gzip", []byte("plain text"), entry, sha(good), "not a gzip tarball"},
 		{"truncated", archive[:len(archive)/2], entry, sha(good), "tarball"},
+		{"huge entry", hugeEntry(t, entry), entry, sha(good), "declares 1099511627776 bytes, more than the 268435456"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dest := filepath.Join(t.TempDir(), "lib.so")

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"maps"
 	"math"
-	"os"
 	"slices"
 	"strings"
 
@@ -14,6 +13,7 @@ import (
 
 	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/infer/logits"
+	"github.com/fedcalib/fedcalib/internal/fileio"
 )
 
 // DefaultBatch is the batch size used when Options.Batch is zero.
@@ -109,7 +109,9 @@ func OpenSession(path string, opt Options) (*Session, error) {
 	if _, err := InitRuntime(opt.Runtime); err != nil {
 		return nil, err
 	}
-	model, err := os.ReadFile(path)
+	// A model is one protobuf message, which cannot exceed 2 GiB; a path
+	// that is no regular file (/dev/zero, a FIFO) is refused unread.
+	model, err := fileio.ReadLimited(path, math.MaxInt32)
 	if err != nil {
 		return nil, err
 	}

@@ -90,7 +90,7 @@ func WriteCreds(path, keyPath, jwtPath string) error {
 	if k.Creds != "" {
 		return fmt.Errorf("%w: %s is already a credentials file", ErrKey, keyPath)
 	}
-	b, err := os.ReadFile(jwtPath)
+	b, err := fileio.ReadLimited(jwtPath, maxKeyFileBytes)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrKey, err)
 	}
@@ -111,6 +111,15 @@ func WriteCreds(path, keyPath, jwtPath string) error {
 	}
 	return writeSecret(path, creds)
 }
+
+// maxKeyFileBytes bounds a key, credentials or JWT file (a few hundred
+// bytes), and maxAllowListBytes an allow-list (57 bytes a key, some 10^6
+// keys): a larger file, or one that is not a regular file (/dev/zero),
+// is refused unread.
+const (
+	maxKeyFileBytes   = 1 << 20
+	maxAllowListBytes = 64 << 20
+)
 
 // Key is a client's credentials as ReadKey reads them from a key file:
 // either an NKey user seed (written by WriteKey, for the embedded server)
@@ -135,7 +144,7 @@ func ReadKey(path string) (Key, error) {
 	if err := privateFile(path); err != nil {
 		return Key{}, err
 	}
-	b, err := os.ReadFile(path)
+	b, err := fileio.ReadLimited(path, maxKeyFileBytes)
 	if err != nil {
 		return Key{}, fmt.Errorf("%w: %w", ErrKey, err)
 	}
@@ -182,7 +191,7 @@ func privateFile(path string) error {
 // i-th key (from 0) is client i of the federation. Errors wrap
 // ErrAllowList and name the line.
 func ReadAllowList(path string) ([]string, error) {
-	b, err := os.ReadFile(path)
+	b, err := fileio.ReadLimited(path, maxAllowListBytes)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrAllowList, err)
 	}

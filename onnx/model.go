@@ -72,10 +72,13 @@ func ReadFile(name string) (*Model, error) {
 	if fi.IsDir() {
 		return nil, fmt.Errorf("%s: is a directory, not an ONNX model file", name)
 	}
+	if err := fileio.CheckRegular(name, fi); err != nil {
+		return nil, err
+	}
 	if fi.Size() > math.MaxInt32 {
 		return nil, fmt.Errorf("%s: %d bytes is over protobuf's 2 GiB limit; a model this large must keep its weights in external data files", name, fi.Size())
 	}
-	b, err := os.ReadFile(name)
+	b, err := fileio.ReadLimited(name, math.MaxInt32)
 	if err != nil {
 		return nil, err
 	}

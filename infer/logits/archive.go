@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/internal/fileio"
 )
 
 // Archive is an open logits file whose directory and logits header have
@@ -27,11 +28,108 @@ type Archive struct {
 	classes int
 	fortran bool   // the logits are in column-major order
 	path    string // for errors; empty when not opened from a file
+	budget  int64  // the memory budget; see SetMemoryBudget
+}
+
+// DefaultMemoryBudget is the memory budget of an Archive unless
+// SetMemoryBudget sets another: 4 GiB, far above the logits of the
+// datasets fedcalib is used on (10^7 rows of 10 classes take 400 MB) and
+// far below what a hostile archive can declare.
+const DefaultMemoryBudget int64 = 4 << 30
+
+// ErrOverBudget is returned (wrapped) when reading an archive would take
+// more memory than its budget allows.
+var ErrOverBudget = errors.New("above the memory budget")
+
+// SetMemoryBudget sets the most memory, in bytes, that the archive's
+// arrays may take once read: the arrays as the archive's directory and
+// headers declare them (the columns and the float32 logits) are checked
+// against it before anything is allocated, so a file that declares more
+// rows or classes than the budget allows (a zip bomb among them) is
+// refused with an error wrapping ErrOverBudget at no cost. Blocks, which
+// holds a few rows at a time, checks the whole file too: what a file
+// declares is all a reader can check before reading it, and a deflated
+// entry can declare 1000 times its size. n ≤ 0 restores
+// DefaultMemoryBudget.
+func (a *Archive) SetMemoryBudget(n int64) {
+	if n <= 0 {
+		n = DefaultMemoryBudget
+	}
+	a.budget = n
+}
+
+// CheckBudget reports, with an error wrapping ErrOverBudget, when the
+// whole file — its columns and its logits — would not fit the memory
+// budget, before any of it is read.
+func (a *Archive) CheckBudget() error {
+	return a.wrap(a.fits("logits", a.logitsBytes()+a.columnBytes()))
+}
+
+// fits checks that holding bytes bytes for what stays within the budget.
+func (a *Archive) fits(what string, bytes int64) error {
+	budget := a.budget
+	if budget <= 0 {
+		budget = DefaultMemoryBudget
+	}
+	if bytes > budget || bytes < 0 {
+		return fmt.Errorf("%s: %d rows of %d classes take %s, %w of %s (fedcalib --memory-budget raises it)", what, a.rows, a.classes, formatBytes(bytes), ErrOverBudget, formatBytes(budget))
+	}
+	return nil
+}
+
+// columnBytes returns the memory the columns take: labels, client and
+// split columns, and the class names counted at their stored size.
+func (a *Archive) columnBytes() int64 {
+	n := int64(a.rows) * 4
+	if a.member["client"] != nil {
+		n += int64(a.rows) * 4
+	}
+	if a.member["split"] != nil {
+		n += int64(a.rows)
+	}
+	if zf := a.member["classes"]; zf != nil {
+		n += int64(min(zf.UncompressedSize64, 1<<62))
+	}
+	return n
+}
+
+// logitsBytes returns the memory the float32 logits take.
+func (a *Archive) logitsBytes() int64 {
+	if a.classes > 0 && a.rows > (1<<62)/4/a.classes {
+		return -1 // overflows: over any budget
+	}
+	return int64(a.rows) * int64(a.classes) * 4
+}
+
+// formatBytes formats n bytes for people: "4 GiB", "38.1 MiB", "512 B".
+func formatBytes(n int64) string {
+	if n < 0 {
+		return "more than 4 EiB"
+	}
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
+	v, u := float64(n), 0
+	for v >= 1024 && u < len(units)-1 {
+		v /= 1024
+		u++
+	}
+	if u == 0 || v == float64(int64(v)) {
+		return fmt.Sprintf("%d %s", int64(v), units[u])
+	}
+	return fmt.Sprintf("%.1f %s", v, units[u])
 }
 
 // Open opens the logits file at path and checks its directory and the
-// shape and type of its logits.
+// shape and type of its logits. A path that is not a regular file is
+// refused. The Archive reads within DefaultMemoryBudget until
+// SetMemoryBudget sets another.
 func Open(path string) (*Archive, error) {
+	// A device or a FIFO is refused before it is opened (opening a FIFO
+	// waits for a writer): an archive is read at offsets, by its size.
+	if st, err := os.Stat(path); err != nil {
+		return nil, err
+	} else if err := fileio.CheckRegular(path, st); err != nil {
+		return nil, err
+	}
 	fh, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -184,6 +282,9 @@ func (a *Archive) ReadColumns() (*File, error) {
 }
 
 func (a *Archive) readColumns() (*File, error) {
+	if err := a.fits("columns", a.columnBytes()); err != nil {
+		return nil, err
+	}
 	f := &File{Classes: a.classes}
 	var err error
 	if f.Labels, err = readColumn[int32](a, "labels"); err != nil {
@@ -218,6 +319,15 @@ func (a *Archive) ReadLogits(f *File) error { return a.wrap(a.readLogits(f)) }
 func (a *Archive) readLogits(f *File) error {
 	if f.Classes != a.classes || len(f.Labels) != a.rows {
 		return fmt.Errorf("logits: the archive has %d rows of %d classes, the file %d of %d: not its columns", a.rows, a.classes, len(f.Labels), f.Classes)
+	}
+	if err := a.fits("logits", a.logitsBytes()+a.columnBytes()); err != nil {
+		return err
+	}
+	if a.fortran {
+		// The transposition holds two copies.
+		if err := a.fits("logits (column-major, transposed)", 2*a.logitsBytes()+a.columnBytes()); err != nil {
+			return err
+		}
 	}
 	l, err := a.openLogits()
 	if err != nil {
@@ -273,12 +383,21 @@ func (a *Archive) Blocks() (*Blocks, error) {
 }
 
 func (a *Archive) blocks() (*Blocks, error) {
+	// Read in blocks or not, a file is held to the budget by what it
+	// declares: all a reader can check before it reads.
+	if err := a.fits("logits", a.logitsBytes()+a.columnBytes()); err != nil {
+		return nil, err
+	}
 	b := &Blocks{a: a}
 	l, err := a.openLogits()
 	if err != nil {
 		return nil, err
 	}
 	if a.fortran {
+		if err := a.fits("logits (column-major, read whole)", 2*a.logitsBytes()); err != nil {
+			l.rc.Close()
+			return nil, err
+		}
 		b.held, err = l.readFloat32()
 		l.rc.Close()
 		if err != nil {
@@ -336,6 +455,9 @@ func (b *Blocks) Next(dst *Block, rows int) error {
 func (b *Blocks) next1(dst *Block, rows int) error {
 	c := b.a.classes
 	n := min(rows, b.a.rows-b.next)
+	if err := b.a.fits("a block of logits", int64(n)*int64(c)*4); err != nil {
+		return err
+	}
 	dst.First = b.next
 	dst.Logits = resize(dst.Logits, n*c)
 	dst.Labels = resize(dst.Labels, n)

@@ -43,9 +43,14 @@ func IsFile(path string) bool {
 }
 
 // ReadLabels reads the labels, client ids and split column of the logits
-// file at path. It validates the file as Read does.
-func ReadLabels(path string) (*Labels, error) {
-	f, err := Read(path)
+// file at path. It validates the file as Read does, within
+// DefaultMemoryBudget: see ReadLabelsBudget.
+func ReadLabels(path string) (*Labels, error) { return ReadLabelsBudget(path, 0) }
+
+// ReadLabelsBudget is ReadLabels within a memory budget of budget bytes
+// (see ReadBudget).
+func ReadLabelsBudget(path string, budget int64) (*Labels, error) {
+	f, err := ReadBudget(path, budget)
 	if err != nil {
 		return nil, err
 	}

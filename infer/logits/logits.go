@@ -158,13 +158,20 @@ func (f *File) Set(rows []int) *calib.Set {
 	return s
 }
 
-// Read reads and validates the logits file at path.
-func Read(path string) (*File, error) {
+// Read reads and validates the logits file at path, within
+// DefaultMemoryBudget: see ReadBudget.
+func Read(path string) (*File, error) { return ReadBudget(path, 0) }
+
+// ReadBudget reads and validates the logits file at path, refusing with
+// an error wrapping ErrOverBudget, before reading its data, a file whose
+// arrays would take more than budget bytes (≤ 0: DefaultMemoryBudget).
+func ReadBudget(path string, budget int64) (*File, error) {
 	a, err := Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer a.Close()
+	a.SetMemoryBudget(budget)
 	return a.readAll()
 }
 
@@ -179,6 +186,9 @@ func decode(r io.ReaderAt, size int64) (*File, error) {
 
 // readAll reads the whole archive: ReadColumns, then ReadLogits.
 func (a *Archive) readAll() (*File, error) {
+	if err := a.CheckBudget(); err != nil {
+		return nil, err
+	}
 	f, err := a.ReadColumns()
 	if err != nil {
 		return nil, err

@@ -109,9 +109,10 @@ type array struct {
 	name string
 	npy.Header
 	dtype
-	rc   io.ReadCloser
-	size int // number of elements
-	pos  int // elements read so far
+	rc       io.ReadCloser
+	size     int  // number of elements
+	pos      int  // elements read so far
+	deflated bool // the entry is compressed: its declared size is a claim
 }
 
 // openArray opens the archive entry zf, which must hold a .npy array,
@@ -134,7 +135,7 @@ func openArray(zf *zip.File, name string, fileSize int64) (*array, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	a := &array{name: name, rc: rc}
+	a := &array{name: name, rc: rc, deflated: zf.Method != zip.Store}
 	hlen, err := a.readHeader()
 	if err != nil {
 		rc.Close()
@@ -246,12 +247,40 @@ func (a *array) readFloat32() ([]float32, error) {
 	if a.kind != 'f' {
 		return nil, fmt.Errorf("%s: dtype %s, want float32 (<f4) or float64 (<f8)", a.name, a.Descr)
 	}
-	out := make([]float32, a.size)
+	out := a.alloc32()
 	err := a.each(func(b []byte, first int) error {
+		out = grow(out, first+len(b)/a.dtype.size, a.size)
 		decodeFloat32(out[first:], b, a.dtype.size)
 		return nil
 	})
 	return out, err
+}
+
+// alloc32 is allocFor of float32.
+func (a *array) alloc32() []float32 { return allocFor[float32](a) }
+
+// allocFor returns the slice an array's elements are read into: all of
+// them at once for a stored entry, whose size the file's own size bounds;
+// for a deflated one, whose declared size only the data can confirm, one
+// block's worth, which grow extends as the data actually arrives, so that
+// an archive that declares more than it holds costs what it holds.
+func allocFor[T any](a *array) []T {
+	if !a.deflated {
+		return make([]T, a.size)
+	}
+	return make([]T, 0, min(a.size, blockSize))
+}
+
+// grow returns s with length n (n ≤ total), growing its capacity
+// geometrically up to total.
+func grow[T any](s []T, n, total int) []T {
+	if n <= cap(s) {
+		return s[:max(len(s), n)]
+	}
+	c := min(total, max(n, 2*cap(s)))
+	out := make([]T, n, c)
+	copy(out, s)
+	return out
 }
 
 // decodeFloat32 decodes the little-endian floats of size bytes (4 or 8)
@@ -278,7 +307,7 @@ func (a *array) readStrings() ([]string, error) {
 	if a.kind != 'U' && a.kind != 'S' {
 		return nil, fmt.Errorf("%s: dtype %s, want strings (<U… as numpy.array([\"cat\", \"dog\"]) makes, or |S…)", a.name, a.Descr)
 	}
-	out := make([]string, 0, a.size)
+	out := make([]string, 0, min(a.size, 1<<16))
 	var runes []rune
 	err := a.each(func(b []byte, first int) error {
 		for e := 0; e < len(b); e += a.dtype.size {
@@ -315,8 +344,9 @@ func readIntegers[T integer](a *array) ([]T, error) {
 	if a.kind != 'i' && a.kind != 'u' {
 		return nil, fmt.Errorf("%s: dtype %s, want an integer type", a.name, a.Descr)
 	}
-	out := make([]T, a.size)
+	out := allocFor[T](a)
 	err := a.each(func(b []byte, first int) error {
+		out = grow(out, first+len(b)/a.dtype.size, a.size)
 		dst := out[first : first+len(b)/a.dtype.size]
 		if i, v, ok := decodeIntegers(dst, b, a.dtype); !ok {
 			return fmt.Errorf("%s: row %d is %s, out of range", a.name, first+i, v)

@@ -41,7 +41,7 @@ func WriteDir(ctx context.Context, dir string, files []DirFile) (err error) {
 	if parent == "" {
 		parent = "."
 	}
-	tmp, err := os.MkdirTemp(parent, "."+base+".tmp*")
+	tmp, err := os.MkdirTemp(parent, tempBase(base)+"*")
 	if err != nil {
 		return fmt.Errorf("cannot write %s: %w", dir, unwrapPath(err))
 	}

@@ -80,7 +80,7 @@ func Create(ctx context.Context, path string) (*Temp, error) {
 		dir = "."
 	}
 	removeStale(dir, base)
-	f, err := os.CreateTemp(dir, "."+base+".tmp*")
+	f, err := os.CreateTemp(dir, tempBase(base)+"*")
 	if err != nil {
 		return nil, fmt.Errorf("cannot write %s: %w", path, unwrapPath(err))
 	}

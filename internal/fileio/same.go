@@ -24,21 +24,47 @@ func Same(a, b string) bool {
 	return os.SameFile(fa, fb)
 }
 
-// CheckOutput returns an error wrapping ErrOutputIsInput when out names an
-// existing file that is one of inputs. An input may be a path or a data
-// specification such as "mnist:DIR:test" or "a.npy,b.npy": every part
-// between colons and commas that names an existing file counts. An output
-// that does not exist yet is always allowed.
+// CheckOutput returns an error wrapping ErrOutputIsInput when out names
+// one of inputs: a file a command reads, appends to or locks. An existing
+// out is compared with every existing input by device and inode
+// (os.SameFile), so symbolic and hard links are seen through; an input
+// may be a path or a data specification such as "mnist:DIR:test" or
+// "a.npy,b.npy", whose every part between colons and commas that names
+// an existing file counts. An out that does not exist yet is compared by
+// the file it would create (Resolve) with the inputs that do not exist
+// either, such as a privacy ledger its first run will make. Empty inputs
+// are ignored.
 func CheckOutput(out string, inputs ...string) error {
+	refuse := func(in string) error {
+		return fmt.Errorf("%s %w (%s): choose another output file", out, ErrOutputIsInput, in)
+	}
 	fo, err := os.Stat(out)
 	if err != nil {
-		return nil // a new file
+		ro, err := Resolve(out)
+		if err != nil {
+			return nil // not a path a file can be written at: the write will say
+		}
+		for _, in := range inputs {
+			if in == "" {
+				continue
+			}
+			if _, err := os.Stat(in); err == nil {
+				continue
+			}
+			if ri, err := Resolve(in); err == nil && ri == ro {
+				return refuse(in)
+			}
+		}
+		return nil
 	}
 	for _, in := range inputs {
+		if in == "" {
+			continue
+		}
 		parts := append([]string{in}, strings.FieldsFunc(in, func(r rune) bool { return r == ':' || r == ',' })...)
 		for _, part := range parts {
 			if fi, err := os.Stat(part); err == nil && os.SameFile(fi, fo) {
-				return fmt.Errorf("%s %w (%s): choose another output file", out, ErrOutputIsInput, in)
+				return refuse(in)
 			}
 		}
 	}
@@ -65,7 +91,7 @@ func CheckDir(path string) error {
 	case !fi.IsDir():
 		return fmt.Errorf("%s: %s is not a directory", path, dir)
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	f, err := os.CreateTemp(dir, tempBase(filepath.Base(path))+"*")
 	if err != nil {
 		return fmt.Errorf("%s: cannot write into directory %s (%w): choose another directory", path, dir, unwrapPath(err))
 	}

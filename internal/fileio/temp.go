@@ -1,11 +1,14 @@
 package fileio
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // StaleAfter is how long ago a temporary file of an output must have been
@@ -15,10 +18,31 @@ const StaleAfter = 10 * time.Minute
 
 // TempPrefix returns the prefix of the temporary files that Create makes
 // for the output at path: "." + its base name + ".tmp", in its directory,
-// followed by random digits.
+// followed by random digits. A base name too long for that to fit in a
+// file name (255 bytes, with the digits) is shortened to its first 200
+// bytes, cut at a character, "~" and 16 hex digits of its SHA-256, so
+// that every legal output name can be written.
 func TempPrefix(path string) string {
 	dir, base := filepath.Split(path)
-	return filepath.Join(dir, "."+base+".tmp")
+	return filepath.Join(dir, tempBase(base))
+}
+
+// maxTempBase is the longest base name whose temporary name "." + base +
+// ".tmp" + up to 20 random digits fits in NAME_MAX (255) bytes.
+const maxTempBase = 255 - len(".") - len(".tmp") - 20
+
+// tempBase returns the name prefix of the temporary files of an output
+// named base: see TempPrefix.
+func tempBase(base string) string {
+	if len(base) > maxTempBase {
+		cut := 200
+		for cut > 0 && !utf8.RuneStart(base[cut]) {
+			cut--
+		}
+		h := sha256.Sum256([]byte(base))
+		base = base[:cut] + "~" + hex.EncodeToString(h[:8])
+	}
+	return "." + base + ".tmp"
 }
 
 // temps holds the temporary files of the process not yet committed or
@@ -70,7 +94,7 @@ func removeStale(dir, base string) {
 	if err != nil {
 		return
 	}
-	prefix := "." + base + ".tmp"
+	prefix := tempBase(base)
 	for _, e := range entries {
 		digits, ok := strings.CutPrefix(e.Name(), prefix)
 		if !ok || digits == "" || strings.Trim(digits, "0123456789") != "" || !e.Type().IsRegular() {
