@@ -86,6 +86,8 @@ type Config struct {
 	Log *slog.Logger
 	// Progress, if not nil, is called after each round is committed.
 	Progress func(RoundReport)
+	// Observer, if not nil, receives the run's events for monitoring.
+	Observer Observer
 
 	// tamper, in tests, edits the survivor sets of attempt a of round t
 	// before they are sent to each client for signing: a coordinator
@@ -236,6 +238,9 @@ type run struct {
 	started  bool              // the enrolment phase is over
 	done     bool
 	enrolled chan struct{} // signalled when a client becomes ready
+
+	began      time.Time     // the round's start (observe.go)
+	lastCommit time.Duration // the last checkpoint's latency (observe.go)
 }
 
 // Run runs the federation over nc, a connection with every permission on
@@ -285,6 +290,7 @@ func (c *Coordinator) Run(ctx context.Context, nc *nats.Conn) (*Outcome, error) 
 	if err := r.steps(resumed); err != nil {
 		return nil, err
 	}
+	r.observeStarted(out.ResumedAfter)
 	if !resumed {
 		if err := r.storeSettings(ctx); err != nil {
 			return nil, err

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -168,7 +169,8 @@ func (r *run) storeSettings(ctx context.Context) error {
 }
 
 // commit stores the checkpoint.
-func (r *run) commit(ctx context.Context) error {
+func (r *run) commit(ctx context.Context) (err error) {
+	defer r.observeCheckpoint(time.Now(), &err)
 	state, err := r.server.(federation.StateSaver).State()
 	if err != nil {
 		return err
