@@ -29,6 +29,7 @@ type joinFlags struct {
 	input                                    inputKind
 	clientID                                 int
 	enrolTimeout                             time.Duration
+	obs                                      observeFlags
 }
 
 func newJoinCmd() *cobra.Command {
@@ -87,6 +88,7 @@ It exits when the coordinator announces the end of the run.`,
 	f.IntVar(&fl.clientID, "client-id", -1, "with --logits: the partition's client to be (default: this client's index in the federation)")
 	f.DurationVar(&fl.enrolTimeout, "enrol-timeout", 30*time.Second, "how long to wait for the coordinator to answer")
 	f.BoolVarP(&fl.quiet, "quiet", "q", false, "print no per-round lines")
+	fl.obs.register(f, "client")
 	return cmd
 }
 
@@ -145,15 +147,15 @@ func runJoin(cmd *cobra.Command, fl *joinFlags) error {
 			return fmt.Errorf("--clients: %w", err)
 		}
 	}
-	cfg := network.ClientConfig{
+	var cfg network.ClientConfig // its Data logs with its Log, set below
+	cfg = network.ClientConfig{
 		AllowList:    allow,
 		Federation:   fl.federation,
 		Key:          key,
 		EnrolTimeout: fl.enrolTimeout,
-		Log:          slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level, ReplaceAttr: dropTime})),
 		Data: func(w network.Welcome) (*calib.Set, error) {
 			if !fl.quiet {
-				fmt.Fprintf(stderr, "enrolled as client %d of %d in federation %s: %s, %s\n", w.Client, w.Clients, w.Federation, w.Spec.Method, plural(w.Rounds, "round"))
+				fl.obs.enrolled(stderr, cfg.Log, w)
 			}
 			return joinData(cmd, fl, w)
 		},
@@ -163,6 +165,11 @@ func runJoin(cmd *cobra.Command, fl *joinFlags) error {
 		// round (serve --evaluate).
 		cfg.TestData = func(w network.Welcome) (*calib.Set, error) { return joinRows(cmd, fl, w, federation.Test) }
 	}
+	mon, err := fl.obs.client(&cfg, stderr, level)
+	if err != nil {
+		return err
+	}
+	defer mon.close()
 	rep, err := network.Join(cmd.Context(), d, cfg)
 	if err != nil {
 		return err

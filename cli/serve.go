@@ -39,6 +39,8 @@ type serveFlags struct {
 	noise                       string
 	// The evaluation round.
 	eval evalRoundFlags
+	// Monitoring.
+	obs observeFlags
 }
 
 // Values of serve --sync.
@@ -203,6 +205,7 @@ and dropouts.`,
 	f.IntVar(&fl.bits, "bits", network.DefaultBits, "with --secure-aggregation: modulus 2^b of the masked sums, b in [2, 64]")
 	f.StringVar(&fl.noise, "noise", network.NoiseCentral, "with --secure-aggregation and --epsilon: central (the coordinator adds Gaussian noise to the sum) or distributed (each client adds Skellam noise before masking; needs --accountant rdp)")
 	fl.eval.register(f)
+	fl.obs.register(f, "coordinator")
 	return cmd
 }
 
@@ -291,9 +294,13 @@ func runServe(cmd, scratch *cobra.Command, fl *serveFlags) error {
 		return err
 	}
 	stderr := cmd.ErrOrStderr()
-	cfg.Log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn, ReplaceAttr: dropTime}))
+	mon, err := fl.obs.coordinator(&cfg, stderr, fl.obs.level(fl.cal.fed.quiet, true))
+	if err != nil {
+		return err
+	}
+	defer mon.close()
 	if !fl.cal.fed.quiet {
-		cfg.Progress = serveProgress(stderr)
+		cfg.Progress = serveProgress(stderr, cfg.Log, fl.obs.json())
 	}
 	coord, err := network.NewCoordinator(cfg)
 	if err != nil {
@@ -325,11 +332,8 @@ func runServe(cmd, scratch *cobra.Command, fl *serveFlags) error {
 			return fmt.Errorf("--listen %s: %w", fl.listen, err)
 		}
 		defer srv.Shutdown()
-		if fp := srv.Fingerprint(); fp != "" {
-			fmt.Fprintf(stderr, "serving federation %s at %s (TLS certificate SHA-256 %s)\n", fl.federation, srv.URL(), fp)
-		} else {
-			fmt.Fprintf(stderr, "serving federation %s at %s (plaintext)\n", fl.federation, srv.URL())
-		}
+		mon.srv.Store(srv)
+		fl.obs.serving(stderr, cfg.Log, fl.federation, srv.URL(), srv.Fingerprint())
 		dial = srv.Dial()
 	}
 	nc, err := dial.Connect()
@@ -337,6 +341,7 @@ func runServe(cmd, scratch *cobra.Command, fl *serveFlags) error {
 		return err
 	}
 	defer nc.Close()
+	mon.nc.Store(nc)
 	out, err := coord.Run(cmd.Context(), nc)
 	if err != nil {
 		return err
@@ -360,8 +365,12 @@ func runServe(cmd, scratch *cobra.Command, fl *serveFlags) error {
 	return fl.eval.report(cmd.OutOrStdout(), out)
 }
 
-// serveProgress prints one line per round.
-func serveProgress(w io.Writer) func(network.RoundReport) {
+// serveProgress prints one line per round on w, or, with asJSON, logs
+// one record per round on log (logProgress).
+func serveProgress(w io.Writer, log *slog.Logger, asJSON bool) func(network.RoundReport) {
+	if asJSON {
+		return logProgress(log)
+	}
 	return func(r network.RoundReport) {
 		eps := ""
 		if r.Epsilon > 0 {
