@@ -1,0 +1,70 @@
+package network
+
+import (
+	"context"
+	"errors"
+	"math"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/fedcalib/fedcalib/federation"
+)
+
+// TestReadStoreStatus reads the status of a store while its coordinator
+// runs (after each round, the checkpoint just committed) and after it
+// stopped, and checks it against the run's record; ε is checked against
+// the simulation's privacy record, a second computation.
+func TestReadStoreStatus(t *testing.T) {
+	const K, C, T = 4, 3, 3
+	pop := population(t, 1200, C, K)
+	spec := federation.Spec{Method: "temp", Epsilon: 3}
+	rounds := federation.Rounds{T: T, SampleRate: 1, Seed: 8}
+	store := t.TempDir()
+	h := newHarness(t, K, store)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := ReadStoreStatus(ctx, store, ""); !errors.Is(err, ErrNoRun) {
+		t.Errorf("before the run: %v, want ErrNoRun", err)
+	}
+	wait := h.joinAll(ctx, pop, []int{0, 1, 2}) // client 3 never joins
+	var during []*Status
+	out, err := h.coordinate(ctx, t, Config{Spec: spec, Rounds: rounds, MinClients: 2, RoundTimeout: 700 * time.Millisecond, EnrolTimeout: 3 * time.Second,
+		Progress: func(rep RoundReport) {
+			st, err := ReadStoreStatus(ctx, store, "")
+			if err != nil {
+				t.Errorf("after round %d: %v", rep.Round, err)
+				return
+			}
+			if st.Round != rep.Round || st.Epsilon != rep.Epsilon || !reflect.DeepEqual(st.Dropouts, rep.Dropouts) {
+				t.Errorf("after round %d (ε %v, dropouts %v): status %+v", rep.Round, rep.Epsilon, rep.Dropouts, st)
+			}
+			during = append(during, st)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	noErrors(t, wait())
+	if len(during) != T {
+		t.Fatalf("%d statuses during the run, want %d", len(during), T)
+	}
+	h.srv.Shutdown()
+	st, err := ReadStoreStatus(ctx, store, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fit(t, spec, keep{pop, map[int]bool{3: true}}, rounds)
+	if st.Round != T || st.Rounds != T || st.Clients != K || st.Enrolled != K-1 || st.Updates != T*(K-1) || st.DropoutsTotal != T ||
+		!reflect.DeepEqual(st.Dropouts, []int{3}) || !reflect.DeepEqual(st.Participants, []int{0, 1, 2}) || st.Method != "temp" || st.EpsilonBudget != 3 {
+		t.Errorf("after the run: %+v", st)
+	}
+	if st.Epsilon != out.Result.Privacy.Epsilon || math.Abs(st.Epsilon-want.Privacy.Epsilon) > 1e-12 {
+		t.Errorf("ε = %v; the run's %v, the simulation's %v", st.Epsilon, out.Result.Privacy.Epsilon, want.Privacy.Epsilon)
+	}
+	if age := time.Since(st.Checkpoint); age < 0 || age > time.Minute {
+		t.Errorf("checkpoint written %v ago", age)
+	}
+	if _, err := ReadStoreStatus(ctx, store, "other"); !errors.Is(err, ErrNoRun) {
+		t.Errorf("another federation: %v, want ErrNoRun", err)
+	}
+}
