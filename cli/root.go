@@ -136,6 +136,7 @@ Exit status:
 		newExperimentCmd(),
 		newServeCmd(),
 		newJoinCmd(),
+		newStatusCmd(),
 		newKeysCmd(),
 	)
 	return root
