@@ -29,7 +29,7 @@ type observeFlags struct {
 // register registers the flags on f; who is "coordinator" or "client".
 func (o *observeFlags) register(f *pflag.FlagSet, who string) {
 	f.StringVar(&o.metrics, "metrics", "", "serve the "+who+"'s Prometheus metrics on /metrics, with /healthz and /readyz, at this host:port, e.g. --metrics 127.0.0.1:9464 (see docs/NETWORK.md)")
-	f.StringVar(&o.logFormat, "log-format", logText, "format of the log on stderr: text (key=value lines) or json (one object a line, with the time; keys in docs/NETWORK.md)")
+	f.StringVar(&o.logFormat, "log-format", logText, "format of the log on stderr: text (key=value lines) or json (one object a line, with the time; keys in docs/NETWORK.md), e.g. --log-format json")
 }
 
 // check checks the flags' values.
