@@ -63,7 +63,7 @@ func TestPrintStatus(t *testing.T) {
 	st := &network.Status{
 		Federation: "mnist", Method: "temp", Round: 3, Rounds: 8, Clients: 5, Enrolled: 4,
 		Participants: []int{0, 1, 3}, Dropouts: []int{2}, Updates: 10, DropoutsTotal: 2,
-		Epsilon: 1.25, EpsilonBudget: 2, Checkpoint: at,
+		Epsilon: 1.25, EpsilonBudget: 2, Rho: 0.0625, Checkpoint: at,
 	}
 	var b bytes.Buffer
 	if err := printStatus(&b, st, at.Add(90*time.Second)); err != nil {
@@ -73,7 +73,7 @@ func TestPrintStatus(t *testing.T) {
 clients: 5 allow-listed, 4 enrolled
 round 3: 3 participants [0 1 3], 1 dropouts [2]
 all rounds: 10 updates aggregated, 2 dropouts
-privacy: ε = 1.25 spent of 2
+privacy: ε = 1.25 spent of 2 (ρ = 0.0625)
 checkpoint: 2026-11-27T10:00:00Z (1m30s ago)
 `
 	if b.String() != want {

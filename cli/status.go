@@ -41,7 +41,7 @@ resumed coordinator computes it.
 
 --json prints the state as one JSON object (keys: federation, method,
 round, rounds, clients, enrolled, participants, dropouts, updates,
-dropouts_total, epsilon, epsilon_budget, checkpoint).`,
+dropouts_total, epsilon, epsilon_budget, rho, checkpoint).`,
 		Example: `  fedcalib status --store coord
   fedcalib status --nats tls://nats.example:4222 --creds coord.creds --federation mnist --json`,
 		Args: cobra.NoArgs,
@@ -105,7 +105,7 @@ func printStatus(w io.Writer, st *network.Status, now time.Time) error {
 		fmt.Fprintf(&b, "all rounds: %d updates aggregated, %d dropouts\n", st.Updates, st.DropoutsTotal)
 	}
 	if st.EpsilonBudget != 0 {
-		fmt.Fprintf(&b, "privacy: ε = %.4g spent of %.4g\n", st.Epsilon, st.EpsilonBudget)
+		fmt.Fprintf(&b, "privacy: ε = %.4g spent of %.4g (ρ = %.4g)\n", st.Epsilon, st.EpsilonBudget, st.Rho)
 	} else {
 		b.WriteString("privacy: none\n")
 	}

@@ -190,10 +190,13 @@ func Join(ctx context.Context, d Dial, cfg ClientConfig) (*ClientReport, error) 
 			if a.Seed != w.Seed {
 				return rep, fmt.Errorf("%w: round %d announces seed %d, the welcome %d", ErrFederation, a.Round, a.Seed, w.Seed)
 			}
+			computing := time.Now()
 			if buf, err = step.Update(buf[:0], a.Round, set, a.Broadcast, federation.ClientRand(a.Seed, a.Round, k)); err != nil {
 				return rep, fmt.Errorf("round %d: %w", a.Round, err)
 			}
+			sending := time.Now()
 			pending, err = sj.run(ctx, &a, buf)
+			observeSecure(cfg.Observer, a.Round, computing, sending, err)
 			done, doneAttempt = a.Round, a.Attempt
 			if err != nil {
 				log.Warn("secure aggregation", "round", a.Round, "attempt", a.Attempt, "err", err)

@@ -159,8 +159,19 @@ func (r *run) observeRound(rep *RoundReport) {
 // called from the client's goroutine and must return quickly.
 type ClientObserver interface {
 	// Answered is called after the client sent its update of a round
-	// (the evaluation round included; not under secure aggregation),
-	// with the time it took to compute it and to send it (until the
-	// coordinator's answer), and whether the coordinator took it.
+	// (the evaluation round included), with the time it took to compute
+	// it and to send it (until the coordinator's answer), and whether
+	// the coordinator took it. Under secure aggregation it is called
+	// once the round's exchange ended without error, send being the
+	// whole exchange (its five stages).
 	Answered(round int, compute, send time.Duration, taken bool)
+}
+
+// observeSecure tells o, if not nil, of a secure-aggregation round whose
+// update was computed from computing and whose exchange, begun at
+// sending, ended with err.
+func observeSecure(o ClientObserver, round int, computing, sending time.Time, err error) {
+	if o != nil && err == nil {
+		o.Answered(round, sending.Sub(computing), time.Since(sending), true)
+	}
 }

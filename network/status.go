@@ -46,6 +46,8 @@ type Status struct {
 	// the ε the run spends by its last round; both 0 without privacy.
 	Epsilon       float64 `json:"epsilon"`
 	EpsilonBudget float64 `json:"epsilon_budget"`
+	// Rho is the zCDP ρ spent by the rounds closed, 0 without privacy.
+	Rho float64 `json:"rho"`
 	// Checkpoint is when the checkpoint was last written.
 	Checkpoint time.Time `json:"checkpoint"`
 }
@@ -128,7 +130,7 @@ func statusOf(fed string, set settings, cp checkpoint, when time.Time) (*Status,
 			return nil, fmt.Errorf("%w: %w", ErrStore, err)
 		}
 		if res.Privacy != nil {
-			st.Epsilon = res.Privacy.Epsilon
+			st.Epsilon, st.Rho = res.Privacy.Epsilon, res.Privacy.Rho
 		}
 	}
 	return st, nil

@@ -58,6 +58,9 @@ func TestReadStoreStatus(t *testing.T) {
 		!reflect.DeepEqual(st.Dropouts, []int{3}) || !reflect.DeepEqual(st.Participants, []int{0, 1, 2}) || st.Method != "temp" || st.EpsilonBudget != 3 {
 		t.Errorf("after the run: %+v", st)
 	}
+	if st.Rho != out.Result.Privacy.Rho || st.Rho <= 0 {
+		t.Errorf("ρ = %v, the run's %v", st.Rho, out.Result.Privacy.Rho)
+	}
 	if st.Epsilon != out.Result.Privacy.Epsilon || math.Abs(st.Epsilon-want.Privacy.Epsilon) > 1e-12 {
 		t.Errorf("ε = %v; the run's %v, the simulation's %v", st.Epsilon, out.Result.Privacy.Epsilon, want.Privacy.Epsilon)
 	}

@@ -185,10 +185,10 @@ func NewClient() *Client {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := &Client{
 		reg:      reg,
-		answered: prometheus.NewCounter(prometheus.CounterOpts{Namespace: clientNS, Name: "rounds_total", Help: "Rounds the client sent an update in (the evaluation round included)."}),
+		answered: prometheus.NewCounter(prometheus.CounterOpts{Namespace: clientNS, Name: "rounds_total", Help: "Rounds the client sent an update in (the evaluation round included; under secure aggregation, whose exchange it completed)."}),
 		refused:  prometheus.NewCounter(prometheus.CounterOpts{Namespace: clientNS, Name: "updates_refused_total", Help: "Updates the coordinator refused."}),
 		compute:  prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: clientNS, Name: "compute_duration_seconds", Help: "Time to compute an update.", Buckets: durationBuckets}),
-		send:     prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: clientNS, Name: "send_duration_seconds", Help: "Time to send an update until the coordinator's answer.", Buckets: durationBuckets}),
+		send:     prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: clientNS, Name: "send_duration_seconds", Help: "Time to send an update until the coordinator's answer (under secure aggregation: the round's whole exchange).", Buckets: durationBuckets}),
 	}
 	reg.MustRegister(m.answered, m.refused, m.compute, m.send)
 	return m

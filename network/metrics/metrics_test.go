@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/federation"
 	"github.com/fedcalib/fedcalib/network"
@@ -99,37 +101,67 @@ func status(t *testing.T, url string) int {
 // clients of which one never joins (a dropout in every round), scrapes
 // the coordinator's /metrics after every round and checks each counter
 // against the run's record so far; and a client's against its report.
-func TestMetricsDuringRun(t *testing.T) {
-	const K, C, T, eps = 4, 3, 3, 4.0
+// fixture is an embedded server with K allow-listed keys, the
+// coordinator's connection, and a K-client population.
+type fixture struct {
+	pop  *federation.SetPopulation
+	keys []network.Key
+	pubs []string
+	srv  *network.Server
+	nc   *nats.Conn
+}
+
+func newFixture(t *testing.T, K, C int) *fixture {
+	t.Helper()
 	data := synthSet(1200, C)
 	part, err := federation.IID(data.Labels, C, K, federation.PartitionOptions{Seed: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pop, err := federation.NewPopulation(data, part, federation.Calibration)
-	if err != nil {
+	f := &fixture{keys: make([]network.Key, K), pubs: make([]string, K)}
+	if f.pop, err = federation.NewPopulation(data, part, federation.Calibration); err != nil {
 		t.Fatal(err)
 	}
-	keys := make([]network.Key, K)
-	pubs := make([]string, K)
-	for k := range keys {
+	for k := range f.keys {
 		seed, pub, err := network.NewKey()
 		if err != nil {
 			t.Fatal(err)
 		}
-		keys[k], pubs[k] = network.Key{Seed: seed, Public: pub}, pub
+		f.keys[k], f.pubs[k] = network.Key{Seed: seed, Public: pub}, pub
 	}
-	srv, err := network.NewServer(network.ServerConfig{Listen: "127.0.0.1:0", Store: t.TempDir(), Clients: pubs})
-	if err != nil {
+	if f.srv, err = network.NewServer(network.ServerConfig{Listen: "127.0.0.1:0", Store: t.TempDir(), Clients: f.pubs}); err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Shutdown()
-	nc, err := srv.Dial().Connect()
-	if err != nil {
+	t.Cleanup(f.srv.Shutdown)
+	if f.nc, err = f.srv.Dial().Connect(); err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
+	t.Cleanup(f.nc.Close)
+	return f
+}
 
+// join starts clients 0 … n−1, client 0 observed by obs; wait returns
+// their reports and errors.
+func (f *fixture) join(ctx context.Context, n int, obs network.ClientObserver, allow []string) (wait func() ([]*network.ClientReport, []error)) {
+	var wg sync.WaitGroup
+	reports := make([]*network.ClientReport, n)
+	errs := make([]error, n)
+	for k := range n {
+		wg.Go(func() {
+			cfg := network.ClientConfig{Key: f.keys[k], AllowList: allow, Data: func(w network.Welcome) (*calib.Set, error) { return f.pop.Client(w.Client) }}
+			if k == 0 {
+				cfg.Observer = obs
+			}
+			reports[k], errs[k] = network.Join(ctx, network.Dial{URL: f.srv.URL(), Fingerprint: f.srv.Fingerprint(), ReconnectWait: 100 * time.Millisecond}, cfg)
+		})
+	}
+	return func() ([]*network.ClientReport, []error) { wg.Wait(); return reports, errs }
+}
+
+func TestMetricsDuringRun(t *testing.T) {
+	const K, C, T, eps = 4, 3, 3, 4.0
+	f := newFixture(t, K, C)
+	pubs, srv, nc := f.pubs, f.srv, f.nc
 	obs := metrics.NewCoordinator(metrics.CoordinatorOptions{Clients: K, EpsilonBudget: eps, Connected: nc.IsConnected, Connections: srv.Connections})
 	addr, stop, err := metrics.Serve("127.0.0.1:0", metrics.Handler(obs.Registry(), obs.Ready))
 	if err != nil {
@@ -152,18 +184,7 @@ func TestMetricsDuringRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cstop()
-	var wg sync.WaitGroup
-	reports := make([]*network.ClientReport, K-1)
-	errs := make([]error, K-1)
-	for k := range K - 1 { // client K−1 never joins
-		wg.Go(func() {
-			cfg := network.ClientConfig{Key: keys[k], Data: func(w network.Welcome) (*calib.Set, error) { return pop.Client(w.Client) }}
-			if k == 0 {
-				cfg.Observer = cobs
-			}
-			reports[k], errs[k] = network.Join(ctx, network.Dial{URL: srv.URL(), Fingerprint: srv.Fingerprint(), ReconnectWait: 100 * time.Millisecond}, cfg)
-		})
-	}
+	wait := f.join(ctx, K-1, cobs, nil) // client K−1 never joins
 
 	var updates, dropouts int
 	var checked []string
@@ -210,7 +231,7 @@ func TestMetricsDuringRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wg.Wait()
+	reports, errs := wait()
 	for k, err := range errs {
 		if err != nil {
 			t.Errorf("client %d: %v", k, err)
@@ -282,5 +303,63 @@ func TestRefusalReason(t *testing.T) {
 		if got := network.RefusalReason(c.reason); got != c.want {
 			t.Errorf("RefusalReason(%q) = %q, want %q", c.reason, got, c.want)
 		}
+	}
+}
+
+// TestSecureMetrics: under secure aggregation, every attempt of every
+// round times each of the coordinator's five stages once, and the
+// observed client counts the rounds whose exchange it completed.
+func TestSecureMetrics(t *testing.T) {
+	const K, C, T = 4, 3, 2
+	f := newFixture(t, K, C)
+	obs := metrics.NewCoordinator(metrics.CoordinatorOptions{Clients: K})
+	cobs := metrics.NewClient()
+	addr, stop, err := metrics.Serve("127.0.0.1:0", metrics.Handler(obs.Registry(), obs.Ready))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	caddr, cstop, err := metrics.Serve("127.0.0.1:0", metrics.Handler(cobs.Registry(), nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cstop()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	wait := f.join(ctx, K, cobs, f.pubs)
+	coord, err := network.NewCoordinator(network.Config{
+		Spec: federation.Spec{Method: "temp", Clip: 10}, Rounds: federation.Rounds{T: T, SampleRate: 1, Seed: 8},
+		Clients: f.pubs, MinClients: 3, RoundTimeout: 10 * time.Second, EnrolTimeout: 20 * time.Second,
+		Secure: &network.SecureConfig{Bits: 64}, Observer: obs,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := coord.Run(ctx, f.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reports, errs := wait()
+	for k, err := range errs {
+		if err != nil {
+			t.Errorf("client %d: %v", k, err)
+		}
+	}
+	attempts := 0
+	for _, r := range out.Rounds {
+		attempts += r.Attempts
+	}
+	fams := scrape(t, "http://"+addr.String())
+	for _, stage := range []string{"keys", "shares", "masked", "signed", "unmask"} {
+		if got := value(fams, "fedcalib_coordinator_secagg_stage_duration_seconds", "stage", stage); got != float64(attempts) {
+			t.Errorf("stage %s timed %v times, want one per attempt: %d", stage, got, attempts)
+		}
+	}
+	if got := value(fams, "fedcalib_coordinator_updates_accepted_total", "", ""); got != T*K {
+		t.Errorf("updates_accepted_total = %v, want %d", got, T*K)
+	}
+	cf := scrape(t, "http://"+caddr.String())
+	if got, want := value(cf, "fedcalib_client_rounds_total", "", ""), float64(len(reports[0].Answered)); got != want || want != T {
+		t.Errorf("client 0: rounds_total = %v, report %v, want %d", got, want, T)
 	}
 }
