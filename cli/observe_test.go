@@ -65,19 +65,29 @@ func TestPrintStatus(t *testing.T) {
 		Participants: []int{0, 1, 3}, Dropouts: []int{2}, Updates: 10, DropoutsTotal: 2,
 		Epsilon: 1.25, EpsilonBudget: 2, Rho: 0.0625, Checkpoint: at,
 	}
-	var b bytes.Buffer
-	if err := printStatus(&b, st, at.Add(90*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	want := `federation mnist: temp, round 3 of 8 closed
+	head := `federation mnist: temp, round 3 of 8 closed
 clients: 5 allow-listed, 4 enrolled
 round 3: 3 participants [0 1 3], 1 dropouts [2]
 all rounds: 10 updates aggregated, 2 dropouts
 privacy: ε = 1.25 spent of 2 (ρ = 0.0625)
 checkpoint: 2026-11-27T10:00:00Z (1m30s ago)
 `
-	if b.String() != want {
-		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
+	for _, c := range []struct {
+		lease *network.LeaseStatus
+		want  string
+	}{
+		{nil, "lease: none\n"},
+		{&network.LeaseStatus{Holder: "serve on a", Written: at, Expires: at.Add(15 * time.Second), Live: true}, "lease: held by serve on a, until 2026-11-27T10:00:15Z unless renewed\n"},
+		{&network.LeaseStatus{Holder: "serve on a", Written: at, Expires: at.Add(15 * time.Second)}, "lease: expired at 2026-11-27T10:00:15Z, last held by serve on a\n"},
+	} {
+		st.Lease = c.lease
+		var b bytes.Buffer
+		if err := printStatus(&b, st, at.Add(90*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if b.String() != head+c.want {
+			t.Errorf("got\n%s\nwant\n%s", b.String(), head+c.want)
+		}
 	}
 }
 

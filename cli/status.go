@@ -28,7 +28,8 @@ func newStatusCmd() *cobra.Command {
 last round and prints it: the last round closed of the run's rounds, the
 allow-listed and enrolled clients, the last round's participants and
 dropouts with the totals over the rounds, the privacy ε spent against the
-run's budget, and when the checkpoint was written.
+run's budget, when the checkpoint was written, and the coordinator's
+lease: who holds it and until when, or who held it until it expired.
 
 It disturbs nothing, whether the coordinator runs, was stopped or was
 killed: with --store DIR (the coordinator's --store) it copies the
@@ -41,7 +42,8 @@ resumed coordinator computes it.
 
 --json prints the state as one JSON object (keys: federation, method,
 round, rounds, clients, enrolled, participants, dropouts, updates,
-dropouts_total, epsilon, epsilon_budget, rho, checkpoint).`,
+dropouts_total, epsilon, epsilon_budget, rho, checkpoint, and lease
+with holder, written, expires and live when there is one).`,
 		Example: `  fedcalib status --store coord
   fedcalib status --nats tls://nats.example:4222 --creds coord.creds --federation mnist --json`,
 		Args: cobra.NoArgs,
@@ -110,6 +112,14 @@ func printStatus(w io.Writer, st *network.Status, now time.Time) error {
 		b.WriteString("privacy: none\n")
 	}
 	fmt.Fprintf(&b, "checkpoint: %s (%s ago)\n", st.Checkpoint.UTC().Format(time.RFC3339), now.Sub(st.Checkpoint).Round(time.Second))
+	switch l := st.Lease; {
+	case l == nil:
+		b.WriteString("lease: none\n")
+	case l.Live:
+		fmt.Fprintf(&b, "lease: held by %s, until %s unless renewed\n", l.Holder, l.Expires.UTC().Format(time.RFC3339))
+	default:
+		fmt.Fprintf(&b, "lease: expired at %s, last held by %s\n", l.Expires.UTC().Format(time.RFC3339), l.Holder)
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -50,6 +50,49 @@ type Status struct {
 	Rho float64 `json:"rho"`
 	// Checkpoint is when the checkpoint was last written.
 	Checkpoint time.Time `json:"checkpoint"`
+	// Lease is the coordinator's lease in the store; nil when there is
+	// none (no coordinator took one, or it released it).
+	Lease *LeaseStatus `json:"lease,omitempty"`
+}
+
+// LeaseStatus is the coordinator's lease as the store holds it. The zero
+// value is a lease of no one, expired.
+type LeaseStatus struct {
+	// Holder names the coordinator that holds or held it.
+	Holder string `json:"holder"`
+	// Written is when the lease was last taken or renewed (the store's
+	// clock); Expires is Written plus its TTL.
+	Written time.Time `json:"written"`
+	Expires time.Time `json:"expires"`
+	// Live reports whether it had not expired when it was read: a
+	// coordinator holds it, or was stopped less than a TTL ago.
+	Live bool `json:"live"`
+}
+
+// leaseRecord is the value of the coordinator's lease key in the state
+// bucket, as far as status reads it.
+type leaseRecord struct {
+	Holder string        `json:"holder"`
+	TTL    time.Duration `json:"ttl"`
+}
+
+// readLease reads the coordinator's lease from kv, nil when there is
+// none.
+func readLease(ctx context.Context, kv jetstream.KeyValue, now time.Time) (*LeaseStatus, error) {
+	const key = "lease" // the key the coordinator keeps its lease under
+	e, err := kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the lease: %w", err)
+	}
+	var l leaseRecord
+	if err := json.Unmarshal(e.Value(), &l); err != nil {
+		return nil, fmt.Errorf("%w: the lease cannot be read: %w", ErrStore, err)
+	}
+	exp := e.Created().Add(l.TTL)
+	return &LeaseStatus{Holder: l.Holder, Written: e.Created(), Expires: exp, Live: now.Before(exp)}, nil
 }
 
 // ReadStatus reads federation fed's status over nc, a connection allowed
@@ -92,7 +135,14 @@ func ReadStatus(ctx context.Context, nc *nats.Conn, fed string) (*Status, error)
 			return nil, fmt.Errorf("%w: the stored settings cannot be read: %w", ErrStore, err)
 		}
 	}
-	return statusOf(fed, set, cp, ce.Created())
+	st, err := statusOf(fed, set, cp, ce.Created())
+	if err != nil {
+		return nil, err
+	}
+	if st.Lease, err = readLease(ctx, kv, time.Now()); err != nil {
+		return nil, err
+	}
+	return st, nil
 }
 
 func reflectZero(s settings) bool { return s.Federation == "" && s.Spec.Method == "" }
@@ -141,8 +191,10 @@ func statusOf(fed string, set settings, cp checkpoint, when time.Time) (*Status,
 // disturbing it: it copies the federation's state stream to a temporary
 // directory (taking no lock and writing nothing in dir), opens the copy
 // with a server of its own that listens on no port, and reads it as
-// ReadStatus does. A checkpoint being written while it copies is read as
-// the one before. Errors wrap ErrNoRun or ErrStore.
+// ReadStatus does. A copy taken while the coordinator replaces its
+// checkpoint may hold none (the store keeps one revision): it copies
+// again, three times in all, before it reports ErrNoRun. Errors wrap
+// ErrNoRun or ErrStore.
 func ReadStoreStatus(ctx context.Context, dir, fed string) (*Status, error) {
 	fed = fedOr(fed)
 	if err := ValidFederation(fed); err != nil {
@@ -157,6 +209,27 @@ func ReadStoreStatus(ctx context.Context, dir, fed string) (*Status, error) {
 	} else if err != nil {
 		return nil, err
 	}
+	var st *Status
+	var err error
+	for try := range 3 {
+		if try > 0 {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+		if st, err = readCopy(ctx, src, stream, fed); !errors.Is(err, ErrNoRun) {
+			break
+		}
+	}
+	return st, err
+}
+
+// readCopy copies the state stream src (at the relative path stream of
+// a store) to a temporary directory and reads federation fed's status
+// from the copy.
+func readCopy(ctx context.Context, src, stream, fed string) (*Status, error) {
 	tmp, err := os.MkdirTemp("", "fedcalib-status-")
 	if err != nil {
 		return nil, err

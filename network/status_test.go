@@ -3,10 +3,13 @@ package network
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fedcalib/fedcalib/federation"
 )
@@ -48,6 +51,33 @@ func TestReadStoreStatus(t *testing.T) {
 	if len(during) != T {
 		t.Fatalf("%d statuses during the run, want %d", len(during), T)
 	}
+	// The lease, as the coordinator writes it: live, then expired.
+	putLease := func(holder string, ttl time.Duration) {
+		nc, err := h.srv.Dial().Connect()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kv, err := js.KeyValue(ctx, bucketName(DefaultFederation))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Put(ctx, "lease", fmt.Appendf(nil, `{"holder":%q,"token":7,"ttl":%d,"renewed":"2026-11-27T10:00:00Z"}`, holder, ttl)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st, err := ReadStoreStatus(ctx, store, ""); err != nil || st.Lease != nil {
+		t.Errorf("no lease: status %+v, %v", st, err)
+	}
+	putLease("serve on a", time.Hour)
+	if st, err := ReadStoreStatus(ctx, store, ""); err != nil || st.Lease == nil || st.Lease.Holder != "serve on a" || !st.Lease.Live || st.Lease.Expires.Sub(st.Lease.Written) != time.Hour {
+		t.Errorf("a live lease: status %+v, %v", st, err)
+	}
+	putLease("serve on b", time.Nanosecond)
 	h.srv.Shutdown()
 	st, err := ReadStoreStatus(ctx, store, "")
 	if err != nil {
@@ -63,6 +93,9 @@ func TestReadStoreStatus(t *testing.T) {
 	}
 	if st.Epsilon != out.Result.Privacy.Epsilon || math.Abs(st.Epsilon-want.Privacy.Epsilon) > 1e-12 {
 		t.Errorf("ε = %v; the run's %v, the simulation's %v", st.Epsilon, out.Result.Privacy.Epsilon, want.Privacy.Epsilon)
+	}
+	if l := st.Lease; l == nil || l.Holder != "serve on b" || l.Live {
+		t.Errorf("an expired lease: %+v", l)
 	}
 	if age := time.Since(st.Checkpoint); age < 0 || age > time.Minute {
 		t.Errorf("checkpoint written %v ago", age)
