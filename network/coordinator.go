@@ -281,6 +281,7 @@ func (c *Coordinator) Run(ctx context.Context, nc *nats.Conn) (*Outcome, error) 
 		}
 		defer ssub.Unsubscribe()
 	}
+	r.observeOpened()
 	out := &Outcome{ResumedAfter: 0}
 	if resumed {
 		out.ResumedAfter = len(r.cp.Records)

@@ -10,10 +10,14 @@ import (
 // called from the coordinator's goroutines, one at a time for a run, and
 // must return quickly; they must not call back into the coordinator.
 type Observer interface {
-	// Started is called once the store was opened and its checkpoint
-	// read: resumedAfter is the last round closed before this process
-	// started, 0 for a fresh run; rounds is the number of rounds of the
-	// run.
+	// Opened is called once the store was opened, its checkpoint read
+	// and the coordinator listens for enrolments: before the enrolment
+	// phase of a fresh run.
+	Opened()
+	// Started is called when the rounds are about to start (after the
+	// enrolment phase of a fresh run): resumedAfter is the last round
+	// closed before this process started, 0 for a fresh run; rounds is
+	// the number of rounds of the run.
 	Started(resumedAfter, rounds int)
 	// Enrolled is called with the number of clients enrolled so far,
 	// each time it grows.
@@ -97,7 +101,14 @@ func (s *Server) Connections() int {
 	return s.ns.NumClients()
 }
 
-// observeStarted tells the observer, if any, that the run started.
+// observeOpened tells the observer, if any, that the store is open.
+func (r *run) observeOpened() {
+	if o := r.cfg.Observer; o != nil {
+		o.Opened()
+	}
+}
+
+// observeStarted tells the observer, if any, that the rounds start.
 func (r *run) observeStarted(resumedAfter int) {
 	if o := r.cfg.Observer; o != nil {
 		o.Started(resumedAfter, r.sched.Rounds())

@@ -5,8 +5,9 @@
 //	/metrics  the metrics, in Prometheus's text format
 //	/healthz  200 while the process serves HTTP: it is alive
 //	/readyz   200 once the process is connected to NATS and, for a
-//	          coordinator, has opened its store and read its checkpoint;
-//	          503 otherwise (before, or while NATS is disconnected)
+//	          coordinator, has opened its store, read its checkpoint and
+//	          listens for enrolments; 503 otherwise (before, or while
+//	          NATS is disconnected)
 //
 // Every metric is named fedcalib_coordinator_* or fedcalib_client_*;
 // docs/NETWORK.md lists them. Counters count what this process saw: a

@@ -44,7 +44,7 @@ type CoordinatorOptions struct {
 // Prometheus. Make one with NewCoordinator; its zero value is not usable.
 type Coordinator struct {
 	reg       *prometheus.Registry
-	started   atomic.Bool
+	opened    atomic.Bool
 	connected func() bool
 
 	enrolled, round, rounds              prometheus.Gauge
@@ -77,7 +77,7 @@ func NewCoordinator(o CoordinatorOptions) *Coordinator {
 	g("clients_allowed", "Clients on the allow-list.").Set(float64(o.Clients))
 	m.enrolled = g("clients_enrolled", "Clients enrolled in the run.")
 	m.round = g("round", "The last round closed (read from the store on a resumed run).")
-	m.rounds = g("rounds", "The run's number of rounds.")
+	m.rounds = g("rounds", "The run's number of rounds (0 until the rounds start, after the enrolment phase).")
 	m.closed = c("rounds_closed_total", "Rounds closed by this process.")
 	m.attempts = c("round_attempts_total", "Announcements of the rounds closed by this process (one per attempt).")
 	m.accepted = c("updates_accepted_total", "Updates aggregated in the rounds closed by this process.")
@@ -121,14 +121,16 @@ func (m *Coordinator) Registry() *prometheus.Registry { return m.reg }
 // Ready reports whether the coordinator has opened its store and, if it
 // was given a Connected function, is connected to NATS.
 func (m *Coordinator) Ready() bool {
-	return m.started.Load() && (m.connected == nil || m.connected())
+	return m.opened.Load() && (m.connected == nil || m.connected())
 }
+
+// Opened implements network.Observer.
+func (m *Coordinator) Opened() { m.opened.Store(true) }
 
 // Started implements network.Observer.
 func (m *Coordinator) Started(resumedAfter, rounds int) {
 	m.round.Set(float64(resumedAfter))
 	m.rounds.Set(float64(rounds))
-	m.started.Store(true)
 }
 
 // Enrolled implements network.Observer.

@@ -227,7 +227,22 @@ func TestMetricsDuringRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := coord.Run(ctx, nc)
+	type result struct {
+		out *network.Outcome
+		err error
+	}
+	done := make(chan result, 1)
+	go func() { out, err := coord.Run(ctx, nc); done <- result{out, err} }()
+	// Ready during the enrolment phase, which waits EnrolTimeout for
+	// the client that never joins: before any round closed.
+	for status(t, url+"/readyz") != http.StatusOK {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := value(scrape(t, url), "fedcalib_coordinator_rounds_closed_total", "", ""); got != 0 {
+		t.Errorf("ready only after %v rounds closed, want during the enrolment", got)
+	}
+	res := <-done
+	out, err := res.out, res.err
 	if err != nil {
 		t.Fatal(err)
 	}
