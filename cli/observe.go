@@ -66,6 +66,14 @@ func (m *monitor) connected() bool {
 	return nc != nil && nc.IsConnected()
 }
 
+// reconnects returns how many times the NATS connection reconnected.
+func (m *monitor) reconnects() uint64 {
+	if nc := m.nc.Load(); nc != nil {
+		return nc.Stats().Reconnects
+	}
+	return 0
+}
+
 // connections returns the embedded server's connections, 0 without one.
 func (m *monitor) connections() int {
 	if s := m.srv.Load(); s != nil {
@@ -94,7 +102,7 @@ func (o *observeFlags) coordinator(cfg *network.Config, stderr io.Writer, level 
 	}
 	obs := metrics.NewCoordinator(metrics.CoordinatorOptions{
 		Clients: len(cfg.Clients), EpsilonBudget: cfg.Spec.Epsilon,
-		Connected: m.connected, Connections: m.connections,
+		Connected: m.connected, Reconnects: m.reconnects, Connections: m.connections,
 	})
 	addr, stop, err := metrics.Serve(o.metrics, metrics.Handler(obs.Registry(), obs.Ready))
 	if err != nil {

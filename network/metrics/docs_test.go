@@ -16,7 +16,7 @@ import (
 // TestDocumentedMetrics: every metric NETWORK.md, the Grafana dashboard
 // and the alerting rules name exists, and NETWORK.md names every metric.
 func TestDocumentedMetrics(t *testing.T) {
-	c := metrics.NewCoordinator(metrics.CoordinatorOptions{Clients: 2, Connected: func() bool { return true }, Connections: func() int { return 1 }})
+	c := metrics.NewCoordinator(metrics.CoordinatorOptions{Clients: 2, Connected: func() bool { return true }, Reconnects: func() uint64 { return 0 }, Connections: func() int { return 1 }})
 	// Events that give every labelled series a child.
 	c.RoundClosed(network.RoundObservation{Round: 1, Refused: []string{network.RefusedNorm}, Duration: time.Second})
 	c.SecureStage("keys", time.Millisecond)

@@ -35,6 +35,9 @@ type CoordinatorOptions struct {
 	// Connected, if not nil, reports whether the coordinator's NATS
 	// connection is connected (nats.Conn.IsConnected).
 	Connected func() bool
+	// Reconnects, if not nil, returns how many times the coordinator's
+	// NATS connection reconnected (nats.Conn.Stats().Reconnects).
+	Reconnects func() uint64
 	// Connections, if not nil, returns the number of client connections
 	// of the embedded NATS server (network.Server.Connections).
 	Connections func() int
@@ -101,6 +104,9 @@ func NewCoordinator(o CoordinatorOptions) *Coordinator {
 	}
 	if o.Connected != nil {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: coordNS, Name: "nats_connected", Help: "1 while the coordinator's NATS connection is connected, else 0."}, func() float64 { return b2f(o.Connected()) }))
+	}
+	if o.Reconnects != nil {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: coordNS, Name: "nats_reconnects_total", Help: "Times the coordinator's NATS connection reconnected."}, func() float64 { return float64(o.Reconnects()) }))
 	}
 	if o.Connections != nil {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: coordNS, Name: "clients_connected", Help: "Connections to the embedded NATS server, the coordinator's own included."}, func() float64 { return float64(o.Connections()) }))

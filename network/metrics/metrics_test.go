@@ -162,7 +162,8 @@ func TestMetricsDuringRun(t *testing.T) {
 	const K, C, T, eps = 4, 3, 3, 4.0
 	f := newFixture(t, K, C)
 	pubs, srv, nc := f.pubs, f.srv, f.nc
-	obs := metrics.NewCoordinator(metrics.CoordinatorOptions{Clients: K, EpsilonBudget: eps, Connected: nc.IsConnected, Connections: srv.Connections})
+	obs := metrics.NewCoordinator(metrics.CoordinatorOptions{Clients: K, EpsilonBudget: eps, Connected: nc.IsConnected, Connections: srv.Connections,
+		Reconnects: func() uint64 { return nc.Stats().Reconnects }})
 	addr, stop, err := metrics.Serve("127.0.0.1:0", metrics.Handler(obs.Registry(), obs.Ready))
 	if err != nil {
 		t.Fatal(err)
@@ -210,6 +211,7 @@ func TestMetricsDuringRun(t *testing.T) {
 				{"fedcalib_coordinator_clients_enrolled", "", "", K - 1},
 				{"fedcalib_coordinator_clients_connected", "", "", K}, // K−1 clients and the coordinator
 				{"fedcalib_coordinator_nats_connected", "", "", 1},
+				{"fedcalib_coordinator_nats_reconnects_total", "", "", 0},
 				{"fedcalib_coordinator_privacy_epsilon_spent", "", "", rep.Epsilon},
 				{"fedcalib_coordinator_privacy_epsilon_budget", "", "", eps},
 				{"fedcalib_coordinator_checkpoint_writes_total", "result", "ok", float64(rep.Round + 1)}, // the first before round 1
