@@ -30,6 +30,7 @@ type joinFlags struct {
 	input                                    inputKind
 	clientID                                 int
 	enrolTimeout, wait                       time.Duration
+	obs                                      observeFlags
 }
 
 func newJoinCmd() *cobra.Command {
@@ -95,6 +96,7 @@ was lost); other failures exit 2.`,
 	f.DurationVar(&fl.enrolTimeout, "enrol-timeout", 30*time.Second, "how long to wait for the coordinator to answer")
 	f.DurationVar(&fl.wait, "wait", 0, "keep trying the first connection this long while no server answers (a coordinator not up yet), e.g. --wait 5m; 0: try once")
 	f.BoolVarP(&fl.quiet, "quiet", "q", false, "print no per-round lines")
+	fl.obs.register(f, "client")
 	return cmd
 }
 
@@ -162,18 +164,18 @@ func runJoin(cmd *cobra.Command, fl *joinFlags) error {
 			return fmt.Errorf("--clients: %w", err)
 		}
 	}
-	cfg := network.ClientConfig{
+	var cfg network.ClientConfig // its Data logs with its Log, set below
+	cfg = network.ClientConfig{
 		AllowList:    allow,
 		Federation:   fl.federation,
 		Key:          key,
 		EnrolTimeout: fl.enrolTimeout,
-		Log:          slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level, ReplaceAttr: dropTime})),
 		Data: func(w network.Welcome) (*calib.Set, error) {
 			return joinRows(cmd, fl, pre, w, federation.Calibration)
 		},
 		Enrolled: func(w network.Welcome) {
 			if !fl.quiet {
-				fmt.Fprintf(stderr, "enrolled as client %d of %d in federation %s: %s, %s\n", w.Client, w.Clients, w.Federation, w.Spec.Method, plural(w.Rounds, "round"))
+				fl.obs.enrolled(stderr, cfg.Log, w)
 			}
 		},
 	}
@@ -182,6 +184,11 @@ func runJoin(cmd *cobra.Command, fl *joinFlags) error {
 		// round (serve --evaluate).
 		cfg.TestData = func(w network.Welcome) (*calib.Set, error) { return joinRows(cmd, fl, pre, w, federation.Test) }
 	}
+	mon, err := fl.obs.client(&cfg, stderr, level)
+	if err != nil {
+		return err
+	}
+	defer mon.close()
 	rep, err := network.Join(cmd.Context(), d, cfg)
 	if err != nil {
 		return err

@@ -166,6 +166,7 @@ Exit status:
 		newExperimentCmd(),
 		newServeCmd(),
 		newJoinCmd(),
+		newStatusCmd(),
 		newKeysCmd(),
 	)
 	return root

@@ -39,6 +39,8 @@ type serveFlags struct {
 	noise                       string
 	// The evaluation round.
 	eval evalRoundFlags
+	// Monitoring.
+	obs observeFlags
 }
 
 // Values of serve --sync.
@@ -218,6 +220,7 @@ holds the federation or --store.`,
 	f.IntVar(&fl.bits, "bits", network.DefaultBits, "with --secure-aggregation: modulus 2^b of the masked sums, b in [2, 64]")
 	f.StringVar(&fl.noise, "noise", network.NoiseCentral, "with --secure-aggregation and --epsilon: central (the coordinator adds Gaussian noise to the sum) or distributed (each client adds Skellam noise before masking; needs --accountant rdp)")
 	fl.eval.register(f)
+	fl.obs.register(f, "coordinator")
 	return cmd
 }
 
@@ -306,9 +309,13 @@ func runServe(cmd, scratch *cobra.Command, fl *serveFlags) error {
 		return err
 	}
 	stderr := cmd.ErrOrStderr()
-	cfg.Log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn, ReplaceAttr: dropTime}))
+	mon, err := fl.obs.coordinator(&cfg, stderr, fl.obs.level(fl.cal.fed.quiet, true))
+	if err != nil {
+		return err
+	}
+	defer mon.close()
 	if !fl.cal.fed.quiet {
-		cfg.Progress = serveProgress(stderr)
+		cfg.Progress = serveProgress(stderr, cfg.Log, fl.obs.json())
 	}
 	// The embedded server locks --store (network.ErrLocked), so no other
 	// coordinator reaches its bucket: take the lease at once. Under --nats
@@ -355,14 +362,11 @@ func runServe(cmd, scratch *cobra.Command, fl *serveFlags) error {
 			return fmt.Errorf("--listen %s: %w", fl.listen, err)
 		}
 		defer srv.Shutdown()
+		mon.srv.Store(srv)
 		for _, w := range srv.Warnings() {
-			fmt.Fprintf(stderr, "warning: %s\n", w)
+			fl.obs.warning(stderr, cfg.Log, w)
 		}
-		if fp := srv.Fingerprint(); fp != "" {
-			fmt.Fprintf(stderr, "serving federation %s at %s (TLS certificate SHA-256 %s)\n", fl.federation, srv.URL(), fp)
-		} else {
-			fmt.Fprintf(stderr, "serving federation %s at %s (plaintext)\n", fl.federation, srv.URL())
-		}
+		fl.obs.serving(stderr, cfg.Log, fl.federation, srv.URL(), srv.Fingerprint())
 		dial = srv.Dial()
 	}
 	nc, err := dial.Connect()
@@ -370,6 +374,7 @@ func runServe(cmd, scratch *cobra.Command, fl *serveFlags) error {
 		return err
 	}
 	defer nc.Close()
+	mon.nc.Store(nc)
 	out, err := coord.Run(cmd.Context(), nc)
 	if err != nil {
 		return storeAdvice(err, fl)
@@ -406,8 +411,12 @@ func storeAdvice(err error, fl *serveFlags) error {
 	return fmt.Errorf("%w (the run lives in --store %s: resume it with its flags, or start the new run with another --store)", err, fl.store)
 }
 
-// serveProgress prints one line per round.
-func serveProgress(w io.Writer) func(network.RoundReport) {
+// serveProgress prints one line per round on w, or, with asJSON, logs
+// one record per round on log (logProgress).
+func serveProgress(w io.Writer, log *slog.Logger, asJSON bool) func(network.RoundReport) {
+	if asJSON {
+		return logProgress(log)
+	}
 	return func(r network.RoundReport) {
 		eps := ""
 		if r.Epsilon > 0 {

@@ -10,5 +10,9 @@
 // `make setup`). TestReportInBrowser renders a calibration report in
 // headless Chromium, which chromium.sh finds or, with
 // FEDCALIB_INSTALL_CHROMIUM=1 (as .ci/run sets), installs from Debian; it
-// skips, saying why, where there is none.
+// skips, saying why, where there is none. TestStatusAndMetrics runs a
+// coordinator with --metrics and reads "fedcalib status" of its store
+// while it runs and once it is killed. prometheus.sh (not run by make
+// test) installs Debian's prometheus, has it scrape a coordinator once and
+// prints the fedcalib metrics' names.
 package integration

@@ -50,6 +50,8 @@ type ClientConfig struct {
 	// coordinator cannot make up the other participants' keys. nil trusts
 	// the coordinator's announcement.
 	AllowList []string
+	// Observer, if not nil, receives the client's events for monitoring.
+	Observer ClientObserver
 
 	// drop, in tests, makes the client drop out of round t just before
 	// it would send its message of the stage (secure aggregation).
@@ -198,10 +200,13 @@ func Join(ctx context.Context, d Dial, cfg ClientConfig) (*ClientReport, error) 
 			if a.Seed != w.Seed {
 				return rep, fmt.Errorf("%w: round %d announces seed %d, the welcome %d", ErrFederation, a.Round, a.Seed, w.Seed)
 			}
+			computing := time.Now()
 			if buf, err = step.Update(buf[:0], a.Round, set, a.Broadcast, federation.ClientRand(a.Seed, a.Round, k)); err != nil {
 				return rep, fmt.Errorf("round %d: %w", a.Round, err)
 			}
+			sending := time.Now()
 			pending, err = sj.run(ctx, &a, buf)
+			observeSecure(cfg.Observer, a.Round, computing, sending, err)
 			done, doneAttempt = a.Round, a.Attempt
 			if err != nil {
 				log.Warn("secure aggregation", "round", a.Round, "attempt", a.Attempt, "err", err)
@@ -267,7 +272,11 @@ func Join(ctx context.Context, d Dial, cfg ClientConfig) (*ClientReport, error) 
 		} else if buf, err = step.Update(buf[:0], a.Round, set, a.Broadcast, federation.ClientRand(a.Seed, a.Round, k)); err != nil {
 			return rep, fmt.Errorf("round %d: %w", a.Round, err)
 		}
+		sending := time.Now()
 		n, err := send(ctx, nc, fed, pub, a, k, encodeUpdate(buf, w.SparseUpdates))
+		if o := cfg.Observer; o != nil && (err == nil || errors.Is(err, errRefused)) {
+			o.Answered(a.Round, sending.Sub(start), time.Since(sending), err == nil)
+		}
 		rep.Sent += n
 		if errors.Is(err, errRefused) {
 			log.Warn("the coordinator refused the update", "round", a.Round, "err", err)

@@ -102,6 +102,8 @@ type Config struct {
 	Log *slog.Logger
 	// Progress, if not nil, is called after each round is committed.
 	Progress func(RoundReport)
+	// Observer, if not nil, receives the run's events for monitoring.
+	Observer Observer
 
 	// tamper, in tests, edits the survivor sets of attempt a of round t
 	// before they are sent to each client for signing: a coordinator
@@ -259,6 +261,9 @@ type run struct {
 	done     bool
 	aborted  string        // why the run was given up (abort); empty otherwise
 	enrolled chan struct{} // signalled when a client becomes ready
+
+	began      time.Time     // the round's start (observe.go)
+	lastCommit time.Duration // the last checkpoint's latency (observe.go)
 }
 
 // Run runs the federation over nc, a connection with the permissions of
@@ -314,6 +319,7 @@ func (c *Coordinator) Run(ctx context.Context, nc *nats.Conn) (out *Outcome, err
 		}
 		defer ssub.Unsubscribe()
 	}
+	r.observeOpened()
 	out = &Outcome{ResumedAfter: 0}
 	if resumed {
 		out.ResumedAfter = len(r.cp.Records)
@@ -323,6 +329,7 @@ func (c *Coordinator) Run(ctx context.Context, nc *nats.Conn) (out *Outcome, err
 	if err := r.steps(resumed); err != nil {
 		return nil, err
 	}
+	r.observeStarted(out.ResumedAfter)
 	if !resumed {
 		if err := r.storeSettings(ctx); err != nil {
 			return nil, err

@@ -74,6 +74,7 @@ func (r *run) enrol(m *nats.Msg) {
 	}
 	if _, was := r.ready[k]; !was && !r.started {
 		r.ready[k] = req.Counts
+		r.observeEnrolled()
 		select {
 		case r.enrolled <- struct{}{}:
 		default:

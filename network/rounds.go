@@ -67,6 +67,7 @@ func unanswered(parts []int, got map[int][]float64, refused map[int]string) []in
 // round runs round t: invite, collect, close, commit.
 func (r *run) round(ctx context.Context, t int, msgs <-chan *nats.Msg) error {
 	cfg := r.cfg
+	r.began = time.Now()
 	parts := r.sched.Participants(t, len(cfg.Clients))
 	rep := RoundReport{RoundRecord: calib.RoundRecord{Round: t, Sampled: parts, Participants: []int{}, Dropouts: []int{}}, Rounds: r.sched.Rounds(), Refused: map[int]string{}}
 	if r.sec != nil {
@@ -252,6 +253,7 @@ func (r *run) closeRound(ctx context.Context, rep *RoundReport) error {
 	if err := r.lease.check(); err != nil {
 		return err
 	}
+	r.observeRound(rep)
 	if cfg.Progress != nil {
 		if cfg.Spec.Private() {
 			if res, err := r.server.Result(); err == nil && res.Privacy != nil {

@@ -415,6 +415,7 @@ type exchange struct {
 // until each sent one or the stage timeout passes, handing each to f. A
 // message f refuses is logged and its sender counts as having answered.
 func (sx *exchange) collect(ctx context.Context, stage string, expected []uint32, f func([]byte) error) error {
+	defer sx.observeStage(stage, time.Now())
 	want := make(map[int]bool, len(expected))
 	for _, id := range expected {
 		want[int(id)] = true

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -177,7 +178,8 @@ func (r *run) storeSettings(ctx context.Context) error {
 }
 
 // commit stores the checkpoint.
-func (r *run) commit(ctx context.Context) error {
+func (r *run) commit(ctx context.Context) (err error) {
+	defer r.observeCheckpoint(time.Now(), &err)
 	state, err := r.server.(federation.StateSaver).State()
 	if err != nil {
 		return err
