@@ -122,6 +122,9 @@ func checkJoinFlags(cmd *cobra.Command, fl *joinFlags) error {
 	case fl.wait < 0:
 		return errors.New("--wait must be 0 or positive, e.g. 5m")
 	}
+	if err := fl.obs.check(); err != nil {
+		return err
+	}
 	return network.ValidFederation(fl.federation)
 }
 
