@@ -39,7 +39,8 @@ func PresetNames() []string {
 	return names
 }
 
-// Preset returns the metadata props of a named preprocessing preset:
+// Preset returns the metadata props of a named preprocessing preset, with
+// defaults written out so that they override a model's own values:
 // "imagenet" is torchvision's ImageNet evaluation transform, resize 256
 // bilinear, crop 224, scale 1/255, ImageNet mean and std, NCHW.
 func Preset(name string) (map[string]string, error) {
@@ -47,7 +48,21 @@ func Preset(name string) (map[string]string, error) {
 	if !ok {
 		return nil, fmt.Errorf("preprocessing preset %q: want one of %s", name, strings.Join(PresetNames(), ", "))
 	}
-	return p.Props(), nil
+	return imageProps(p), nil
+}
+
+// imageProps returns the props of an image preprocessing with its
+// defaults written out (interpolation, scale, mean, std), so that, as
+// overrides (Options.Preprocess), they replace a model's own values.
+func imageProps(p Preprocessing) map[string]string {
+	props := p.Props()
+	props[KeyInterpolation] = p.Interpolation.String()
+	for k, v := range map[string]string{KeyScale: "1", KeyMean: "0", KeyStd: "1"} {
+		if _, ok := props[k]; !ok {
+			props[k] = v
+		}
+	}
+	return props
 }
 
 // Props returns p as the metadata props ParsePreprocessing reads back to
@@ -75,7 +90,8 @@ func ReadConfig(path string) (map[string]string, error) {
 }
 
 // ParseConfig reads the image preprocessing of a pretrained model's
-// config, as metadata props (layout NCHW):
+// config, as metadata props (layout NCHW; defaults written out, so that
+// they override a model's own values):
 //
 //   - Hugging Face (an image_mean, size or do_resize key): size
 //     {"shortest_edge": S} resizes the shorter side to S, {"height": H,
@@ -119,7 +135,7 @@ func ParseConfig(b []byte) (map[string]string, error) {
 		return nil, err
 	}
 	p.Layout = NCHW
-	return p.Props(), nil
+	return imageProps(p), nil
 }
 
 func has(m map[string]json.RawMessage, k string) bool { _, ok := m[k]; return ok }
