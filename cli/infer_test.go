@@ -152,6 +152,12 @@ func TestInferCommandErrors(t *testing.T) {
 		{"bad batch", []string{"--batch", "0"}, "--batch 0: want 1 to 65536 records"},
 		{"huge batch", []string{"--batch", "1000000000"}, "--batch 1000000000: want 1 to 65536 records"},
 		{"not npz", []string{"--out", filepath.Join(dir, "out.csv")}, "must end in .npz"},
+		{"bad preset", []string{"--preprocess", "cifar"}, `--preprocess: preprocessing preset "cifar": want one of imagenet`},
+		{"preset and config", []string{"--preprocess", "imagenet", "--preprocess-config", "c.json"}, "--preprocess and --preprocess-config both give the preprocessing: pass one"},
+		{"missing config", []string{"--preprocess-config", filepath.Join(dir, "none.json")}, "--preprocess-config: open " + filepath.Join(dir, "none.json")},
+		{"bad resize", []string{"--resize", "0"}, `--resize: fedcalib.input.resize="0": want S or H,W`},
+		{"bad interpolation", []string{"--interpolation", "area"}, `--interpolation: fedcalib.input.interpolation: interpolation "area"`},
+		{"crop too large for the model", []string{"--crop", "5"}, `record shape [5 5 1] gives NCHW input [? 1 5 5], but model input "x" is [? 1 4 4]`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := os.WriteFile(out, []byte(old), 0o644); err != nil {
@@ -179,6 +185,38 @@ func TestInferCommandErrors(t *testing.T) {
 				t.Errorf("temporary files left behind: %v", left)
 			}
 		})
+	}
+}
+
+// TestInferCommandResize runs the tiny model on 4×4 images enlarged to
+// 8×8 with nearest-neighbour resizing and cropped back to their centred
+// 4×4: output pixel (y, x) is input pixel (⌊(y+2)/2⌋, ⌊(x+2)/2⌋), since
+// enlarging by 2 repeats each pixel twice and the crop starts at (8−4)/2.
+func TestInferCommandResize(t *testing.T) {
+	requireORT(t)
+	images, pix := writeIDX(t, 30, 4, 4)
+	out := filepath.Join(t.TempDir(), "logits.npz")
+	code, _, stderr := fedcalib("infer", "--model", "../infer/testdata/tiny.onnx", "--data", "idx:"+images,
+		"--out", out, "--threads", "1", "--resize", "8", "--interpolation", "nearest", "--crop", "4", "--quiet")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	f, err := logits.Read(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, img := range pix {
+		moved := make([]uint8, 16)
+		for y := range 4 {
+			for x := range 4 {
+				moved[4*y+x] = img[4*((y+2)/2)+(x+2)/2]
+			}
+		}
+		for c, want := range tinyReference(t, moved) {
+			if got := float64(f.Logits[i*3+c]); math.Abs(got-want) > 1e-5*math.Max(1, math.Abs(want)) {
+				t.Errorf("row %d class %d: %v, want %v", i, c, got, want)
+			}
+		}
 	}
 }
 
