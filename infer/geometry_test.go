@@ -42,3 +42,35 @@ func TestGeometry(t *testing.T) {
 		t.Errorf("float record: %v", err)
 	}
 }
+
+// TestBatcherImageSizes reads the parity sample's images of many sizes
+// through the batcher: without a crop the second size is refused with a
+// hint naming the flags; with the imagenet preset every row is 3×224×224.
+func TestBatcherImageSizes(t *testing.T) {
+	for _, tc := range []struct {
+		pre  Preprocessing
+		want string // an error, or "" for none
+	}{
+		{Preprocessing{Layout: NCHW}, "images of different sizes need a crop: flags --resize and --crop, or --preprocess imagenet"},
+		{presets["imagenet"], ""},
+	} {
+		rd, err := data.Open("imagefolder:testdata/parity/images")
+		if err != nil {
+			t.Fatal(err)
+		}
+		bt := &batcher{rd: rd, enc: newEncoder(tc.pre, Float32, "x", []int64{3, -1, -1}), dtype: Float32, size: 64, clients: map[string]int32{}}
+		sl := &slot{}
+		_, err = bt.fill(sl)
+		rd.Close()
+		switch {
+		case tc.want != "":
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%v: %v, want an error containing %q", tc.pre, err, tc.want)
+			}
+		case err != nil:
+			t.Errorf("%v: %v", tc.pre, err)
+		case sl.rows != 25 || !slices.Equal(bt.enc.sample, []int64{3, 224, 224}):
+			t.Errorf("%v: %d rows of %v, want 25 of [3 224 224]", tc.pre, sl.rows, bt.enc.sample)
+		}
+	}
+}
