@@ -3,6 +3,7 @@ package infer
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -99,12 +100,13 @@ func TestPreprocessingStringRoundTrip(t *testing.T) {
 }
 
 func FuzzParsePreprocessing(f *testing.F) {
-	f.Add("0.00392156862745098", "0.5", "0.25", "NCHW", "float32", "")
-	f.Add("1", "0.485,0.456,0.406", "0.229,0.224,0.225", "NHWC", "", "")
-	f.Add("", "", "", "NC", "int64", " abc")
-	f.Fuzz(func(t *testing.T, scale, mean, std, layout, dtype, vocab string) {
+	f.Add("0.00392156862745098", "0.5", "0.25", "NCHW", "float32", "", "256", "224", "bilinear")
+	f.Add("1", "0.485,0.456,0.406", "0.229,0.224,0.225", "NHWC", "", "", "300,400", "7,9", "Lanczos")
+	f.Add("", "", "", "NC", "int64", " abc", "", "", "")
+	f.Fuzz(func(t *testing.T, scale, mean, std, layout, dtype, vocab, rs, crop, interp string) {
 		props := map[string]string{}
-		for k, v := range map[string]string{KeyScale: scale, KeyMean: mean, KeyStd: std, KeyLayout: layout, KeyDType: dtype, KeyVocab: vocab} {
+		for k, v := range map[string]string{KeyScale: scale, KeyMean: mean, KeyStd: std, KeyLayout: layout, KeyDType: dtype, KeyVocab: vocab,
+			KeyResize: rs, KeyCrop: crop, KeyInterpolation: interp} {
 			if v != "" {
 				props[k] = v
 			}
@@ -128,6 +130,14 @@ func FuzzParsePreprocessing(f *testing.F) {
 		}
 		if p.Vocab != "" && p.DType == Float32 {
 			t.Errorf("accepted vocabulary with dtype %q", p.DType)
+		}
+		for _, size := range [][]int{p.Resize, p.Crop} {
+			if len(size) > 2 || slices.ContainsFunc(size, func(n int) bool { return n < 1 || n > maxSide }) {
+				t.Errorf("accepted size %v", size)
+			}
+		}
+		if back, err := ParsePreprocessing(p.Props()); err != nil || !reflect.DeepEqual(back.Resize, p.Resize) || back.Interpolation != p.Interpolation && p.Resize != nil {
+			t.Errorf("Props of %+v read back as %+v, %v", p, back, err)
 		}
 	})
 }
