@@ -392,3 +392,54 @@ func TestExitStatus(t *testing.T) {
 		}
 	}
 }
+
+// TestInferPreprocessSources runs the ImageNet-shaped model over the
+// parity sample with torchvision's ImageNet evaluation given four ways —
+// the preset, a Hugging Face config, a timm config, and the flags — and
+// requires the same logits from each.
+func TestInferPreprocessSources(t *testing.T) {
+	requireORT(t)
+	dir := t.TempDir()
+	hf := filepath.Join(dir, "preprocessor_config.json")
+	timm := filepath.Join(dir, "config.json")
+	for path, body := range map[string]string{
+		hf: `{"do_resize": true, "size": {"shortest_edge": 256}, "resample": 2, "do_center_crop": true,
+			"crop_size": {"height": 224, "width": 224}, "do_rescale": true, "rescale_factor": 0.00392156862745098,
+			"do_normalize": true, "image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225]}`,
+		timm: `{"architecture": "resnet50", "pretrained_cfg": {"input_size": [3, 224, 224], "interpolation": "bilinear",
+			"crop_pct": 0.875, "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}}`,
+	} {
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var first *logits.File
+	for i, extra := range [][]string{
+		{"--preprocess", "imagenet"},
+		{"--preprocess-config", hf},
+		{"--preprocess-config", timm},
+		{"--layout", "NCHW", "--resize", "256", "--crop", "224", "--interpolation", "bilinear",
+			"--scale", "0.00392156862745098", "--mean", "0.485,0.456,0.406", "--std", "0.229,0.224,0.225"},
+	} {
+		out := filepath.Join(dir, fmt.Sprintf("l%d.npz", i))
+		args := append([]string{"infer", "--model", "../infer/testdata/imagenet_shaped.onnx", "--data",
+			"imagefolder:../infer/testdata/parity/images", "--out", out, "--threads", "2", "--quiet"}, extra...)
+		if code, _, stderr := fedcalib(args...); code != 0 {
+			t.Fatalf("%v: exit %d: %s", extra, code, stderr)
+		}
+		f, err := logits.Read(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Len() != 25 || f.Classes != 1000 {
+			t.Fatalf("%v: %d rows of %d classes, want 25 of 1000", extra, f.Len(), f.Classes)
+		}
+		if first == nil {
+			first = f
+			continue
+		}
+		if !slices.Equal(f.Logits, first.Logits) {
+			t.Errorf("%v: logits differ from --preprocess imagenet's", extra)
+		}
+	}
+}
