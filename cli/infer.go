@@ -63,15 +63,17 @@ The model input is its first input and the output its first float32
 output, unless --input/--output name others; the input needs a dynamic
 batch dimension. How records become input tensors comes from the model's
 metadata_props (fedcalib.input.resize, .crop, .interpolation, .scale,
-.mean, .std, .layout, .dtype, .vocab); --preprocess imagenet (torchvision's
-ImageNet evaluation: resize 256 bilinear, crop 224, scale 1/255, ImageNet
-mean and std, NCHW) or --preprocess-config (a Hugging Face
-preprocessor_config.json or a timm pretrained_cfg JSON) override them, and
-the preprocessing flags override those key by key; a model without any needs at
-least --layout. An image is resized and cropped first, with PIL's filters
-as torchvision applies them, so that a pretrained model sees the pixels
-it was evaluated on; then a value v of channel c is fed as
-(v*scale - mean[c]) / std[c]. Images of different sizes need a crop.
+.mean, .std, .layout, .dtype, .vocab); --preprocess imagenet
+(torchvision's ImageNet evaluation: resize 256 bilinear, crop 224, scale
+1/255, ImageNet mean and std, NCHW) or --preprocess-config (a Hugging
+Face preprocessor_config.json or a timm pretrained_cfg JSON) override
+them, and the preprocessing flags override those key by key; a model
+without any needs at least --layout. An image is resized and cropped
+first, with PIL's filters as torchvision applies them, so that a
+pretrained model sees the pixels it was evaluated on; then a value v of
+channel c is fed as (v*scale - mean[c]) / std[c]. Images of different
+sizes need a crop. Like torchvision's loader, infer does not apply an
+image's EXIF orientation.
 
 It fails, writing nothing, on a model or dataset it cannot read, data that
 does not fit the model input, labels outside the model's classes, or
