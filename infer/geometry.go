@@ -12,6 +12,7 @@ import (
 type geometry struct {
 	pre       *Preprocessing
 	out       data.Record
+	rs        resize.Resampler
 	tmp, tmp2 []uint8
 }
 
@@ -42,7 +43,7 @@ func (g *geometry) apply(r *data.Record) (*data.Record, error) {
 			w = rs[1]
 		}
 		if h != m.H || w != m.W { // torchvision returns an image of the right size unchanged
-			m = resize.Resample(g.tmp, m, h, w, g.pre.Interpolation)
+			m = g.rs.Resample(g.tmp, m, h, w, g.pre.Interpolation)
 			g.tmp = m.Pix
 		}
 	}

@@ -42,6 +42,38 @@ func ShorterSide(h, w, s int) (int, int) {
 // (see the package documentation), writing into buf's storage when it is
 // large enough. An image already h×w is copied.
 func Resample(buf []uint8, src Image, h, w int, f Filter) Image {
+	var r Resampler
+	return r.Resample(buf, src, h, w, f)
+}
+
+// A Resampler resamples images as Resample does, reusing its intermediate
+// image and the kernels of the last sizes and filter it saw, so that a
+// stream of images allocates nothing once warm. The zero value is ready
+// to use; a Resampler must not be used by several goroutines at once.
+type Resampler struct {
+	tmp  []uint8
+	last [2]cachedKernel // the vertical and horizontal kernels last used
+}
+
+// cachedKernel is a kernel with the sizes and filter it was made for.
+type cachedKernel struct {
+	n, m int
+	f    Filter
+	k    kernel
+}
+
+// kernel returns the kernel from n to m samples with f, from slot i of
+// the cache when it was the last made there.
+func (r *Resampler) kernel(i, n, m int, f Filter) kernel {
+	c := &r.last[i]
+	if c.k.bounds == nil || c.n != n || c.m != m || c.f != f {
+		*c = cachedKernel{n: n, m: m, f: f, k: weights(n, m, f)}
+	}
+	return c.k
+}
+
+// Resample is the package's Resample, reusing r's buffers.
+func (r *Resampler) Resample(buf []uint8, src Image, h, w int, f Filter) Image {
 	src.check()
 	if h <= 0 || w <= 0 || src.H == 0 || src.W == 0 {
 		panic(fmt.Sprintf("resize: resampling %d×%d to %d×%d", src.H, src.W, h, w))
@@ -55,13 +87,14 @@ func Resample(buf []uint8, src Image, h, w int, f Filter) Image {
 		return nearest(buf, src, h, w)
 	}
 	// Columns: the rows the vertical pass reads bound the horizontal pass.
-	vert := weights(src.H, h, f)
+	vert := r.kernel(0, src.H, h, f)
 	first, last := vert.bounds[0], vert.bounds[2*(h-1)]+vert.bounds[2*(h-1)+1]
 	tmp := Image{Pix: src.Pix[first*src.W*src.C : last*src.W*src.C], H: last - first, W: src.W, C: src.C}
 	if w != src.W {
-		horiz := weights(src.W, w, f)
+		horiz := r.kernel(1, src.W, w, f)
 		out := Image{H: tmp.H, W: w, C: src.C}
-		out.Pix = make([]uint8, out.H*out.W*out.C)
+		r.tmp = grow(r.tmp, out.H*out.W*out.C)
+		out.Pix = r.tmp
 		for y := range tmp.H {
 			horiz.apply(out.Pix[y*w*src.C:(y+1)*w*src.C], tmp.Pix[y*src.W*src.C:], src.C, src.C)
 		}
@@ -72,14 +105,12 @@ func Resample(buf []uint8, src Image, h, w int, f Filter) Image {
 		copy(out.Pix, tmp.Pix)
 		return out
 	}
-	for i := range h {
-		vert.bounds[2*i] -= first
-	}
 	out := Image{Pix: grow(buf, h*w*src.C), H: h, W: w, C: src.C}
 	row := w * src.C
 	for x := range row {
-		// Each column of samples is a strided row for the 1-D filter.
-		vert.applyColumn(out.Pix[x:], tmp.Pix[x:], row)
+		// Each column of samples is a strided row for the 1-D filter,
+		// whose bounds count from the first row read.
+		vert.applyColumn(out.Pix[x:], tmp.Pix[x:], row, first)
 	}
 	return out
 }
@@ -159,11 +190,11 @@ func (kn kernel) apply(dst, src []uint8, stride, step int) {
 }
 
 // applyColumn resamples one column: output i is dst[i·stride], read from
-// src[j·stride].
-func (kn kernel) applyColumn(dst, src []uint8, stride int) {
+// src[(j−offset)·stride].
+func (kn kernel) applyColumn(dst, src []uint8, stride, offset int) {
 	m := len(kn.bounds) / 2
 	for i := range m {
-		lo, n := kn.bounds[2*i], kn.bounds[2*i+1]
+		lo, n := kn.bounds[2*i]-offset, kn.bounds[2*i+1]
 		s := int32(1 << (precision - 1))
 		for j, wt := range kn.k[i*kn.size : i*kn.size+n] {
 			s += int32(src[(lo+j)*stride]) * wt

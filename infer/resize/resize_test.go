@@ -120,3 +120,27 @@ func TestParseFilter(t *testing.T) {
 		}
 	}
 }
+
+// TestResamplerReuse: one Resampler over images of changing sizes and
+// filters gives what a fresh Resample gives each time.
+func TestResamplerReuse(t *testing.T) {
+	var r Resampler
+	var buf []uint8
+	for i, tc := range []struct {
+		h, w, oh, ow int
+		f            Filter
+	}{
+		{30, 40, 7, 9, Bilinear}, {30, 40, 7, 9, Bilinear}, {30, 40, 7, 9, Bicubic},
+		{40, 30, 7, 9, Bicubic}, {9, 9, 30, 9, Lanczos}, {9, 9, 9, 30, Lanczos}, {30, 40, 7, 9, Bilinear},
+	} {
+		src := Image{H: tc.h, W: tc.w, C: 2}
+		for k := range tc.h * tc.w * 2 {
+			src.Pix = append(src.Pix, uint8(k*37+i*11))
+		}
+		got := r.Resample(buf, src, tc.oh, tc.ow, tc.f)
+		buf = got.Pix
+		if want := Resample(nil, src, tc.oh, tc.ow, tc.f); !bytes.Equal(got.Pix, want.Pix) {
+			t.Errorf("call %d (%+v): a reused Resampler differs from a fresh one", i, tc)
+		}
+	}
+}
