@@ -107,7 +107,17 @@ type Method struct {
 	mexp     int  // the binning method's default bin exponent; 0: DefaultMexp
 	odir     bool // the method takes Settings.ODIR
 	size     func(classes, bins float64) float64
+	// maxClasses is the most classes the method fits, for the methods
+	// whose parameters grow as classes²; 0 means no limit but MaxSize.
+	maxClasses int
 }
+
+// MaxFullClasses is the most classes matrix scaling and Dirichlet
+// calibration fit: their classes² + classes parameters (65,792 at 256
+// classes) make each step of the fit cost rows·classes² multiply-adds and
+// overfit the few thousand rows a calibration set holds; vector scaling
+// is their diagonal form.
+const MaxFullClasses = 256
 
 // Binner is a binning calibrator formed from aggregated one-vs-all
 // histograms, whose predictions a server can blend with the base model.
@@ -165,11 +175,12 @@ var methods = [...]Method{
 	},
 	{
 		Name: MethodMatrix, Protocol: "FedMatrix", Family: Scaling,
-		Summary: "matrix scaling, softmax(Az + b)",
-		zero:    func() Calibrator { return new(Matrix) },
-		central: func(Settings) Calibrator { return new(Matrix) },
-		scaler:  func(c int, _ *rand.Rand) Scaler { return NewMatrix(c) },
-		size:    func(c, _ float64) float64 { return c*c + c },
+		Summary:    "matrix scaling, softmax(Az + b)",
+		zero:       func() Calibrator { return new(Matrix) },
+		central:    func(Settings) Calibrator { return new(Matrix) },
+		scaler:     func(c int, _ *rand.Rand) Scaler { return NewMatrix(c) },
+		size:       func(c, _ float64) float64 { return c*c + c },
+		maxClasses: MaxFullClasses,
 	},
 	{
 		Name: MethodDirichlet, Protocol: "FedDirichlet", Family: Scaling,
@@ -184,9 +195,10 @@ var methods = [...]Method{
 			}
 			return &Dirichlet{Folds: DefaultDirichletFolds, Seed: s.Seed}
 		},
-		scaler: func(c int, _ *rand.Rand) Scaler { return NewDirichlet(c) },
-		odir:   true,
-		size:   func(c, _ float64) float64 { return c*c + c },
+		scaler:     func(c int, _ *rand.Rand) Scaler { return NewDirichlet(c) },
+		odir:       true,
+		size:       func(c, _ float64) float64 { return c*c + c },
+		maxClasses: MaxFullClasses,
 	},
 	{
 		Name: MethodOPVector, Protocol: "FedOPVector", Family: Scaling, KeepsTopClass: true,
@@ -369,16 +381,26 @@ func (m Method) Size(classes, bins int) float64 {
 
 // CheckSize returns an error when the calibrator of m for classes classes
 // and bins bins per class (see Size) would hold more than MaxSize values,
+// or when m is matrix or Dirichlet and classes exceed MaxFullClasses,
 // saying what to lower.
 func (m Method) CheckSize(classes, bins int) error {
 	n := m.Size(classes, bins)
 	if n <= MaxSize {
-		return nil
+		return m.checkClasses(classes)
 	}
 	if m.HasBins() {
 		return fmt.Errorf("%s with %d classes and %d bins per class needs 2·%d·%d = %.4g histogram counts, more than the %d a calibrator may hold: use fewer bins", m.Name, classes, bins, classes, bins, n, MaxSize)
 	}
 	return fmt.Errorf("%s with %d classes has %.4g parameters, more than the %d a calibrator may hold: use a method with fewer parameters, such as temp or vector", m.Name, classes, n, MaxSize)
+}
+
+// checkClasses is CheckSize's limit on the classes of the methods whose
+// parameters grow as classes².
+func (m Method) checkClasses(classes int) error {
+	if m.maxClasses == 0 || classes <= m.maxClasses {
+		return nil
+	}
+	return fmt.Errorf("%s fits a full %d×%d matrix (%.4g parameters) and is limited to %d classes: use vector, its diagonal form, or temp", m.Name, classes, classes, m.Size(classes, 0), m.maxClasses)
 }
 
 // histogramSize is the Size of a binning method.

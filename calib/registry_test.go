@@ -29,7 +29,11 @@ func TestMethodSize(t *testing.T) {
 		want         string // "" for no error
 	}{
 		{MethodTemp, 1 << 30, 0, ""},
-		{MethodMatrix, 4095, 0, ""},
+		{MethodMatrix, MaxFullClasses, 0, ""},
+		{MethodDirichlet, MaxFullClasses, 0, ""},
+		{MethodMatrix, 1000, 0, "matrix fits a full 1000×1000 matrix (1.001e+06 parameters) and is limited to 256 classes: use vector"},
+		{MethodDirichlet, 257, 0, "dirichlet fits a full 257×257 matrix (6.631e+04 parameters) and is limited to 256 classes"},
+		{MethodVector, 4096, 0, ""},
 		{MethodMatrix, 4096, 0, "matrix with 4096 classes has 1.678e+07 parameters, more than the 16777216"},
 		{MethodMatrix, 1_000_000_000, 0, "use a method with fewer parameters"},
 		{MethodVector, 1_000_000_000, 0, "vector with 1000000000 classes"},

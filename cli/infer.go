@@ -25,6 +25,9 @@ import (
 // inferOverrides maps the infer command's preprocessing flags to the
 // metadata keys they override.
 var inferOverrides = []struct{ flag, key, usage string }{
+	{"resize", infer.KeyResize, "resize images first: S scales the shorter side to S (torchvision's Resize(S)), H,W to H×W"},
+	{"crop", infer.KeyCrop, "crop images, after resizing, to the centred S×S or H,W window (torchvision's CenterCrop)"},
+	{"interpolation", infer.KeyInterpolation, "the resizing filter: bilinear (default), bicubic, nearest, box, hamming or lanczos, as PIL applies them"},
 	{"scale", infer.KeyScale, "multiply raw input values by this first (e.g. 0.00392156862745098 for 1/255)"},
 	{"mean", infer.KeyMean, "subtract this after scaling: one number, or comma-separated, one per channel"},
 	{"std", infer.KeyStd, "divide by this after subtracting the mean: one number, or one per channel"},
@@ -41,6 +44,8 @@ func newInferCmd() *cobra.Command {
 		specs      []string
 		opt        infer.Options
 		quiet      bool
+		preset     string
+		preConfig  string
 		overrides  = make([]string, len(inferOverrides))
 	)
 	cmd := &cobra.Command{
@@ -59,10 +64,18 @@ error.
 The model input is its first input and the output its first float32
 output, unless --input/--output name others; the input needs a dynamic
 batch dimension. How records become input tensors comes from the model's
-metadata_props (fedcalib.input.scale, .mean, .std, .layout, .dtype,
-.vocab); the preprocessing flags override them one by one, and a model
-without any needs at least --layout. A value v of channel c is fed as
-(v*scale - mean[c]) / std[c].
+metadata_props (fedcalib.input.resize, .crop, .interpolation, .scale,
+.mean, .std, .layout, .dtype, .vocab); --preprocess imagenet
+(torchvision's ImageNet evaluation: resize 256 bilinear, crop 224, scale
+1/255, ImageNet mean and std, NCHW) or --preprocess-config (a Hugging
+Face preprocessor_config.json or a timm pretrained_cfg JSON) override
+them, and the preprocessing flags override those key by key; a model
+without any needs at least --layout. An image is resized and cropped
+first, with PIL's filters as torchvision applies them, so that a
+pretrained model sees the pixels it was evaluated on; then a value v of
+channel c is fed as (v*scale - mean[c]) / std[c]. Images of different
+sizes need a crop. Like torchvision's loader, infer does not apply an
+image's EXIF orientation.
 
 It fails, writing nothing, on a model or dataset it cannot read, data that
 does not fit the model input, labels outside the model's classes, or
@@ -83,11 +96,31 @@ else the cache "fedcalib setup" fills.
   fedcalib infer --model cifar.onnx --data imagefolder:cifar10.tar.gz:train --data imagefolder:cifar10.tar.gz:test --out all.npz
   # a model exported without fedcalib metadata:
   fedcalib infer --model resnet18.onnx --data cifar10:cifar-10-binary.tar.gz:test --out cifar.npz \
-      --layout NCHW --scale 0.00392156862745098 --mean 0.4914,0.4822,0.4465 --std 0.2470,0.2435,0.2616`,
+      --layout NCHW --scale 0.00392156862745098 --mean 0.4914,0.4822,0.4465 --std 0.2470,0.2435,0.2616
+  # a pretrained ImageNet classifier on a folder of photos of any size:
+  fedcalib infer --model resnet50.onnx --data imagefolder:photos --out photos.npz --preprocess imagenet
+  # the same, spelled out, with bicubic resizing:
+  fedcalib infer --model resnet50.onnx --data imagefolder:photos --out photos.npz --layout NCHW \
+      --resize 256 --crop 224 --interpolation bicubic --scale 0.00392156862745098 \
+      --mean 0.485,0.456,0.406 --std 0.229,0.224,0.225
+  # a Hugging Face or timm model's own preprocessing:
+  fedcalib infer --model vit.onnx --data imagefolder:photos --out photos.npz --preprocess-config preprocessor_config.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) (err error) {
 			stderr := cmd.ErrOrStderr()
 			opt.Preprocess = map[string]string{}
+			switch {
+			case preset != "" && preConfig != "":
+				return fmt.Errorf("--preprocess and --preprocess-config both give the preprocessing: pass one")
+			case preset != "":
+				if opt.Preprocess, err = infer.Preset(preset); err != nil {
+					return fmt.Errorf("--preprocess: %w", err)
+				}
+			case preConfig != "":
+				if opt.Preprocess, err = infer.ReadConfig(preConfig); err != nil {
+					return fmt.Errorf("--preprocess-config: %w", err)
+				}
+			}
 			for i, o := range inferOverrides {
 				if !cmd.Flags().Changed(o.flag) {
 					continue
@@ -150,6 +183,8 @@ else the cache "fedcalib setup" fills.
 	f.StringVar(&labels, "labels", "", "a labels file, one class name a line in output order, stored in the logits file (must agree with the model's "+infer.KeyClasses+", when it has them)")
 	f.StringVar(&opt.Runtime, "ort-lib", "", "the ONNX Runtime shared library (default: $"+infer.RuntimeEnv+", then the setup cache)")
 	f.BoolVarP(&quiet, "quiet", "q", false, "draw no progress bar and print no summary")
+	f.StringVar(&preset, "preprocess", "", "a preprocessing preset in place of the model's metadata: "+strings.Join(infer.PresetNames(), ", ")+" (e.g. --preprocess imagenet); the flags below override it")
+	f.StringVar(&preConfig, "preprocess-config", "", "take the preprocessing from a Hugging Face preprocessor_config.json or a timm pretrained_cfg JSON (e.g. --preprocess-config preprocessor_config.json); the flags below override it")
 	for i, o := range inferOverrides {
 		f.StringVar(&overrides[i], o.flag, "", o.usage+" (overrides "+o.key+")")
 	}

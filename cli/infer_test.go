@@ -152,6 +152,12 @@ func TestInferCommandErrors(t *testing.T) {
 		{"bad batch", []string{"--batch", "0"}, "--batch 0: want 1 to 65536 records"},
 		{"huge batch", []string{"--batch", "1000000000"}, "--batch 1000000000: want 1 to 65536 records"},
 		{"not npz", []string{"--out", filepath.Join(dir, "out.csv")}, "must end in .npz"},
+		{"bad preset", []string{"--preprocess", "cifar"}, `--preprocess: preprocessing preset "cifar": want one of imagenet`},
+		{"preset and config", []string{"--preprocess", "imagenet", "--preprocess-config", "c.json"}, "--preprocess and --preprocess-config both give the preprocessing: pass one"},
+		{"missing config", []string{"--preprocess-config", filepath.Join(dir, "none.json")}, "--preprocess-config: open " + filepath.Join(dir, "none.json")},
+		{"bad resize", []string{"--resize", "0"}, `--resize: fedcalib.input.resize="0": want S or H,W`},
+		{"bad interpolation", []string{"--interpolation", "area"}, `--interpolation: fedcalib.input.interpolation: interpolation "area"`},
+		{"crop too large for the model", []string{"--crop", "5"}, `record shape [5 5 1] gives NCHW input [? 1 5 5], but model input "x" is [? 1 4 4]`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := os.WriteFile(out, []byte(old), 0o644); err != nil {
@@ -179,6 +185,38 @@ func TestInferCommandErrors(t *testing.T) {
 				t.Errorf("temporary files left behind: %v", left)
 			}
 		})
+	}
+}
+
+// TestInferCommandResize runs the tiny model on 4×4 images enlarged to
+// 8×8 with nearest-neighbour resizing and cropped back to their centred
+// 4×4: output pixel (y, x) is input pixel (⌊(y+2)/2⌋, ⌊(x+2)/2⌋), since
+// enlarging by 2 repeats each pixel twice and the crop starts at (8−4)/2.
+func TestInferCommandResize(t *testing.T) {
+	requireORT(t)
+	images, pix := writeIDX(t, 30, 4, 4)
+	out := filepath.Join(t.TempDir(), "logits.npz")
+	code, _, stderr := fedcalib("infer", "--model", "../infer/testdata/tiny.onnx", "--data", "idx:"+images,
+		"--out", out, "--threads", "1", "--resize", "8", "--interpolation", "nearest", "--crop", "4", "--quiet")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	f, err := logits.Read(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, img := range pix {
+		moved := make([]uint8, 16)
+		for y := range 4 {
+			for x := range 4 {
+				moved[4*y+x] = img[4*((y+2)/2)+(x+2)/2]
+			}
+		}
+		for c, want := range tinyReference(t, moved) {
+			if got := float64(f.Logits[i*3+c]); math.Abs(got-want) > 1e-5*math.Max(1, math.Abs(want)) {
+				t.Errorf("row %d class %d: %v, want %v", i, c, got, want)
+			}
+		}
 	}
 }
 
@@ -351,6 +389,57 @@ func TestExitStatus(t *testing.T) {
 	} {
 		if got := exitStatus(tc.err); got != tc.want {
 			t.Errorf("exitStatus(%v) = %d, want %d", tc.err, got, tc.want)
+		}
+	}
+}
+
+// TestInferPreprocessSources runs the ImageNet-shaped model over the
+// parity sample with torchvision's ImageNet evaluation given four ways —
+// the preset, a Hugging Face config, a timm config, and the flags — and
+// requires the same logits from each.
+func TestInferPreprocessSources(t *testing.T) {
+	requireORT(t)
+	dir := t.TempDir()
+	hf := filepath.Join(dir, "preprocessor_config.json")
+	timm := filepath.Join(dir, "config.json")
+	for path, body := range map[string]string{
+		hf: `{"do_resize": true, "size": {"shortest_edge": 256}, "resample": 2, "do_center_crop": true,
+			"crop_size": {"height": 224, "width": 224}, "do_rescale": true, "rescale_factor": 0.00392156862745098,
+			"do_normalize": true, "image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225]}`,
+		timm: `{"architecture": "resnet50", "pretrained_cfg": {"input_size": [3, 224, 224], "interpolation": "bilinear",
+			"crop_pct": 0.875, "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}}`,
+	} {
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var first *logits.File
+	for i, extra := range [][]string{
+		{"--preprocess", "imagenet"},
+		{"--preprocess-config", hf},
+		{"--preprocess-config", timm},
+		{"--layout", "NCHW", "--resize", "256", "--crop", "224", "--interpolation", "bilinear",
+			"--scale", "0.00392156862745098", "--mean", "0.485,0.456,0.406", "--std", "0.229,0.224,0.225"},
+	} {
+		out := filepath.Join(dir, fmt.Sprintf("l%d.npz", i))
+		args := append([]string{"infer", "--model", "../infer/testdata/imagenet_shaped.onnx", "--data",
+			"imagefolder:../infer/testdata/parity/images", "--out", out, "--threads", "2", "--quiet"}, extra...)
+		if code, _, stderr := fedcalib(args...); code != 0 {
+			t.Fatalf("%v: exit %d: %s", extra, code, stderr)
+		}
+		f, err := logits.Read(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Len() != 25 || f.Classes != 1000 {
+			t.Fatalf("%v: %d rows of %d classes, want 25 of 1000", extra, f.Len(), f.Classes)
+		}
+		if first == nil {
+			first = f
+			continue
+		}
+		if !slices.Equal(f.Logits, first.Logits) {
+			t.Errorf("%v: logits differ from --preprocess imagenet's", extra)
 		}
 	}
 }

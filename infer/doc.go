@@ -45,6 +45,14 @@
 // model recipes in package models), and can be overridden key by key with
 // Options.Preprocess (the infer command's flags):
 //
+//	fedcalib.input.resize  images are resized first: S scales the shorter side
+//	                       to S and the longer to ⌊S·long/short⌋ (torchvision's
+//	                       Resize(S)); H,W scales to H×W; default none
+//	fedcalib.input.crop    then cropped to the centred S×S (or H,W) window,
+//	                       zero-padded where smaller (CenterCrop); default none
+//	fedcalib.input.interpolation
+//	                       the resizing filter: bilinear (default), bicubic,
+//	                       nearest, box, hamming, lanczos, as PIL applies them
 //	fedcalib.input.scale   raw values are multiplied by this first, e.g.
 //	                       0.00392156862745098 (1/255) for 8-bit pixels; default 1
 //	fedcalib.input.mean    subtracted next: one number, or comma-separated,
@@ -57,7 +65,12 @@
 //	                       text records become int64 token indices (dtype int64)
 //	fedcalib.classes       comma-separated class names in output order (optional)
 //
-// So a pixel value v of channel c becomes (v*scale - mean[c]) / std[c].
+// So a pixel value v of channel c becomes (v*scale - mean[c]) / std[c],
+// after the image is resized and cropped (package resize: pixel for pixel
+// what torchvision's Resize and CenterCrop give PIL images). Preset and
+// ReadConfig give the same keys for torchvision's ImageNet evaluation and
+// for Hugging Face and timm configs, and Preprocessing is their one parsed
+// form.
 // Records hold images as height×width×channels (HWC); a rank-2 record is
 // one channel; a flat record (rank 1) is taken to be in the model's own
 // element order already. A model with none of the fedcalib.input.* keys and

@@ -295,7 +295,11 @@ func (e *encoder) sameShape(r *data.Record, n int) error {
 		if len(r.Image) > 0 {
 			got = kindImage
 		}
-		return fmt.Errorf("record is %s of shape %v, but earlier records were %s of shape %v", got, shape, e.kind, e.recShape)
+		hint := ""
+		if got == kindImage && e.kind == kindImage && e.pre.Crop == nil {
+			hint = " (images of different sizes need a crop: flags --resize and --crop, or --preprocess imagenet)"
+		}
+		return fmt.Errorf("record is %s of shape %v, but earlier records were %s of shape %v%s", got, shape, e.kind, e.recShape, hint)
 	}
 	return nil
 }

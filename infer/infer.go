@@ -182,8 +182,9 @@ type batcher struct {
 	size  int // rows per batch
 
 	rec       data.Record
-	planned   bool // whether the first record fixed the row shape
-	n         int  // records read so far
+	geo       geometry // resizes and crops rec before it is encoded
+	planned   bool     // whether the first record fixed the row shape
+	n         int      // records read so far
 	clients   map[string]int32
 	names     []string
 	anyClient bool // whether any record has had a client name
@@ -305,8 +306,13 @@ func (b *batcher) fill(sl *slot) (eof bool, err error) {
 		if err != nil {
 			return false, fmt.Errorf("reading record %d: %w", b.n, err)
 		}
+		b.geo.pre = &b.enc.pre
+		rec, err := b.geo.apply(&b.rec)
+		if err != nil {
+			return false, fmt.Errorf("record %d: %w", b.n, err)
+		}
 		if !b.planned {
-			if err := b.enc.plan(&b.rec); err != nil {
+			if err := b.enc.plan(rec); err != nil {
 				return false, fmt.Errorf("record %d: %w", b.n, err)
 			}
 			b.planned = true
@@ -315,12 +321,12 @@ func (b *batcher) fill(sl *slot) (eof bool, err error) {
 			sl.buf = newBatch(b.dtype, b.size, b.enc.sample)
 		}
 		f, i := sl.buf.row(sl.rows, b.enc.size)
-		if err := b.enc.encode(&b.rec, f, i); err != nil {
+		if err := b.enc.encode(rec, f, i); err != nil {
 			return false, fmt.Errorf("record %d: %w", b.n, err)
 		}
-		sl.labels = append(sl.labels, int64(b.rec.Label))
-		b.anyClient = b.anyClient || b.rec.Client != ""
-		sl.client = append(sl.client, clientID(b.clients, &b.names, b.rec.Client))
+		sl.labels = append(sl.labels, int64(rec.Label))
+		b.anyClient = b.anyClient || rec.Client != ""
+		sl.client = append(sl.client, clientID(b.clients, &b.names, rec.Client))
 		sl.rows++
 		b.n++
 	}

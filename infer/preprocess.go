@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/fedcalib/fedcalib/infer/resize"
 )
 
 // Metadata keys: the contract between the model recipes, which write them
@@ -30,13 +32,25 @@ const (
 	// KeyVocab is the text vocabulary: character i of the string (a
 	// Unicode code point) is encoded as token i. It requires dtype int64.
 	KeyVocab = "fedcalib.input.vocab"
+	// KeyResize resizes image records before anything else: one number S
+	// scales the shorter side to S and the longer to ⌊S·long/short⌋, as
+	// torchvision's Resize(S) does; "H,W" scales to H×W. Default: no
+	// resizing.
+	KeyResize = "fedcalib.input.resize"
+	// KeyCrop crops image records, after resizing, to their centred
+	// S×S ("S") or H×W ("H,W") window, as torchvision's CenterCrop does,
+	// padding with zeros where the image is smaller. Default: no crop.
+	KeyCrop = "fedcalib.input.crop"
+	// KeyInterpolation is the resizing filter: bilinear, bicubic, nearest,
+	// box, hamming or lanczos (package resize). Default bilinear.
+	KeyInterpolation = "fedcalib.input.interpolation"
 	// KeyClasses is the comma-separated class names, in output order.
 	// Optional.
 	KeyClasses = "fedcalib.classes"
 )
 
 // inputKeys are the metadata keys that describe preprocessing.
-var inputKeys = []string{KeyScale, KeyMean, KeyStd, KeyLayout, KeyDType, KeyVocab}
+var inputKeys = []string{KeyScale, KeyMean, KeyStd, KeyLayout, KeyDType, KeyVocab, KeyResize, KeyCrop, KeyInterpolation}
 
 // Layout is the memory order of a model's input tensor.
 type Layout string
@@ -57,10 +71,23 @@ const (
 	Int64   DType = "int64"
 )
 
-// Preprocessing says how a record becomes one row of the model input:
+// Preprocessing says how a record becomes one row of the model input: an
+// image is first resized (Resize, Interpolation) and cropped (Crop); then
 // each raw value v of channel c becomes (v*Scale - Mean[c]) / Std[c], laid
 // out as Layout, or, for text, each character becomes its index in Vocab.
+//
+// It is the one description of preprocessing: model metadata
+// (ParsePreprocessing), the infer command's flags, presets (Preset) and
+// Hugging Face or timm configs (ReadConfig) all become the metadata keys
+// it is parsed from.
 type Preprocessing struct {
+	// Resize is nil for no resizing, [S] to scale the shorter side to S,
+	// or [H, W].
+	Resize []int
+	// Crop is nil for no crop, [S] for the centred S×S window, or [H, W].
+	Crop []int
+	// Interpolation is the resizing filter. The zero value is bilinear.
+	Interpolation resize.Filter
 	// Scale multiplies raw values. Zero means 1.
 	Scale float64
 	// Mean holds one value for all channels or one per channel. Nil means 0.
@@ -112,6 +139,17 @@ func ParsePreprocessing(props map[string]string) (Preprocessing, error) {
 			return p, fmt.Errorf("%s=%q: want float32 or int64", KeyDType, v)
 		}
 	}
+	if p.Resize, err = parseSize(props, KeyResize); err != nil {
+		return p, err
+	}
+	if p.Crop, err = parseSize(props, KeyCrop); err != nil {
+		return p, err
+	}
+	if v, ok := props[KeyInterpolation]; ok {
+		if p.Interpolation, err = resize.ParseFilter(v); err != nil {
+			return p, fmt.Errorf("%s: %w", KeyInterpolation, err)
+		}
+	}
 	if v, ok := props[KeyVocab]; ok {
 		if v == "" {
 			return p, fmt.Errorf("%s is empty", KeyVocab)
@@ -129,6 +167,40 @@ func ParsePreprocessing(props map[string]string) (Preprocessing, error) {
 		p.Vocab = v
 	}
 	return p, nil
+}
+
+// maxSide bounds resize and crop sizes: larger values are typing mistakes
+// that would allocate gigabytes per image.
+const maxSide = 16384
+
+// parseSize reads "S" or "H,W" (positive sizes up to maxSide) from key.
+func parseSize(props map[string]string, key string) ([]int, error) {
+	v, ok := props[key]
+	if !ok {
+		return nil, nil
+	}
+	fields := strings.Split(v, ",")
+	if len(fields) > 2 {
+		return nil, fmt.Errorf("%s=%q: want S or H,W", key, v)
+	}
+	out := make([]int, len(fields))
+	for i, f := range fields {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 || n > maxSide {
+			return nil, fmt.Errorf("%s=%q: want S or H,W, sizes from 1 to %d", key, v, maxSide)
+		}
+		out[i] = n
+	}
+	return out, nil
+}
+
+// sizeString formats a size as parseSize reads it.
+func sizeString(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
 }
 
 func parseFloats(props map[string]string, key string, positive bool) ([]float64, error) {
@@ -179,15 +251,26 @@ func (p *Preprocessing) channel(c, channels int) (mean, std float64, err error) 
 	return mean, std, err
 }
 
-// String formats p as its metadata props, in key order, omitting defaults.
+// String formats p as its metadata props, in key order, omitting defaults;
+// the vocabulary is quoted.
 func (p Preprocessing) String() string {
 	var b strings.Builder
-	add := func(k, v string) {
+	p.each(func(k, v string) {
 		if b.Len() > 0 {
 			b.WriteByte(' ')
 		}
+		if k == KeyVocab {
+			v = strconv.Quote(v)
+		}
 		fmt.Fprintf(&b, "%s=%s", k, v)
-	}
+	})
+	return b.String()
+}
+
+// each calls f with each metadata key and value that describes p, in key
+// order, omitting defaults (and the interpolation when nothing is
+// resized).
+func (p Preprocessing) each(f func(k, v string)) {
 	floats := func(v []float64) string {
 		s := make([]string, len(v))
 		for i, x := range v {
@@ -195,25 +278,33 @@ func (p Preprocessing) String() string {
 		}
 		return strings.Join(s, ",")
 	}
+	if p.Resize != nil {
+		f(KeyResize, sizeString(p.Resize))
+	}
+	if p.Crop != nil {
+		f(KeyCrop, sizeString(p.Crop))
+	}
+	if p.Resize != nil && p.Interpolation != resize.Bilinear {
+		f(KeyInterpolation, p.Interpolation.String())
+	}
 	if p.Scale != 0 {
-		add(KeyScale, strconv.FormatFloat(p.Scale, 'g', -1, 64))
+		f(KeyScale, strconv.FormatFloat(p.Scale, 'g', -1, 64))
 	}
 	if p.Mean != nil {
-		add(KeyMean, floats(p.Mean))
+		f(KeyMean, floats(p.Mean))
 	}
 	if p.Std != nil {
-		add(KeyStd, floats(p.Std))
+		f(KeyStd, floats(p.Std))
 	}
 	if p.Layout != "" {
-		add(KeyLayout, string(p.Layout))
+		f(KeyLayout, string(p.Layout))
 	}
 	if p.DType != "" {
-		add(KeyDType, string(p.DType))
+		f(KeyDType, string(p.DType))
 	}
 	if p.Vocab != "" {
-		add(KeyVocab, strconv.Quote(p.Vocab))
+		f(KeyVocab, p.Vocab)
 	}
-	return b.String()
 }
 
 // hasInputKeys reports whether props hold any preprocessing key.

@@ -113,7 +113,8 @@ func TestREADME(t *testing.T) {
 	}
 	for _, want := range []string{"out/model.calibrated.onnx", "out/model.calibration.json", "out/fedtemp-dp.json",
 		"out/triton/mnist-tiny/config.pbtxt", "out/triton/mnist-tiny/labels.txt", "out/triton/mnist-tiny/1/model.onnx",
-		"out/vectors/model.onnx", "out/vectors/test_data_set_0/output_1.pb", "out/report.html"} {
+		"out/vectors/model.onnx", "out/vectors/test_data_set_0/output_1.pb",
+		"out/imagenet.npz", "out/triton/imagenet/config.pbtxt", "out/imagenet-vectors/model.onnx", "out/report.html"} {
 		if _, err := os.Stat(filepath.Join(dir, want)); err != nil {
 			t.Errorf("the README's tour did not write %s: %v", want, err)
 		}

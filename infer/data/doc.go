@@ -66,7 +66,12 @@
 // BMP, TIFF, WebP, PPM and PGM images are refused with an error, since the
 // Go standard library does not decode them. PNG and JPEG (recognised by
 // content) are converted to 8-bit RGB as PIL's convert("RGB") does: gray
-// is replicated, alpha dropped. PNG is decoded with the standard library;
+// is replicated, alpha dropped, a palette looked up; 16-bit colour keeps
+// each sample's high byte but 16-bit gray is clipped at 255 (PIL opens it
+// as a 32-bit integer image); CMYK becomes (255−K)·(1 − C/255) with PIL's
+// rounding. EXIF orientation is not applied: torchvision's loader does
+// not apply it either, so a model was trained and evaluated on the stored
+// pixels. PNG is decoded with the standard library;
 // JPEG as described under "JPEG decoding" below, to PIL's pixels. From a
 // directory, records come class by class, each class walked in lexical
 // order; from an archive, which is read twice (once to list the classes),
@@ -122,9 +127,10 @@
 // ImageFolder archive the pixels equal PIL's (libjpeg-turbo 2.1) exactly;
 // with image/jpeg's own decoding 57 % of the values differed (mean
 // |difference| 1.31 levels, at most 94), and with the upsampling and
-// color conversion but Go's IDCT 3.0 % (mean 0.034, at most 3). Not
-// matched: CMYK and YCCK JPEGs (image/jpeg's conversion, not PIL's) and
-// what image/jpeg does not decode (arithmetic coding, 12-bit samples).
+// color conversion but Go's IDCT 3.0 % (mean 0.034, at most 3). Adobe
+// CMYK JPEGs also equal PIL's (infer's parity sample). Not matched: YCCK
+// JPEGs (image/jpeg's conversion, not PIL's) and what image/jpeg does not
+// decode (arithmetic coding, 12-bit samples).
 //
 // # Errors
 //

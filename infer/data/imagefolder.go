@@ -279,56 +279,130 @@ func (r *imageFolder) decode(rec *Record, name string, src io.Reader) error {
 	return nil
 }
 
-// toRGB stores m in rec as H×W×3 bytes. Alpha is dropped without
-// compositing, as PIL's convert("RGB") does.
+// toRGB stores m in rec as H×W×3 bytes, as PIL's convert("RGB") turns
+// the image PIL opens into RGB:
+//
+//   - alpha is dropped without compositing, and a palette image takes its
+//     palette's colours (transparency ignored);
+//   - a 16-bit colour image keeps the high byte of each sample (PIL opens
+//     it as 8-bit RGB or RGBA), but a 16-bit grayscale image is clipped
+//     at 255 (PIL opens it as I;16, whose conversion to RGB clips);
+//   - CMYK becomes RGB by R = (255 − K) − (255 − K)·C/255, rounded as
+//     PIL's MULDIV255, likewise G from M and B from Y.
 func toRGB(rec *Record, m image.Image) {
 	b := m.Bounds()
 	w, h := b.Dx(), b.Dy()
 	px := rec.setImage(h, w, 3)
 	i := 0
+	put := func(r, g, b uint8) {
+		px[i], px[i+1], px[i+2] = r, g, b
+		i += 3
+	}
 	switch m := m.(type) {
 	case *image.YCbCr:
 		for y := b.Min.Y; y < b.Max.Y; y++ {
 			for x := b.Min.X; x < b.Max.X; x++ {
 				yi, ci := m.YOffset(x, y), m.COffset(x, y)
-				px[i], px[i+1], px[i+2] = color.YCbCrToRGB(m.Y[yi], m.Cb[ci], m.Cr[ci])
-				i += 3
+				put(color.YCbCrToRGB(m.Y[yi], m.Cb[ci], m.Cr[ci]))
 			}
 		}
 	case *image.Gray:
 		for y := b.Min.Y; y < b.Max.Y; y++ {
+			for _, v := range m.Pix[m.PixOffset(b.Min.X, y):][:w] {
+				put(v, v, v)
+			}
+		}
+	case *image.Gray16:
+		for y := b.Min.Y; y < b.Max.Y; y++ {
 			row := m.Pix[m.PixOffset(b.Min.X, y):]
 			for x := range w {
-				v := row[x]
-				px[i], px[i+1], px[i+2] = v, v, v
-				i += 3
+				v := row[2*x+1] // big-endian: the low byte, clipped when the high byte is set
+				if row[2*x] != 0 {
+					v = 255
+				}
+				put(v, v, v)
 			}
 		}
 	case *image.NRGBA:
 		for y := b.Min.Y; y < b.Max.Y; y++ {
 			row := m.Pix[m.PixOffset(b.Min.X, y):]
 			for x := range w {
-				px[i], px[i+1], px[i+2] = row[4*x], row[4*x+1], row[4*x+2]
-				i += 3
+				put(row[4*x], row[4*x+1], row[4*x+2])
+			}
+		}
+	case *image.NRGBA64: // 16-bit RGBA or gray+alpha PNGs: high bytes
+		for y := b.Min.Y; y < b.Max.Y; y++ {
+			row := m.Pix[m.PixOffset(b.Min.X, y):]
+			for x := range w {
+				put(row[8*x], row[8*x+2], row[8*x+4])
+			}
+		}
+	case *image.RGBA64: // 16-bit RGB PNGs, opaque: high bytes
+		for y := b.Min.Y; y < b.Max.Y; y++ {
+			row := m.Pix[m.PixOffset(b.Min.X, y):]
+			for x := range w {
+				put(row[8*x], row[8*x+2], row[8*x+4])
+			}
+		}
+	case *image.Paletted:
+		pal := make([][3]uint8, len(m.Palette))
+		for k, c := range m.Palette {
+			pal[k] = paletteRGB(c)
+		}
+		for y := b.Min.Y; y < b.Max.Y; y++ {
+			for _, k := range m.Pix[m.PixOffset(b.Min.X, y):][:w] {
+				c := pal[k]
+				put(c[0], c[1], c[2])
+			}
+		}
+	case *image.CMYK:
+		for y := b.Min.Y; y < b.Max.Y; y++ {
+			row := m.Pix[m.PixOffset(b.Min.X, y):]
+			for x := range w {
+				c, mg, ye, k := row[4*x], row[4*x+1], row[4*x+2], row[4*x+3]
+				put(cmykChannel(c, k), cmykChannel(mg, k), cmykChannel(ye, k))
 			}
 		}
 	case *image.RGBA:
 		for y := b.Min.Y; y < b.Max.Y; y++ {
 			for x := b.Min.X; x < b.Max.X; x++ {
 				c := color.NRGBAModel.Convert(m.RGBAAt(x, y)).(color.NRGBA)
-				px[i], px[i+1], px[i+2] = c.R, c.G, c.B
-				i += 3
+				put(c.R, c.G, c.B)
 			}
 		}
 	default:
 		for y := b.Min.Y; y < b.Max.Y; y++ {
 			for x := b.Min.X; x < b.Max.X; x++ {
 				c := color.NRGBA64Model.Convert(m.At(x, y)).(color.NRGBA64)
-				px[i], px[i+1], px[i+2] = uint8(c.R>>8), uint8(c.G>>8), uint8(c.B>>8)
-				i += 3
+				put(uint8(c.R>>8), uint8(c.G>>8), uint8(c.B>>8))
 			}
 		}
 	}
+}
+
+// paletteRGB returns the stored red, green and blue of a palette entry
+// as image/png builds them: opaque entries are color.RGBA, entries with
+// transparency color.NRGBA, whose colour is not premultiplied.
+func paletteRGB(c color.Color) [3]uint8 {
+	switch c := c.(type) {
+	case color.NRGBA:
+		return [3]uint8{c.R, c.G, c.B}
+	case color.RGBA:
+		if c.A == 255 {
+			return [3]uint8{c.R, c.G, c.B}
+		}
+	}
+	n := color.NRGBAModel.Convert(c).(color.NRGBA)
+	return [3]uint8{n.R, n.G, n.B}
+}
+
+// cmykChannel returns one RGB channel of a CMYK pixel as PIL computes it:
+// nk − nk·v/255 with nk = 255 − k, the product divided by 255 with
+// rounding as PIL's MULDIV255 does, (t + t>>8) >> 8 for t = nk·v + 128.
+func cmykChannel(v, k uint8) uint8 {
+	nk := 255 - int(k)
+	t := nk*int(v) + 128
+	return uint8(max(0, nk-((t>>8)+t)>>8))
 }
 
 func (r *imageFolder) Classes() []string { return classesCopy(r.classes) }
