@@ -28,10 +28,19 @@ type selectFlags struct {
 // selectFlagNames lists the flags that only calibrate --select takes.
 var selectFlagNames = []string{"select-share", "select-holdout", "select-bins-exp", "select-clip"}
 
-// ErrBaseWins is returned by calibrate --select when the base model beat
-// every candidate: no calibrator is written (its privacy is spent all
-// the same).
-var ErrBaseWins = errors.New("the base model beat every calibrator on the held-out rows")
+// ErrBaseWins is wrapped by the error of calibrate --select when the
+// base model beat every candidate: no calibrator is written (its privacy
+// is spent all the same). It wraps ErrCheckFailed: the command exits 1.
+var ErrBaseWins error = baseWinsError{}
+
+// baseWinsError is ErrBaseWins.
+type baseWinsError struct{}
+
+func (baseWinsError) Error() string {
+	return "the base model beat every calibrator on the held-out rows"
+}
+
+func (baseWinsError) Unwrap() error { return ErrCheckFailed }
 
 const selectHelp = `
 

@@ -159,7 +159,7 @@ func TestCalibrateSelectBaseWins(t *testing.T) {
 		code, _, stderr := fedcalib("calibrate", "--method", "bin", "--logits", in, "--rounds", "2",
 			"--epsilon", "8", "--select", "--select-share", "0.99", "--select-clip", "70", "--select-bins-exp", "6,8",
 			"--seed", seed, "--ledger", ledger, "--quiet", "--out", out)
-		if code == 0 || !strings.Contains(stderr, ErrBaseWins.Error()) || !strings.Contains(stderr, "← chosen") {
+		if code != ExitFailed || !strings.Contains(stderr, ErrBaseWins.Error()) || !strings.Contains(stderr, "← chosen") {
 			t.Fatalf("seed %s: exit %d: %s", seed, code, stderr)
 		}
 		if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
