@@ -96,3 +96,12 @@ func (s *Selection) check(p *Privacy) error {
 	}
 	return nil
 }
+
+// Total returns the ε spent to make the calibrator: the selection's
+// total when a private selection chose it, else the fit's Epsilon.
+func (p *Privacy) Total() float64 {
+	if p.Selection != nil {
+		return p.Selection.Epsilon
+	}
+	return p.Epsilon
+}

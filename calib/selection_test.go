@@ -58,6 +58,9 @@ func TestSelectionRecordChecked(t *testing.T) {
 				if err != nil || g.Privacy.Selection == nil || g.Privacy.Selection.Epsilon != eps {
 					t.Fatalf("decoded %+v: %v", g.Privacy, err)
 				}
+				if g.Privacy.Total() != eps || f.Privacy.Total() != f.Privacy.Epsilon {
+					t.Errorf("Total %v, want the selection's %v; without one %v, want %v", g.Privacy.Total(), eps, f.Privacy.Total(), f.Privacy.Epsilon)
+				}
 				return
 			}
 			if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -118,6 +119,18 @@ func TestCalibrateSelectAccounting(t *testing.T) {
 	}
 	if !strings.Contains(stdout, "won a private selection among 3 candidates") {
 		t.Errorf("summary %q", stdout)
+	}
+	// eval reports what the calibrator cost: the run's total, not its
+	// fit's share.
+	code, stdout, stderr = fedcalib("eval", "--logits", in, "--calibrator", out, "--calibrator", out, "--json") // a comparison shows each ε
+	if code != 0 {
+		t.Fatalf("eval: exit %d: %s", code, stderr)
+	}
+	var rep struct {
+		Calibrators []struct{ Epsilon float64 }
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil || len(rep.Calibrators) != 2 || math.Abs(rep.Calibrators[0].Epsilon-eps) > 1e-6 {
+		t.Errorf("eval reports %+v (%v), want ε %v", rep, err, eps)
 	}
 }
 
