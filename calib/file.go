@@ -94,6 +94,11 @@ type Privacy struct {
 	// SecureAggregation records the secure aggregation of a networked
 	// fit (fedcalib serve --secure-aggregation); nil without.
 	SecureAggregation *SecureAggregation `json:"secure_aggregation,omitempty"`
+	// Selection records the private selection that chose this
+	// calibrator (calibrate --select): the run's total ε and its split;
+	// the fields above are then those of the winning fit alone. Nil
+	// without.
+	Selection *Selection `json:"selection,omitempty"`
 }
 
 // SecureAggregation records how a fit's updates were securely aggregated
@@ -183,6 +188,9 @@ const PrivacyTolerance = 1e-9
 // Errors name the field ("privacy.epsilon ...") and say what it should
 // be; they wrap dp.ErrInvalid when a field is out of its domain.
 func (p *Privacy) Check(method string, classes int) error {
+	if err := p.Selection.check(p); err != nil {
+		return err
+	}
 	m, err := LookupMethod(method)
 	if err != nil {
 		return err

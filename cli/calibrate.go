@@ -36,6 +36,8 @@ type calibrateFlags struct {
 	guard guardFlags
 	// --report (report.go).
 	report reportFlag
+	// --select (select.go).
+	sel selectFlags
 }
 
 func newCalibrateCmd() *cobra.Command {
@@ -94,6 +96,7 @@ the output atomically and never over an input.`,
 	f.Float64Var(&fl.lambda, "lambda", calib.DefaultDirichletLambda, "dirichlet only: fix the ODIR weight λ ≥ 0 of W's off-diagonal entries (with --mu, default 1e-3) instead of cross-validating λ = μ (central) or taking 1e-3 (federated)")
 	f.Float64Var(&fl.mu, "mu", calib.DefaultDirichletMu, "dirichlet only: fix the ODIR weight μ ≥ 0 of the bias (with --lambda, default 1e-3); see --lambda")
 	fl.fed.register(cmd)
+	fl.sel.register(cmd)
 	fl.guard.register(cmd)
 	fl.report.register(f, "the calibrator on the test rows (else the fitted rows)")
 	cmd.Example += "\n  # also write the calibration report\n  fedcalib calibrate --central --method temp --logits cifar10.npz --out temp.json --report temp.html"
@@ -108,6 +111,9 @@ func runCalibrate(cmd *cobra.Command, fl *calibrateFlags) error {
 		return err
 	}
 	if err := fl.report.check(fl.logits, fl.out, fl.fed.partition, fl.fed.ledger.path); err != nil {
+		return err
+	}
+	if done, err := fl.sel.dispatch(cmd, fl); done {
 		return err
 	}
 	if done, err := fl.fed.dispatch(cmd, fl); done {

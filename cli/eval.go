@@ -421,7 +421,7 @@ func compareCalibrators(ctx context.Context, w io.Writer, b *bar, in *evalInput,
 		cals = append(cals, c)
 		rows[i] = calibratorRow{File: path, Method: c.Method()}
 		if file.Privacy != nil {
-			eps := file.Privacy.Epsilon
+			eps := file.Privacy.Total() // with a selection, its total
 			rows[i].Epsilon = &eps
 		}
 	}

@@ -11,6 +11,7 @@ const (
 	domainSample
 	domainClient
 	domainNoise
+	domainSelect
 )
 
 // mix64 is the SplitMix64 finaliser (Steele, Lea and Flood 2014): a

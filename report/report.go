@@ -311,7 +311,7 @@ func Build(in Input) (*Report, error) {
 		if i > 0 {
 			row.Dropped = calib.AccuracyDropped(r.Metrics[0].Metrics, m)
 			if f := in.Calibrators[i-1].File; f != nil && f.Privacy != nil {
-				eps := f.Privacy.Epsilon
+				eps := f.Privacy.Total() // with a selection, its total
 				row.Epsilon = &eps
 			}
 		}
