@@ -157,7 +157,7 @@ func (sf *selectFlags) run(cmd *cobra.Command, fl *calibrateFlags) error {
 		p      *federation.Partition
 		source string
 	)
-	f, err := readColumnsFirst(fl.logits, fl.input, func(f *logits.File) (err error) {
+	f, err := readColumnsFirst(cmd.Context(), fl.logits, fl.input, func(f *logits.File) (err error) {
 		p, source, err = ff.partitionFor(f, fl)
 		return err
 	})
