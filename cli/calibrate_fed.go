@@ -116,10 +116,8 @@ func (ff *fedFlags) register(cmd *cobra.Command) {
 // the run to the central code.
 func (ff *fedFlags) dispatch(cmd *cobra.Command, fl *calibrateFlags) (done bool, err error) {
 	if fl.central {
-		for _, name := range fedFlagNames {
-			if cmd.Flags().Changed(name) {
-				return true, fmt.Errorf("--%s applies to federated runs: drop it, or drop --central", name)
-			}
+		if err := refuseFlags(cmd, fedFlagNames, "--%s applies to federated runs: drop it, or drop --central"); err != nil {
+			return true, err
 		}
 		return false, nil
 	}

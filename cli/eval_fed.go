@@ -81,10 +81,8 @@ func registerFederatedEval(cmd *cobra.Command) {
 	inner := cmd.RunE
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if !ef.federated {
-			for _, name := range evalFedOnly {
-				if cmd.Flags().Changed(name) {
-					return fmt.Errorf("--%s applies to federated evaluation: add --federated", name)
-				}
+			if err := refuseFlags(cmd, evalFedOnly, "--%s applies to federated evaluation: add --federated"); err != nil {
+				return err
 			}
 			return inner(cmd, args)
 		}

@@ -148,10 +148,8 @@ func (lf *ledgerFlags) commit(w io.Writer, r *dp.Reservation) error {
 // runPrivacyLedger prints the ledger file at path: as text, or with
 // asJSON the file itself.
 func runPrivacyLedger(cmd *cobra.Command, path string, asJSON bool) error {
-	for _, name := range []string{"epsilon", "delta", "method", "classes", "rounds", "steps", "sample-rate", "accountant", "noise-multiplier", "clip", "clip-pos", "clip-neg"} {
-		if cmd.Flags().Changed(name) {
-			return fmt.Errorf("--ledger prints a ledger and takes no --%s: drop it", name)
-		}
+	if err := refuseFlags(cmd, []string{"epsilon", "delta", "method", "classes", "rounds", "steps", "sample-rate", "accountant", "noise-multiplier", "clip", "clip-pos", "clip-neg"}, "--ledger prints a ledger and takes no --%s: drop it"); err != nil {
+		return err
 	}
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("--ledger %s does not exist: \"fedcalib calibrate --epsilon E --ledger %s\" makes it", path, path)

@@ -244,3 +244,15 @@ func newVersionCmd() *cobra.Command {
 		},
 	}
 }
+
+// refuseFlags returns the error format (with one %s for the flag's name)
+// makes of the first of names set on cmd's command line, nil when none is:
+// for flags that do not apply to the run asked for.
+func refuseFlags(cmd *cobra.Command, names []string, format string) error {
+	for _, name := range names {
+		if cmd.Flags().Changed(name) {
+			return fmt.Errorf(format, name)
+		}
+	}
+	return nil
+}

@@ -84,12 +84,9 @@ func (sf *selectFlags) register(cmd *cobra.Command) {
 // dispatch runs calibrate --select and reports done; without --select
 // it refuses the selection flags and leaves the run to the others.
 func (sf *selectFlags) dispatch(cmd *cobra.Command, fl *calibrateFlags) (done bool, err error) {
-	changed := cmd.Flags().Changed
 	if !sf.on {
-		for _, name := range selectFlagNames {
-			if changed(name) {
-				return true, fmt.Errorf("--%s applies to private selection: add --select", name)
-			}
+		if err := refuseFlags(cmd, selectFlagNames, "--%s applies to private selection: add --select"); err != nil {
+			return true, err
 		}
 		return false, nil
 	}
