@@ -25,6 +25,9 @@ type Matrix struct {
 	// Options controls Fit; the zero value is the paper's setting. It is
 	// not part of the sidecar parameters.
 	Options FitOptions `json:"-"`
+
+	// fit is the report of the last Fit; nil before it.
+	fit *FitReport
 }
 
 // NewMatrix returns the identity matrix scaler (A = I, b = 0) for the
@@ -42,6 +45,9 @@ func NewMatrix(classes int) *Matrix {
 
 // Method returns MethodMatrix.
 func (m *Matrix) Method() string { return MethodMatrix }
+
+// LastFit returns a copy of the report of the last Fit, or nil.
+func (m *Matrix) LastFit() *FitReport { return lastFit(m.fit) }
 
 // Classes returns the number of classes, len(B).
 func (m *Matrix) Classes() int { return len(m.B) }
@@ -83,12 +89,13 @@ func (m *Matrix) Fit(s *Set) error {
 	if m.Classes() != 0 {
 		x0 = m.Params()
 	}
-	x, err := minimizeLBFGS(withPrior(func(g, x []float64) float64 { return matrixNLL(g, x, s) }, NewMatrix(s.Classes).Params(), s.Len(), m.Options), x0, m.Options)
+	x, rep, err := minimizeLBFGS(withPrior(func(g, x []float64) float64 { return matrixNLL(g, x, s) }, NewMatrix(s.Classes).Params(), s.Len(), m.Options), x0, m.Options)
 	if err != nil {
 		return fmt.Errorf("matrix scaler: %w", err)
 	}
 	cc := s.Classes * s.Classes
 	m.A, m.B = x[:cc:cc], x[cc:]
+	m.fit = &rep
 	return nil
 }
 
