@@ -423,7 +423,10 @@ func dirichletFit(ls *Set, x0 []float64, v string, lambda, mu float64, o FitOpti
 	}
 	id := NewMatrix(c).Params()
 	identity := dirichletReduce(id, v, c)
-	u, rep, err := minimizeLBFGS(withPrior(f, identity, ls.Len(), o), dirichletReduce(x0, v, c), o)
+	// Precondition as matrix scaling: the clamped log-probabilities are at
+	// most 36 in magnitude, but a variant's a multiplies all of them.
+	scale := dirichletReduce(matrixScales(ls), v, c)
+	u, rep, err := minimizeScaled(withPrior(f, identity, ls.Len(), o), dirichletReduce(x0, v, c), scale, o)
 	if err != nil {
 		return nil, rep, err
 	}

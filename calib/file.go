@@ -430,6 +430,12 @@ type Provenance struct {
 	// after calibration, as calibrate measured them; nil when they were
 	// not measured (a networked fit, whose coordinator holds no data).
 	FitMetrics *FitMetrics `json:"fit_metrics,omitempty"`
+	// Fit reports how the calibrator's iterative fit ended (FitReport):
+	// converged or not, iterations, final objective, parameters at a
+	// bound, and dirichlet's chosen variant, λ and μ; nil for a method
+	// without an iterative fit, or a file written before it was
+	// recorded.
+	Fit *FitReport `json:"fit,omitempty"`
 }
 
 // FitMetrics are the metrics of the calibration rows a calibrator was
@@ -484,6 +490,11 @@ func Encode(w io.Writer, c Calibrator, priv *Privacy, prov Provenance) error {
 	if m := prov.FitMetrics; m != nil {
 		if err := m.check(c.Classes()); err != nil {
 			return fmt.Errorf("encode %s calibrator: provenance.fit_metrics: %w", c.Method(), err)
+		}
+	}
+	if r := prov.Fit; r != nil {
+		if err := r.check(); err != nil {
+			return fmt.Errorf("encode %s calibrator: provenance.fit: %w", c.Method(), err)
 		}
 	}
 	params, err := json.Marshal(c)
@@ -573,6 +584,11 @@ func Decode(r io.Reader) (Calibrator, *File, error) {
 	if m := f.Provenance.FitMetrics; m != nil {
 		if err := m.check(f.Classes); err != nil {
 			return nil, nil, fmt.Errorf("calibrator file's provenance.fit_metrics: %w", err)
+		}
+	}
+	if r := f.Provenance.Fit; r != nil {
+		if err := r.check(); err != nil {
+			return nil, nil, fmt.Errorf("calibrator file's provenance.fit: %w", err)
 		}
 	}
 	if f.Privacy != nil {

@@ -89,7 +89,7 @@ func (m *Matrix) Fit(s *Set) error {
 	if m.Classes() != 0 {
 		x0 = m.Params()
 	}
-	x, rep, err := minimizeLBFGS(withPrior(func(g, x []float64) float64 { return matrixNLL(g, x, s) }, NewMatrix(s.Classes).Params(), s.Len(), m.Options), x0, m.Options)
+	x, rep, err := minimizeScaled(withPrior(func(g, x []float64) float64 { return matrixNLL(g, x, s) }, NewMatrix(s.Classes).Params(), s.Len(), m.Options), x0, matrixScales(s), m.Options)
 	if err != nil {
 		return fmt.Errorf("matrix scaler: %w", err)
 	}
@@ -126,6 +126,28 @@ func validateMatrix(name string, a, b []float64) error {
 		return err
 	}
 	return checkFinite("b", b)
+}
+
+// matrixScales returns the preconditioning scales (minimizeScaled) of
+// the parameters [A, b] of a matrix map of the rows of s: A_ik scales
+// with feature k, b not at all.
+func matrixScales(s *Set) []float64 {
+	c := s.Classes
+	fs := featureScales(s.Logits, c)
+	scale := ones(c*c + c)
+	for i := range c {
+		copy(scale[i*c:(i+1)*c], fs)
+	}
+	return scale
+}
+
+// ones returns n ones.
+func ones(n int) []float64 {
+	v := make([]float64, n)
+	for i := range v {
+		v[i] = 1
+	}
+	return v
 }
 
 // matrixLogits writes Az + b into dst.

@@ -122,7 +122,16 @@ func (o *OPVector) Fit(s *Set) error {
 		x0 = o.Params()
 	}
 	d := newOPData(s)
-	x, rep, err := minimizeLBFGS(withPrior(func(g, x []float64) float64 { return opVectorNLL(g, x, s, d) }, NewOPVector(s.Classes).Params(), s.Len(), o.Options), x0, o.Options)
+	// a_k multiplies the logit of rank k.
+	sorted := make([]float64, len(s.Logits))
+	for i := range s.Labels {
+		z := s.Row(i)
+		for k, j := range d.perm[i*s.Classes : (i+1)*s.Classes] {
+			sorted[i*s.Classes+k] = z[j]
+		}
+	}
+	scale := append(featureScales(sorted, s.Classes), ones(s.Classes)...)
+	x, rep, err := minimizeScaled(withPrior(func(g, x []float64) float64 { return opVectorNLL(g, x, s, d) }, NewOPVector(s.Classes).Params(), s.Len(), o.Options), x0, scale, o.Options)
 	if err != nil {
 		return fmt.Errorf("opvector scaler: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"gonum.org/v1/gonum/mat"
 	"gonum.org/v1/gonum/optimize"
 )
 
@@ -145,7 +146,64 @@ const lbfgsRestarts = 5
 // progress, within one budget of o's iterations. It returns an error only
 // when the objective is not finite at x0.
 func minimizeLBFGS(f lossGrad, x0 []float64, o FitOptions) ([]float64, FitReport, error) {
+	return minimizeScaled(f, x0, nil, o)
+}
+
+// minimizeScaled is minimizeLBFGS preconditioned by scale (nil: none):
+// L-BFGS runs on y = x ⊙ scale, so that a parameter multiplying a feature
+// of large magnitude s (a logit of −1e4) moves in steps of its natural
+// size; the optimum, the objective and the convergence test (on the
+// gradient in x) are unchanged. Every scale must be ≥ 1.
+func minimizeScaled(fx0 lossGrad, x0, scale []float64, o FitOptions) ([]float64, FitReport, error) {
+	f := fx0
+	if scale != nil {
+		gx, x := make([]float64, len(x0)), make([]float64, len(x0))
+		f = func(g, y []float64) float64 {
+			for i, v := range y {
+				x[i] = v / scale[i]
+			}
+			v := fx0(gx, x)
+			for i, d := range gx {
+				g[i] = d / scale[i]
+			}
+			return v
+		}
+		y0 := make([]float64, len(x0))
+		for i, v := range x0 {
+			y0[i] = v * scale[i]
+		}
+		y, rep, err := minimizeOn(f, y0, scale, o)
+		if err != nil {
+			return nil, rep, err
+		}
+		for i := range y {
+			y[i] /= scale[i]
+		}
+		return y, rep, nil
+	}
+	return minimizeOn(f, x0, nil, o)
+}
+
+// minimizeOn runs minimizeLBFGS's restarted L-BFGS on f from x0; the
+// gradient of f, divided by scale (nil: 1), is the gradient in the
+// original parameters whose infinity norm the tolerance bounds.
+func minimizeOn(f lossGrad, x0, scale []float64, o FitOptions) ([]float64, FitReport, error) {
 	maxIter, tol := o.maxIterations(), o.gradientTol()
+	norm := func(g []float64) float64 {
+		if scale == nil {
+			return infNorm(g)
+		}
+		var m float64
+		for i, v := range g {
+			m = max(m, math.Abs(v*scale[i]))
+		}
+		return m
+	}
+	// The threshold on the gradient in y that guarantees tol in x.
+	ytol := tol
+	for _, s := range scale {
+		ytol = min(ytol, tol/s)
+	}
 	rep := FitReport{MaxIterations: maxIter, Tolerance: tol}
 	c := newFGCache(f, len(x0))
 	fx := c.fun(x0)
@@ -157,7 +215,7 @@ func minimizeLBFGS(f lossGrad, x0 []float64, o FitOptions) ([]float64, FitReport
 	rep.Stop = "gradient below tolerance"
 	for range lbfgsRestarts + 1 {
 		c.grad(g, x)
-		if infNorm(g) <= tol {
+		if norm(g) <= tol {
 			break
 		}
 		left := maxIter - rep.Iterations
@@ -165,10 +223,15 @@ func minimizeLBFGS(f lossGrad, x0 []float64, o FitOptions) ([]float64, FitReport
 			rep.Stop = "iteration limit"
 			break
 		}
+		if len(x) <= newtonMaxParams {
+			// Newton's method finishes a small fit that L-BFGS has
+			// not finished in newtonAfter iterations.
+			left = min(left, newtonAfter)
+		}
 		p := optimize.Problem{Func: c.fun, Grad: c.grad}
 		settings := &optimize.Settings{
 			MajorIterations:   left,
-			GradientThreshold: tol,
+			GradientThreshold: ytol,
 			Converger:         &optimize.FunctionConverge{Absolute: 1e-15, Relative: 1e-15, Iterations: 20},
 		}
 		// Minimize reports line-search failures near the optimum and
@@ -187,17 +250,130 @@ func minimizeLBFGS(f lossGrad, x0 []float64, o FitOptions) ([]float64, FitReport
 		x, fx = res.X, res.F
 		if res.Status == optimize.IterationLimit {
 			rep.Stop = "iteration limit"
+			if len(x) <= newtonMaxParams {
+				rep.Stop = "L-BFGS iteration limit"
+			}
 			break
 		}
 	}
 	c.grad(g, x)
+	if norm(g) > tol && len(x) <= newtonMaxParams && rep.Iterations < maxIter {
+		x, fx = newtonPolish(c, x, fx, norm, tol, maxIter, &rep)
+		c.grad(g, x)
+	}
 	rep.Objective = fx
-	rep.Gradient = infNorm(g)
+	rep.Gradient = norm(g)
 	rep.Converged = rep.Gradient <= tol
 	if rep.Converged {
 		rep.Stop = "gradient below tolerance"
 	}
 	return x, rep, nil
+}
+
+// newtonMaxParams is the largest number of parameters for which
+// minimizeLBFGS finishes a fit that L-BFGS left short of its tolerance by
+// Newton's method: its Hessian costs as many gradient evaluations as
+// there are parameters (matrix scaling of up to 33 classes).
+const newtonMaxParams = 1200
+
+// newtonAfter is the number of L-BFGS iterations after which a fit of
+// at most newtonMaxParams parameters switches to Newton's method.
+const newtonAfter = 500
+
+// newtonMaxSteps caps the steps of newtonPolish, which converges in a
+// few where it converges at all.
+const newtonMaxSteps = 50
+
+// newtonPolish runs Newton's method from x (objective fx) on the cached
+// objective c until the gradient (measured by norm) is at most tol, a
+// step no longer lowers the objective, or rep.Iterations reaches
+// maxIter; it adds its steps to rep and returns the best point. The
+// Hessian is the central difference of the analytic gradient, symmetrised
+// and shifted by a multiple of the identity until Cholesky succeeds, so a
+// step always descends; a backtracking search halves it until the
+// objective decreases. L-BFGS stalls on an objective whose curvature
+// spans many orders of magnitude (logits of −1e4 beside logits of 1);
+// Newton's steps do not depend on the conditioning.
+func newtonPolish(c *fgCache, x []float64, fx float64, norm func([]float64) float64, tol float64, maxIter int, rep *FitReport) ([]float64, float64) {
+	n := len(x)
+	g := make([]float64, n)
+	gp, gm := make([]float64, n), make([]float64, n)
+	xt := make([]float64, n)
+	raw := make([]float64, n*n) // raw[j*n+i] = ∂g_i/∂x_j
+	h := mat.NewSymDense(n, nil)
+	step := make([]float64, n)
+	steps := 0
+	defer func() { rep.Stop = fmt.Sprintf("%s, then %d Newton step(s)", rep.Stop, steps) }()
+	for ; steps < newtonMaxSteps && rep.Iterations < maxIter; steps++ {
+		c.grad(g, x)
+		if norm(g) <= tol {
+			break
+		}
+		rep.Iterations++
+		copy(xt, x)
+		for j := range n {
+			d := 1e-5 * max(1, math.Abs(x[j]))
+			xt[j] = x[j] + d
+			c.grad(gp, xt)
+			xt[j] = x[j] - d
+			c.grad(gm, xt)
+			xt[j] = x[j]
+			for i := range n {
+				raw[j*n+i] = (gp[i] - gm[i]) / (2 * d)
+			}
+		}
+		for i := range n {
+			for j := i; j < n; j++ {
+				h.SetSym(i, j, (raw[i*n+j]+raw[j*n+i])/2)
+			}
+		}
+		if !newtonStep(step, h, g) {
+			break
+		}
+		improved := false
+		for t := 1.0; t > 1e-10; t /= 2 {
+			for i := range xt {
+				xt[i] = x[i] - t*step[i]
+			}
+			if v := c.fun(xt); v < fx {
+				x, fx, improved = append(x[:0:0], xt...), v, true
+				break
+			}
+		}
+		if !improved {
+			break
+		}
+	}
+	return x, fx
+}
+
+// newtonStep solves (H + δI)·step = g for the smallest δ in 0, 1e-10·s,
+// 1e-8·s, … (s the largest diagonal entry of H, at least 1e-300) for
+// which H + δI is positive definite, and reports whether one was.
+func newtonStep(step []float64, h *mat.SymDense, g []float64) bool {
+	n := len(g)
+	scale := 1e-300
+	for i := range n {
+		scale = max(scale, math.Abs(h.At(i, i)))
+	}
+	shifted := mat.NewSymDense(n, nil)
+	var ch mat.Cholesky
+	for _, delta := range []float64{0, 1e-10, 1e-8, 1e-6, 1e-4, 1e-2, 1} {
+		shifted.CopySym(h)
+		for i := range n {
+			shifted.SetSym(i, i, h.At(i, i)+delta*scale)
+		}
+		if !ch.Factorize(shifted) {
+			continue
+		}
+		var s mat.VecDense
+		if err := ch.SolveVecTo(&s, mat.NewVecDense(n, append([]float64(nil), g...))); err != nil {
+			continue
+		}
+		copy(step, s.RawVector().Data)
+		return checkFinite("step", step) == nil
+	}
+	return false
 }
 
 // stopReason says in words why an L-BFGS run stopped.
@@ -214,6 +390,23 @@ func stopReason(s optimize.Status, err error) string {
 		return fmt.Sprintf("L-BFGS stopped: %v", err)
 	}
 	return "L-BFGS stopped: " + s.String()
+}
+
+// featureScales returns, for each of the c columns of the rows
+// (row-major, c values a row), max(1, its root mean square): the scale of
+// the parameters that multiply it, for minimizeScaled.
+func featureScales(rows []float64, c int) []float64 {
+	s := make([]float64, c)
+	n := len(rows) / c
+	for i := 0; i < len(rows); i += c {
+		for j, v := range rows[i : i+c] {
+			s[j] += v * v
+		}
+	}
+	for j := range s {
+		s[j] = max(1, math.Sqrt(s[j]/float64(max(n, 1))))
+	}
+	return s
 }
 
 // infNorm returns the largest absolute value of g.

@@ -89,7 +89,8 @@ func (v *Vector) Fit(s *Set) error {
 	if v.Classes() != 0 {
 		x0 = v.Params()
 	}
-	x, rep, err := minimizeLBFGS(withPrior(func(g, x []float64) float64 { return vectorNLL(g, x, s) }, NewVector(s.Classes).Params(), s.Len(), v.Options), x0, v.Options)
+	scale := append(featureScales(s.Logits, s.Classes), ones(s.Classes)...)
+	x, rep, err := minimizeScaled(withPrior(func(g, x []float64) float64 { return vectorNLL(g, x, s) }, NewVector(s.Classes).Params(), s.Len(), v.Options), x0, scale, v.Options)
 	if err != nil {
 		return fmt.Errorf("vector scaler: %w", err)
 	}
