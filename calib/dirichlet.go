@@ -100,6 +100,22 @@ func dirichletGrid(scale float64) []float64 {
 	return g
 }
 
+// atGridEdge names λ and μ when cross-validation chose the largest
+// non-zero value of a grid of several: the best value may lie beyond it.
+func (c *DirichletChoice) atGridEdge() []string {
+	var edges []string
+	for _, g := range []struct {
+		name string
+		v    float64
+		grid []float64
+	}{{"lambda", c.Lambda, c.LambdaGrid}, {"mu", c.Mu, c.MuGrid}} {
+		if len(g.grid) > 1 && g.v > 0 && g.v == slices.Max(g.grid) {
+			edges = append(edges, fmt.Sprintf("%s = %g (the largest of its cross-validation grid)", g.name, g.v))
+		}
+	}
+	return edges
+}
+
 // DirichletChoice records the regularisation and variant of a Dirichlet
 // fit, and how they were chosen (FitReport.Dirichlet).
 type DirichletChoice struct {
@@ -290,6 +306,7 @@ func (d *Dirichlet) Fit(s *Set) error {
 	d.W, d.B = x[:cc:cc], x[cc:]
 	d.Lambda, d.Mu = choice.Lambda, choice.Mu
 	rep.Dirichlet = choice
+	rep.AtBound = choice.atGridEdge()
 	d.fit = &rep
 	return nil
 }

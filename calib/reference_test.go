@@ -117,7 +117,9 @@ func TestFitsReachReferenceOptima(t *testing.T) {
 			if tp.T != calib.MaxTemperature || atMax == "" || tp.LastFit().Warning() == "" {
 				t.Errorf("extreme: T = %v, at bound %q, warning %q: want T at %v, said", tp.T, atMax, tp.LastFit().Warning(), calib.MaxTemperature)
 			}
-		} else if atMax != "" || math.Abs(tp.T-r.Temp.T) > 1e-9*r.Temp.T {
+		} else if atMax != "" || math.Abs(tp.T-r.Temp.T) > 1e-7*r.Temp.T {
+			// SciPy's bounded search, on an objective flat to 1e-16 near
+			// its minimum, locates T to about 6e-9.
 			t.Errorf("%s: T = %v (at bound %q), reference %v", name, tp.T, atMax, r.Temp.T)
 		}
 	}
