@@ -183,7 +183,9 @@ func (ef *evalFedFlags) run(cmd *cobra.Command) error {
 		source string
 	)
 	f, err := readColumnsFirst(path, in, func(f *logits.File) (err error) {
-		p, source, err = federation.Source{File: partPath}.Partition(f.IntLabels(), f.Classes, f.Client, f.Split)
+		// Clients without calibration rows are kept: the evaluation
+		// skips each client without rows of the split it measures.
+		p, source, err = federation.Source{File: partPath, ForEvaluation: true}.Partition(f.IntLabels(), f.Classes, f.Client, f.Split)
 		switch {
 		case errors.Is(err, federation.ErrNoClientColumn):
 			return fmt.Errorf("%s has no client column, so --federated needs the clients from --partition P.json", path)
