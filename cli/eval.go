@@ -85,22 +85,25 @@ names that differ between the two, in number or order, are an error.
 calibrate --partition" does), so --split test evaluates on the union of the
 clients' test splits.
 
-eval reads the logits file a block of rows at a time, so its memory does
-not grow with the file (a few MiB per core); --bootstrap and --partition
-read it whole, as they need every row.
+eval reads the logits file a block of rows at a time, so its memory grows
+with the file only by 8 bytes a row and calibrator (each row's top
+confidence, for the adaptive ECE) beyond a few MiB per core; --bootstrap
+and --partition read it whole, as they need every row.
 
 Given --calibrator more than once, eval compares the calibrators in one
 table: one row each, with the ε they spent, and "*" marking an accuracy
 drop of more than 1 point (the paper's asterisk); --json then prints
 {"before": …, "calibrators": [{"file", "method", "epsilon", metrics…}]}.
 
---json also gives the top-label errors beyond ECE (key top_label, and
-before_top_label with a calibrator): maximum (mce), root-mean-square
-(rmsce) and debiased (debiased_ce, Kumar et al. 2019) calibration error
-and the signed gap, mean confidence − accuracy (> 0: over-confident).
---bootstrap N resamples the examples N times (seeded by --seed) and gives
-percentile intervals at --level for every metric, and the equal-mass
-(adaptive) ECE; docs/CALIBRATION.md has every formula.`,
+Every eval but a federated one prints the adaptive ECE, the top-label ECE
+over equal-mass bins (tied confidences ordered wrong before right, so it
+does not depend on the row order). --json also gives the top-label errors
+beyond ECE (key top_label, and before_top_label with a calibrator):
+adaptive_ece, maximum (mce), root-mean-square (rmsce) and debiased
+(debiased_ce, Kumar et al. 2019) calibration error and the signed gap,
+mean confidence − accuracy (> 0: over-confident). --bootstrap N resamples
+the examples N times (seeded by --seed) and gives percentile intervals at
+--level for every metric; docs/CALIBRATION.md has every formula.`,
 		Example: `  fedcalib eval --logits cifar10.npz
   fedcalib eval --logits cifar10.npz --calibrator bbq.json --json
   fedcalib eval --logits cifar10.npz --split all --bins 20
