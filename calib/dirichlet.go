@@ -22,6 +22,10 @@ const (
 	// DefaultDirichletFolds is the number of cross-validation folds of a
 	// central fit (calib.New).
 	DefaultDirichletFolds = 5
+	// DirichletCVGradientTol is the gradient tolerance of the
+	// cross-validation fits, which only rank the grid (the final fit
+	// runs to FitOptions' own).
+	DirichletCVGradientTol = 1e-5
 )
 
 // DirichletProbabilityFloor is the smallest probability whose log
@@ -261,8 +265,10 @@ func (d *Dirichlet) variant() string {
 //
 // With Folds ≥ 2 it first chooses the regularisation: the examples are
 // split into min(Folds, n) folds by a permutation drawn from Seed; for
-// each pair (λ, μ) of the grids (see LambdaGrid), a fit from the identity
-// on all folds but one is scored by its NLL on the held-out fold; the
+// each pair (λ, μ) of the grids (see LambdaGrid), a fit on all folds but
+// one (to DirichletCVGradientTol, warm-started from that fold's fit of the
+// previous pair, the first from the identity) is scored by its NLL on the
+// held-out fold; the
 // pair of the least NLL summed over all held-out examples becomes Lambda
 // and Mu, ties going to the larger λ, then the larger μ (the simpler
 // map). The final fit uses all of s. A set of fewer than 2 examples is
@@ -376,29 +382,41 @@ func (d *Dirichlet) crossValidate(ls *Set, folds int, choice *DirichletChoice) e
 		slices.Sort(out)
 		train[f], test[f] = ls.Subset(in), ls.Subset(out)
 	}
-	// The fits, one per grid pair and fold, are independent: they run in
-	// parallel, and their held-out NLLs are added in fold order, so the
+	// Each fold fits every grid pair in turn, warm-started from its fit of
+	// the previous pair (in snake order over λ × μ, so that consecutive
+	// pairs are neighbours), the first from the identity. The folds run in
+	// parallel and their held-out NLLs are added in fold order, so the
 	// choice does not depend on the number of goroutines.
 	lambdas, mus := d.grids(ls.Classes)
 	pairs := len(lambdas) * len(mus)
-	jobs := pairs * folds
-	nll, errs := make([]float64, jobs), make([]error, jobs)
+	nll := make([]float64, pairs*folds) // nll[p*folds+f]
+	errs := make([]error, folds)
 	identity := NewMatrix(ls.Classes).Params()
 	v := d.variant()
-	workers := min(runtime.GOMAXPROCS(0), jobs)
+	// The folds' fits only rank the grid: they stop at a looser
+	// gradient, DirichletCVGradientTol, unless Options asks for less.
+	cv := d.Options
+	cv.GradientTol = max(cv.gradientTol(), DirichletCVGradientTol)
+	workers := min(runtime.GOMAXPROCS(0), folds)
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
 			g := make([]float64, len(identity))
-			for j := w; j < jobs; j += workers {
-				p, f := j/folds, j%folds
-				lambda, mu := lambdas[p/len(mus)], mus[p%len(mus)]
-				x, _, err := dirichletFit(train[f], identity, v, lambda, mu, d.Options)
-				if err != nil {
-					errs[j] = fmt.Errorf("cross-validation fold %d, λ = %v, μ = %v: %w", f+1, lambda, mu, err)
-					continue
+			for f := w; f < folds; f += workers {
+				x := identity
+				for k := range pairs {
+					i, j := k/len(mus), k%len(mus)
+					if i%2 == 1 {
+						j = len(mus) - 1 - j
+					}
+					lambda, mu := lambdas[i], mus[j]
+					var err error
+					if x, _, err = dirichletFit(train[f], x, v, lambda, mu, cv); err != nil {
+						errs[f] = fmt.Errorf("cross-validation fold %d, λ = %v, μ = %v: %w", f+1, lambda, mu, err)
+						break
+					}
+					nll[(i*len(mus)+j)*folds+f] = matrixNLL(g, x, test[f]) * float64(test[f].Len())
 				}
-				nll[j] = matrixNLL(g, x, test[f]) * float64(test[f].Len())
 			}
 		})
 	}
