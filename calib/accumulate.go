@@ -37,7 +37,20 @@ type Accumulator struct {
 	topCount []int64
 
 	nll, brier u128 // fixed point
+
+	// keepTops makes Add record each example's packed top confidence
+	// (packTop) in tops, for TopLabel's adaptive ECE.
+	keepTops bool
+	tops     []uint64
 }
+
+// KeepTopConfidences makes a record, from now on, each example's top
+// confidence and whether it is right in 8 bytes (its only memory that
+// grows with the examples), so that TopLabel also computes the adaptive
+// ECE. Call it before the first Add; Merge appends another keeping
+// accumulator's records. An accumulator that saw examples it did not
+// record reports no adaptive ECE.
+func (a *Accumulator) KeepTopConfidences() { a.keepTops = true }
 
 // Fixed-point scales of the accumulated sums.
 const (
@@ -127,6 +140,9 @@ func (a *Accumulator) Add(probs []float64, labels []int) error {
 				top, arg = p, j
 			}
 		}
+		if a.keepTops {
+			a.tops = append(a.tops, packTop(top, arg == y))
+		}
 		m := Bin(top, a.bins)
 		a.topConf[m].add(uint64(top * probScale))
 		a.topCount[m]++
@@ -156,6 +172,13 @@ func (a *Accumulator) Merge(o *Accumulator) error {
 		a.topConf[m].addU(o.topConf[m])
 		a.topFreq[m] += o.topFreq[m]
 		a.topCount[m] += o.topCount[m]
+	}
+	if a.keepTops {
+		if len(a.tops) == 0 {
+			a.tops = o.tops[:len(o.tops):len(o.tops)] // shared, not copied: a's appends reallocate
+		} else {
+			a.tops = append(a.tops, o.tops...)
+		}
 	}
 	a.n += o.n
 	a.correct += o.correct

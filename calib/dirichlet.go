@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 )
 
@@ -14,14 +15,45 @@ import (
 const (
 	// DefaultDirichletLambda and DefaultDirichletMu are the ODIR
 	// regularisation of NewDirichlet, the scaler a federation averages:
-	// λ = μ = 10⁻³, the middle of DirichletGrid. A federated fit cannot
-	// cross-validate on rows it never sees, so it uses these fixed values.
+	// λ = μ = 10⁻³. A federated fit cannot cross-validate on rows it
+	// never sees, so it uses these fixed values.
 	DefaultDirichletLambda = 1e-3
 	DefaultDirichletMu     = 1e-3
 	// DefaultDirichletFolds is the number of cross-validation folds of a
 	// central fit (calib.New).
 	DefaultDirichletFolds = 5
+	// DirichletCVGradientTol is the gradient tolerance of the
+	// cross-validation fits, which only rank the grid (the final fit
+	// runs to FitOptions' own).
+	DirichletCVGradientTol = 1e-5
 )
+
+// DirichletProbabilityFloor is the smallest probability whose log
+// Dirichlet calibration takes: its features are log max(softmax(z), floor)
+// = max(log softmax(z), log floor), log floor ≈ −36.04. It is float64's
+// machine epsilon, the clip dirichletcal applies to probabilities before
+// their log. Without it a logit far below the others (−1e4) becomes a
+// feature of −1e4 that one off-diagonal weight turns into any logit.
+// Predict, the fit and the exported ONNX graph clamp alike.
+const DirichletProbabilityFloor = 0x1p-52
+
+// The variants of Dirichlet calibration (Dirichlet.Variant), as
+// dirichletcal names them Full, Diag and FixDiag.
+const (
+	// DirichletFull fits the whole C×C matrix W and the bias b.
+	DirichletFull = "full"
+	// DirichletDiag fits a diagonal W and the bias b: vector scaling of
+	// the log-probabilities, 2C free parameters.
+	DirichletDiag = "diag"
+	// DirichletFixDiag fits W = a·I and no bias: temperature scaling of
+	// the log-probabilities, 1 free parameter.
+	DirichletFixDiag = "fixdiag"
+)
+
+// DirichletVariants returns the names of the variants, Full first.
+func DirichletVariants() []string {
+	return []string{DirichletFull, DirichletDiag, DirichletFixDiag}
+}
 
 // ODIR is a fixed ODIR regularisation of Dirichlet calibration: the
 // weight λ of the off-diagonal entries of W and μ of the bias b (see
@@ -44,38 +76,102 @@ func (r ODIR) Check() error {
 	return nil
 }
 
-// DirichletGrid returns the regularisation strengths among which a
-// cross-validated Dirichlet fit chooses, in increasing order: each value v
-// is tried as λ = μ = v.
-func DirichletGrid() []float64 { return []float64{0, 1e-4, 1e-3, 1e-2, 1e-1} }
+// dirichletGridSteps are the per-entry weights κ of the default grids:
+// λ = κ·C(C−1) puts weight κ on each off-diagonal entry of W, μ = κ·C on
+// each bias. κ = 100 is far above any gradient of the mean NLL a
+// log-probability of at least log DirichletProbabilityFloor gives, so the
+// largest values reach the regime where the off-diagonal entries (and the
+// bias) vanish, at any number of classes.
+var dirichletGridSteps = [...]float64{0, 1e-4, 1e-2, 1, 1e2}
+
+// DirichletLambdaGrid returns the default grid of λ, the ODIR weight of
+// the off-diagonal entries, among which a cross-validated fit over
+// classes classes chooses, increasing: 0 and C(C−1)·10^k for
+// k = −4, −2, 0, 2.
+func DirichletLambdaGrid(classes int) []float64 {
+	return dirichletGrid(float64(classes * (classes - 1)))
+}
+
+// DirichletMuGrid returns the default grid of μ, the ODIR weight of the
+// bias, increasing: 0 and C·10^k for k = −4, −2, 0, 2.
+func DirichletMuGrid(classes int) []float64 { return dirichletGrid(float64(classes)) }
+
+func dirichletGrid(scale float64) []float64 {
+	g := make([]float64, len(dirichletGridSteps))
+	for i, k := range dirichletGridSteps {
+		g[i] = k * scale
+	}
+	return g
+}
+
+// atGridEdge names λ and μ when cross-validation chose the largest
+// non-zero value of a grid of several: the best value may lie beyond it.
+func (c *DirichletChoice) atGridEdge() []string {
+	var edges []string
+	for _, g := range []struct {
+		name string
+		v    float64
+		grid []float64
+	}{{"lambda", c.Lambda, c.LambdaGrid}, {"mu", c.Mu, c.MuGrid}} {
+		if len(g.grid) > 1 && g.v > 0 && g.v == slices.Max(g.grid) {
+			edges = append(edges, fmt.Sprintf("%s = %g (the largest of its cross-validation grid)", g.name, g.v))
+		}
+	}
+	return edges
+}
+
+// DirichletChoice records the regularisation and variant of a Dirichlet
+// fit, and how they were chosen (FitReport.Dirichlet).
+type DirichletChoice struct {
+	// Variant is DirichletFull, DirichletDiag or DirichletFixDiag.
+	Variant string `json:"variant"`
+	// Lambda and Mu are the ODIR weights of the final fit.
+	Lambda float64 `json:"lambda"`
+	Mu     float64 `json:"mu"`
+	// Folds is the number of cross-validation folds that chose them; 0
+	// when they were fixed.
+	Folds int `json:"folds,omitempty"`
+	// LambdaGrid and MuGrid are the values cross-validation tried; nil
+	// when they were fixed.
+	LambdaGrid []float64 `json:"lambda_grid,omitempty"`
+	MuGrid     []float64 `json:"mu_grid,omitempty"`
+	// HeldOutNLL is the mean held-out NLL of the chosen values over the
+	// folds; 0 when they were fixed.
+	HeldOutNLL float64 `json:"held_out_nll,omitempty"`
+}
 
 // Dirichlet is Dirichlet calibration (Kull et al. 2019, "Beyond
 // temperature scaling: obtaining well-calibrated multiclass probabilities
 // with Dirichlet calibration"), method MethodDirichlet: matrix scaling of
-// the log-probabilities,
+// the clamped log-probabilities,
 //
-//	g(z) = softmax(W·log softmax(z) + b),
+//	g(z) = softmax(W·ℓ(z) + b),   ℓ(z) = max(log softmax(z), log ε),
 //
-// with a C×C matrix W and bias b: C² + C parameters. It can change the
-// most probable class.
+// ε = DirichletProbabilityFloor, with a C×C matrix W and bias b: C² + C
+// parameters. The full variant can change the most probable class.
 //
 // Fit minimises the mean NLL plus the ODIR penalty (off-diagonal and
 // intercept regularisation)
 //
 //	λ/(C(C−1))·Σ_{i≠j} W_ij² + μ/C·Σ_j b_j²
 //
-// with L-BFGS and analytic gradients, from the current parameters (see
-// Scaler), under Options (whose Gaussian prior around the identity also
-// applies, as for Matrix). With λ = μ = 0 it is exactly Matrix fitted on
-// the log-probabilities. With Folds ≥ 2, Fit first chooses λ = μ among
-// DirichletGrid by Folds-fold cross-validation (see Fit).
+// (dirichletcal's reg_lambda and reg_mu with reg_norm) with L-BFGS and
+// analytic gradients, from the current parameters (see Scaler), under
+// Options, whose Gaussian prior around the identity also applies, as for
+// Matrix. With λ = μ = 0 it is exactly Matrix fitted on ℓ(z). Variant
+// restricts W and b: DirichletDiag fits a diagonal W and b, DirichletFixDiag
+// W = a·I and b = 0 (the prior then applies to the free parameters only).
+// With Folds ≥ 2, Fit first chooses λ and μ by Folds-fold
+// cross-validation over LambdaGrid × MuGrid (see Fit).
 //
-// As a Scaler its parameters are W row by row, then b, as Matrix's.
+// As a Scaler its parameters are W row by row, then b, as Matrix's, for
+// every variant: a restricted variant holds zeros where it has no free
+// parameter, so FedAvg's average of such scalers stays in the variant.
 //
-// The zero value has no classes and no regularisation (λ = μ = 0, no
-// cross-validation); Fit starts it from the identity (W = I, b = 0),
-// whose prediction is softmax(z). Predict panics on a Dirichlet without
-// classes.
+// The zero value is the full variant with no classes and no
+// regularisation (λ = μ = 0, no cross-validation); Fit starts it from the
+// identity (W = I, b = 0), whose prediction is softmax(ℓ(z)). Predict
+// panics on a Dirichlet without classes.
 type Dirichlet struct {
 	// W is the C×C matrix, row-major: W[i*C+k] multiplies log-probability
 	// k in calibrated logit i.
@@ -86,6 +182,9 @@ type Dirichlet struct {
 	// The fields below control Fit and are not part of the sidecar
 	// parameters.
 
+	// Variant is DirichletFull, DirichletDiag or DirichletFixDiag; ""
+	// means DirichletFull.
+	Variant string `json:"-"`
 	// Lambda is the ODIR weight λ ≥ 0 of the off-diagonal entries of W;
 	// zero means none. With Folds ≥ 2, Fit replaces it with the value
 	// the cross-validation chose.
@@ -94,21 +193,30 @@ type Dirichlet struct {
 	// Folds ≥ 2, Fit replaces it with the value the cross-validation
 	// chose.
 	Mu float64 `json:"-"`
-	// Folds, if at least 2, makes Fit choose λ = μ by cross-validation
+	// Folds, if at least 2, makes Fit choose λ and μ by cross-validation
 	// over that many folds of the set; 0 (or 1) fits Lambda and Mu as
 	// they are.
 	Folds int `json:"-"`
+	// LambdaGrid and MuGrid are the values of λ and μ cross-validation
+	// tries, every pair of them; nil means DirichletLambdaGrid and
+	// DirichletMuGrid of the set's classes. A variant without
+	// off-diagonal entries (diag, fixdiag) tries λ = 0 only; fixdiag,
+	// without bias, μ = 0 only.
+	LambdaGrid, MuGrid []float64 `json:"-"`
 	// Seed draws the assignment of examples to cross-validation folds.
 	Seed int64 `json:"-"`
-	// Options controls the L-BFGS fits; the zero value is the paper's
-	// setting.
+	// Options controls the L-BFGS fits; the zero value runs each to
+	// DefaultGradientTol.
 	Options FitOptions `json:"-"`
+
+	// fit is the report of the last Fit; nil before it.
+	fit *FitReport
 }
 
 // NewDirichlet returns the identity Dirichlet scaler (W = I, b = 0) for
-// the given number of classes, with the fixed regularisation of a
-// federated fit, DefaultDirichletLambda and DefaultDirichletMu, and no
-// cross-validation. It panics if classes < 2.
+// the given number of classes, full variant, with the fixed
+// regularisation of a federated fit, DefaultDirichletLambda and
+// DefaultDirichletMu, and no cross-validation. It panics if classes < 2.
 func NewDirichlet(classes int) *Dirichlet {
 	m := NewMatrix(classes)
 	return &Dirichlet{W: m.A, B: m.B, Lambda: DefaultDirichletLambda, Mu: DefaultDirichletMu}
@@ -116,6 +224,10 @@ func NewDirichlet(classes int) *Dirichlet {
 
 // Method returns MethodDirichlet.
 func (d *Dirichlet) Method() string { return MethodDirichlet }
+
+// LastFit returns a copy of the report of the last Fit, or nil. Its
+// Dirichlet field records the variant and the λ and μ of the fit.
+func (d *Dirichlet) LastFit() *FitReport { return lastFit(d.fit) }
 
 // Classes returns the number of classes, len(B).
 func (d *Dirichlet) Classes() int { return len(d.B) }
@@ -140,19 +252,33 @@ func (d *Dirichlet) SetParams(w []float64) error {
 	return nil
 }
 
-// Fit fits W and b to s, starting from the current parameters.
+// variant returns d.Variant, "" as DirichletFull.
+func (d *Dirichlet) variant() string {
+	if d.Variant == "" {
+		return DirichletFull
+	}
+	return d.Variant
+}
+
+// Fit fits W and b to s, starting from the current parameters (projected
+// onto the variant's).
 //
 // With Folds ≥ 2 it first chooses the regularisation: the examples are
 // split into min(Folds, n) folds by a permutation drawn from Seed; for
-// each v of DirichletGrid, a fit with λ = μ = v from the identity on all
-// folds but one is scored by its NLL on the held-out fold; the v of the
-// least NLL summed over all held-out examples (the smallest on a tie)
-// becomes Lambda and Mu. The final fit uses all of s. A set of fewer than
-// 2 examples is fitted with Lambda and Mu as they are.
+// each pair (λ, μ) of the grids (see LambdaGrid), a fit on all folds but
+// one (to DirichletCVGradientTol, warm-started from that fold's fit of the
+// previous pair, the first from the identity) is scored by its NLL on the
+// held-out fold; the
+// pair of the least NLL summed over all held-out examples becomes Lambda
+// and Mu, ties going to the larger λ, then the larger μ (the simpler
+// map). The final fit uses all of s. A set of fewer than 2 examples is
+// fitted with Lambda and Mu as they are.
 //
-// Fit returns an error, leaving d unchanged, for an invalid or empty set,
-// one whose number of classes differs from d's, negative or non-finite
-// Lambda or Mu, negative Folds, or invalid Options.
+// LastFit reports the final fit, with the variant, λ, μ and how they were
+// chosen. Fit returns an error, leaving d unchanged, for an invalid or
+// empty set, one whose number of classes differs from d's, an unknown
+// Variant, negative or non-finite Lambda, Mu or grid values, negative
+// Folds, or invalid Options.
 func (d *Dirichlet) Fit(s *Set) error {
 	if err := fitClasses(d.Method(), d.Classes(), s); err != nil {
 		return err
@@ -161,32 +287,53 @@ func (d *Dirichlet) Fit(s *Set) error {
 		return fmt.Errorf("dirichlet scaler: %w", err)
 	}
 	ls := logProbSet(s)
-	lambda, mu := d.Lambda, d.Mu
+	v := d.variant()
+	choice := &DirichletChoice{Variant: v, Lambda: d.Lambda, Mu: d.Mu}
+	if v != DirichletFull {
+		choice.Lambda = 0
+	}
+	if v == DirichletFixDiag {
+		choice.Mu = 0
+	}
 	if folds := min(d.Folds, s.Len()); folds >= 2 {
-		v, err := d.crossValidate(ls, folds)
-		if err != nil {
+		if err := d.crossValidate(ls, folds, choice); err != nil {
 			return fmt.Errorf("dirichlet scaler: %w", err)
 		}
-		lambda, mu = v, v
 	}
 	x0 := NewMatrix(s.Classes).Params()
 	if d.Classes() != 0 {
 		x0 = d.Params()
 	}
-	x, err := dirichletFit(ls, x0, lambda, mu, d.Options)
+	x, rep, err := dirichletFit(ls, x0, v, choice.Lambda, choice.Mu, d.Options)
 	if err != nil {
 		return fmt.Errorf("dirichlet scaler: %w", err)
 	}
 	cc := s.Classes * s.Classes
 	d.W, d.B = x[:cc:cc], x[cc:]
-	d.Lambda, d.Mu = lambda, mu
+	d.Lambda, d.Mu = choice.Lambda, choice.Mu
+	rep.Dirichlet = choice
+	rep.AtBound = choice.atGridEdge()
+	d.fit = &rep
 	return nil
 }
 
 // check checks the fit settings.
 func (d *Dirichlet) check() error {
+	if !slices.Contains(DirichletVariants(), d.variant()) {
+		return fmt.Errorf("variant %q: want one of %s", d.Variant, strings.Join(DirichletVariants(), ", "))
+	}
 	if err := (ODIR{d.Lambda, d.Mu}).Check(); err != nil {
 		return err
+	}
+	for _, g := range []struct {
+		name string
+		v    []float64
+	}{{"lambda", d.LambdaGrid}, {"mu", d.MuGrid}} {
+		for _, v := range g.v {
+			if !(v >= 0) || math.IsInf(v, 1) {
+				return fmt.Errorf("%s grid holds %v: want finite numbers ≥ 0", g.name, v)
+			}
+		}
 	}
 	if d.Folds < 0 {
 		return fmt.Errorf("cross-validation folds is %d: want ≥ 0 (0 or 1: no cross-validation)", d.Folds)
@@ -194,10 +341,29 @@ func (d *Dirichlet) check() error {
 	return d.Options.check()
 }
 
-// crossValidate returns the v of DirichletGrid whose fits with λ = μ = v
+// grids returns the λ and μ grids the cross-validation of d tries on c
+// classes.
+func (d *Dirichlet) grids(c int) (lambdas, mus []float64) {
+	lambdas, mus = d.LambdaGrid, d.MuGrid
+	if len(lambdas) == 0 {
+		lambdas = DirichletLambdaGrid(c)
+	}
+	if len(mus) == 0 {
+		mus = DirichletMuGrid(c)
+	}
+	switch d.variant() {
+	case DirichletDiag:
+		lambdas = []float64{0}
+	case DirichletFixDiag:
+		lambdas, mus = []float64{0}, []float64{0}
+	}
+	return slices.Clone(lambdas), slices.Clone(mus)
+}
+
+// crossValidate sets choice's λ and μ to the pair of d's grids whose fits
 // have the least held-out NLL over folds folds of the log-probability set
-// ls.
-func (d *Dirichlet) crossValidate(ls *Set, folds int) (float64, error) {
+// ls, and records the search in choice.
+func (d *Dirichlet) crossValidate(ls *Set, folds int, choice *DirichletChoice) error {
 	n := ls.Len()
 	rng := rand.New(rand.NewPCG(uint64(d.Seed), 0x6469726963686c74)) // "dirichlt"
 	perm := rng.Perm(n)
@@ -216,53 +382,155 @@ func (d *Dirichlet) crossValidate(ls *Set, folds int) (float64, error) {
 		slices.Sort(out)
 		train[f], test[f] = ls.Subset(in), ls.Subset(out)
 	}
-	// The fits, one per grid value and fold, are independent: they run in
-	// parallel, and their held-out NLLs are added in fold order, so the
+	// Each fold fits every grid pair in turn, warm-started from its fit of
+	// the previous pair (in snake order over λ × μ, so that consecutive
+	// pairs are neighbours), the first from the identity. The folds run in
+	// parallel and their held-out NLLs are added in fold order, so the
 	// choice does not depend on the number of goroutines.
-	grid := DirichletGrid()
-	jobs := len(grid) * folds
-	nll, errs := make([]float64, jobs), make([]error, jobs)
+	lambdas, mus := d.grids(ls.Classes)
+	pairs := len(lambdas) * len(mus)
+	nll := make([]float64, pairs*folds) // nll[p*folds+f]
+	errs := make([]error, folds)
 	identity := NewMatrix(ls.Classes).Params()
-	workers := min(runtime.GOMAXPROCS(0), jobs)
+	v := d.variant()
+	// The folds' fits only rank the grid: they stop at a looser
+	// gradient, DirichletCVGradientTol, unless Options asks for less.
+	cv := d.Options
+	cv.GradientTol = max(cv.gradientTol(), DirichletCVGradientTol)
+	workers := min(runtime.GOMAXPROCS(0), folds)
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
 			g := make([]float64, len(identity))
-			for j := w; j < jobs; j += workers {
-				v, f := grid[j/folds], j%folds
-				x, err := dirichletFit(train[f], identity, v, v, d.Options)
-				if err != nil {
-					errs[j] = fmt.Errorf("cross-validation fold %d, λ = μ = %v: %w", f+1, v, err)
-					continue
+			for f := w; f < folds; f += workers {
+				x := identity
+				for k := range pairs {
+					i, j := k/len(mus), k%len(mus)
+					if i%2 == 1 {
+						j = len(mus) - 1 - j
+					}
+					lambda, mu := lambdas[i], mus[j]
+					var err error
+					if x, _, err = dirichletFit(train[f], x, v, lambda, mu, cv); err != nil {
+						errs[f] = fmt.Errorf("cross-validation fold %d, λ = %v, μ = %v: %w", f+1, lambda, mu, err)
+						break
+					}
+					nll[(i*len(mus)+j)*folds+f] = matrixNLL(g, x, test[f]) * float64(test[f].Len())
 				}
-				nll[j] = matrixNLL(g, x, test[f]) * float64(test[f].Len())
 			}
 		})
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return 0, err
+		return err
 	}
-	best, bestNLL := 0.0, math.Inf(1)
-	for i, v := range grid {
+	best, bestNLL := 0, math.Inf(1)
+	for p := range pairs {
 		var sum float64
-		for _, x := range nll[i*folds : (i+1)*folds] {
+		for _, x := range nll[p*folds : (p+1)*folds] {
 			sum += x
 		}
-		if sum < bestNLL {
-			best, bestNLL = v, sum
+		// Grids increase, so a tie keeps the later, larger, pair.
+		if sum <= bestNLL {
+			best, bestNLL = p, sum
 		}
 	}
-	return best, nil
+	choice.Lambda, choice.Mu = lambdas[best/len(mus)], mus[best%len(mus)]
+	choice.Folds = folds
+	choice.LambdaGrid, choice.MuGrid = lambdas, mus
+	choice.HeldOutNLL = bestNLL / float64(n)
+	return nil
 }
 
-// dirichletFit minimises the mean NLL of matrix scaling on the
-// log-probability set ls plus the ODIR penalty of lambda and mu and the
-// prior of o, from x0.
-func dirichletFit(ls *Set, x0 []float64, lambda, mu float64, o FitOptions) ([]float64, error) {
-	identity := NewMatrix(ls.Classes).Params()
-	f := func(g, x []float64) float64 { return dirichletLoss(g, x, ls, lambda, mu) }
-	return minimizeLBFGS(withPrior(f, identity, ls.Len(), o), x0, o)
+// dirichletFit minimises the mean NLL of matrix scaling of variant v on
+// the log-probability set ls plus the ODIR penalty of lambda and mu and
+// the prior of o (on the variant's free parameters), from x0 projected
+// onto the variant. It returns the full parameters [W, b].
+func dirichletFit(ls *Set, x0 []float64, v string, lambda, mu float64, o FitOptions) ([]float64, FitReport, error) {
+	c := ls.Classes
+	full := make([]float64, c*c+c)
+	gfull := make([]float64, c*c+c)
+	f := func(g, u []float64) float64 {
+		dirichletExpand(full, u, v, c)
+		val := dirichletLoss(gfull, full, ls, lambda, mu)
+		dirichletProject(g, gfull, v, c)
+		return val
+	}
+	id := NewMatrix(c).Params()
+	identity := dirichletReduce(id, v, c)
+	// Precondition as matrix scaling: the clamped log-probabilities are at
+	// most 36 in magnitude, but a variant's a multiplies all of them.
+	scale := dirichletReduce(matrixScales(ls), v, c)
+	u, rep, err := minimizeScaled(withPrior(f, identity, ls.Len(), o), dirichletReduce(x0, v, c), scale, o)
+	if err != nil {
+		return nil, rep, err
+	}
+	x := make([]float64, c*c+c)
+	dirichletExpand(x, u, v, c)
+	return x, rep, nil
+}
+
+// dirichletReduce returns the free parameters of variant v that are
+// nearest the full parameters x = [W, b]: all of x (full); W's diagonal
+// and b (diag); the mean of W's diagonal (fixdiag).
+func dirichletReduce(x []float64, v string, c int) []float64 {
+	switch v {
+	case DirichletDiag:
+		u := make([]float64, 2*c)
+		for j := range c {
+			u[j] = x[j*c+j]
+		}
+		copy(u[c:], x[c*c:])
+		return u
+	case DirichletFixDiag:
+		var a float64
+		for j := range c {
+			a += x[j*c+j]
+		}
+		return []float64{a / float64(c)}
+	}
+	return slices.Clone(x)
+}
+
+// dirichletExpand writes the full parameters [W, b] of variant v's free
+// parameters u into x.
+func dirichletExpand(x, u []float64, v string, c int) {
+	switch v {
+	case DirichletDiag:
+		clear(x)
+		for j := range c {
+			x[j*c+j] = u[j]
+		}
+		copy(x[c*c:], u[c:])
+	case DirichletFixDiag:
+		clear(x)
+		for j := range c {
+			x[j*c+j] = u[0]
+		}
+	default:
+		copy(x, u)
+	}
+}
+
+// dirichletProject writes into gu the gradient in variant v's free
+// parameters of a function whose gradient in the full parameters is g
+// (the chain rule through dirichletExpand).
+func dirichletProject(gu, g []float64, v string, c int) {
+	switch v {
+	case DirichletDiag:
+		for j := range c {
+			gu[j] = g[j*c+j]
+		}
+		copy(gu[c:], g[c*c:])
+	case DirichletFixDiag:
+		var s float64
+		for j := range c {
+			s += g[j*c+j]
+		}
+		gu[0] = s
+	default:
+		copy(gu, g)
+	}
 }
 
 // dirichletLoss returns the mean NLL of softmax(Wx + b) on the
@@ -290,24 +558,35 @@ func dirichletLoss(g, x []float64, ls *Set, lambda, mu float64) float64 {
 }
 
 // logProbSet returns a copy of s with each row of logits replaced by its
-// log-probabilities, log softmax(z), which are finite for finite logits.
-// The labels are shared with s.
+// clamped log-probabilities ℓ(z) (dirichletLogProbs). The labels are
+// shared with s.
 func logProbSet(s *Set) *Set {
 	ls := &Set{Logits: make([]float64, len(s.Logits)), Labels: s.Labels, Classes: s.Classes}
 	for i := 0; i < len(s.Logits); i += s.Classes {
-		LogSoftmax(ls.Logits[i:i+s.Classes], s.Logits[i:i+s.Classes])
+		dirichletLogProbs(ls.Logits[i:i+s.Classes], s.Logits[i:i+s.Classes])
 	}
 	return ls
 }
 
-// Predict writes softmax(W·log softmax(z) + b) of each row of logits into
-// dst.
+// logDirichletFloor is log DirichletProbabilityFloor = −52·log 2.
+var logDirichletFloor = math.Log(DirichletProbabilityFloor)
+
+// dirichletLogProbs writes ℓ(z) = max(log softmax(z), log ε) into dst,
+// ε = DirichletProbabilityFloor.
+func dirichletLogProbs(dst, z []float64) {
+	LogSoftmax(dst, z)
+	for j, v := range dst {
+		dst[j] = max(v, logDirichletFloor)
+	}
+}
+
+// Predict writes softmax(W·ℓ(z) + b) of each row of logits into dst.
 func (d *Dirichlet) Predict(dst, logits []float64) {
 	c := d.Classes()
 	checkPredict(d.Method(), c, dst, logits)
 	lp := make([]float64, c)
 	for i := 0; i < len(logits); i += c {
-		LogSoftmax(lp, logits[i:i+c])
+		dirichletLogProbs(lp, logits[i:i+c])
 		matrixLogits(dst[i:i+c], d.W, d.B, lp)
 		Softmax(dst[i:i+c], dst[i:i+c])
 	}

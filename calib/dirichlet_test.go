@@ -207,9 +207,9 @@ func TestDirichletRegularisationShrinks(t *testing.T) {
 	}
 }
 
-// TestDirichletCrossValidation checks the central fit: it chooses λ = μ
-// from DirichletGrid, the same choice for the same seed, and its final
-// fit is the fit with the chosen values fixed.
+// TestDirichletCrossValidation checks the central fit: it chooses λ and μ
+// from their grids, the same choice for the same seed, records it in its
+// report, and its final fit is the fit with the chosen values fixed.
 func TestDirichletCrossValidation(t *testing.T) {
 	s := scOverconfident(rand.New(rand.NewPCG(11, 11)), 400, 4, 4, 2)
 	fit := func(d *Dirichlet) *Dirichlet {
@@ -220,10 +220,15 @@ func TestDirichletCrossValidation(t *testing.T) {
 		return d
 	}
 	a := fit(&Dirichlet{Folds: 5, Seed: 3})
-	if !slices.Contains(DirichletGrid(), a.Lambda) || a.Mu != a.Lambda {
-		t.Fatalf("cross-validation chose λ = %v, μ = %v: want λ = μ from %v", a.Lambda, a.Mu, DirichletGrid())
+	if !slices.Contains(DirichletLambdaGrid(4), a.Lambda) || !slices.Contains(DirichletMuGrid(4), a.Mu) {
+		t.Fatalf("cross-validation chose λ = %v, μ = %v: want them from %v and %v", a.Lambda, a.Mu, DirichletLambdaGrid(4), DirichletMuGrid(4))
 	}
-	t.Logf("5 folds chose λ = μ = %v", a.Lambda)
+	rep := a.LastFit()
+	if rep == nil || rep.Dirichlet == nil || rep.Dirichlet.Lambda != a.Lambda || rep.Dirichlet.Mu != a.Mu || rep.Dirichlet.Folds != 5 ||
+		!slices.Equal(rep.Dirichlet.LambdaGrid, DirichletLambdaGrid(4)) || !(rep.Dirichlet.HeldOutNLL > 0) || !rep.Converged {
+		t.Errorf("report %+v: want the choice, its grids, a held-out NLL, converged", rep)
+	}
+	t.Logf("5 folds chose λ = %v, μ = %v", a.Lambda, a.Mu)
 	for _, procs := range []int{1, 3} {
 		prev := runtime.GOMAXPROCS(procs)
 		b := fit(&Dirichlet{Folds: 5, Seed: 3})
@@ -242,7 +247,7 @@ func TestDirichletCrossValidation(t *testing.T) {
 	if err := d.Fit(small); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(DirichletGrid(), d.Lambda) {
+	if !slices.Contains(DirichletLambdaGrid(4), d.Lambda) {
 		t.Errorf("3 examples, 5 folds: chose λ = %v", d.Lambda)
 	}
 }

@@ -24,6 +24,13 @@ const (
 	// DefaultFedCalMaxGradNorm is the L2 norm each mini-batch gradient is
 	// clipped to, which keeps SGD stable for unnormalised logits.
 	DefaultFedCalMaxGradNorm = 1
+	// DefaultFedCalTolerance is the Tolerance of a central fit (New):
+	// training stops once an epoch lowers the full-batch mean NLL by less
+	// than this fraction of it.
+	DefaultFedCalTolerance = 1e-4
+	// DefaultFedCalMaxEpochs is the cap on the epochs of a fit run to a
+	// tolerance when MaxEpochs is zero.
+	DefaultFedCalMaxEpochs = 500
 )
 
 // FedCalMLP is the post-hoc scaler of FedCal (Peng et al. 2024, "FedCal:
@@ -44,7 +51,10 @@ const (
 // Fit trains the network from its current weights for Epochs passes of
 // mini-batch SGD on the mean NLL (the FedCal paper's local training: 3
 // epochs per round), visiting the examples in an order drawn from Seed;
-// each mini-batch gradient is clipped to L2 norm MaxGradNorm.
+// each mini-batch gradient is clipped to L2 norm MaxGradNorm. With
+// Tolerance > 0 (a central fit) it instead runs epochs until one lowers
+// the full-batch mean NLL by less than Tolerance relative to it, for at
+// most MaxEpochs; LastFit reports whether it got there.
 //
 // As a Scaler its parameters are W1, b1, W2, b2, W3, b3 in that order,
 // matrices row-major (output by input): 129·C + 4224 values.
@@ -85,6 +95,17 @@ type FedCalMLP struct {
 	// Seed seeds the example order of Fit and, for the zero value, the
 	// initial weights.
 	Seed int64 `json:"-"`
+	// Tolerance, if positive, makes Fit train until an epoch lowers the
+	// full-batch mean NLL by less than Tolerance (relative), instead of
+	// for Epochs; zero trains for Epochs and reports the fit as not
+	// converged unless its last epoch met DefaultFedCalTolerance.
+	Tolerance float64 `json:"-"`
+	// MaxEpochs caps the epochs of a fit with Tolerance > 0; zero means
+	// DefaultFedCalMaxEpochs.
+	MaxEpochs int `json:"-"`
+
+	// fit is the report of the last Fit; nil before it.
+	fit *FitReport
 }
 
 // NewFedCalMLP returns a FedCal scaler for the given number of classes
@@ -131,6 +152,11 @@ func mlpNumParams(c int) int {
 
 // Method returns MethodFedCal.
 func (f *FedCalMLP) Method() string { return MethodFedCal }
+
+// LastFit returns a copy of the report of the last Fit, or nil: its
+// Iterations are epochs, its Gradient the relative change of the
+// full-batch mean NLL over the last epoch.
+func (f *FedCalMLP) LastFit() *FitReport { return lastFit(f.fit) }
 
 // Classes returns the number of classes, len(B3).
 func (f *FedCalMLP) Classes() int { return len(f.B3) }
@@ -199,7 +225,29 @@ func (f *FedCalMLP) Fit(s *Set) error {
 		order[i] = i
 	}
 	rng := rand.New(rand.NewPCG(uint64(f.Seed), 0x73687566)) // stream "shuf", apart from the initialisation's
-	for range epochs {
+	tol, maxEpochs := f.Tolerance, epochs
+	if tol > 0 {
+		maxEpochs = f.MaxEpochs
+		if maxEpochs == 0 {
+			maxEpochs = DefaultFedCalMaxEpochs
+		}
+	}
+	rep := &FitReport{MaxIterations: maxEpochs, Tolerance: tol, Stop: "fixed number of epochs"}
+	if tol == 0 {
+		rep.Tolerance = DefaultFedCalTolerance
+	}
+	scratch := newMLPNet(c, make([]float64, len(w)))
+	// The full-batch mean NLL, before the last fixed epoch (to report on
+	// it) or every epoch (to stop on it).
+	prev := math.NaN()
+	if tol > 0 || maxEpochs == 1 {
+		prev = net.lossGrad(scratch, s, d, order, work)
+	}
+	for e := range maxEpochs {
+		if tol == 0 && e == maxEpochs-1 && e > 0 {
+			prev = net.lossGrad(scratch, s, d, order, work)
+		}
+		rep.Iterations++
 		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 		for lo := 0; lo < len(order); lo += batch {
 			rows := order[lo:min(lo+batch, len(order))]
@@ -212,11 +260,29 @@ func (f *FedCalMLP) Fit(s *Set) error {
 				w[k] -= scale * g
 			}
 		}
+		if tol > 0 || e == maxEpochs-1 {
+			cur := net.lossGrad(scratch, s, d, order, work)
+			rep.Objective = cur
+			rep.Gradient = math.Abs(prev-cur) / math.Max(math.Abs(cur), math.SmallestNonzeroFloat64)
+			rep.Converged = rep.Gradient < rep.Tolerance
+			prev = cur
+			if tol > 0 && rep.Converged {
+				rep.Stop = "epoch's change below tolerance"
+				break
+			}
+			if tol > 0 {
+				rep.Stop = "epoch limit"
+			}
+		}
 	}
 	if err := checkFinite("fedcal parameter", w); err != nil {
 		return fmt.Errorf("fedcal scaler: training diverged: %w", err)
 	}
+	if math.IsNaN(rep.Gradient) || math.IsInf(rep.Gradient, 0) || math.IsNaN(rep.Objective) || math.IsInf(rep.Objective, 0) {
+		rep.Gradient, rep.Converged = 0, false
+	}
 	f.setNet(net)
+	f.fit = rep
 	return nil
 }
 
@@ -232,6 +298,10 @@ func (f *FedCalMLP) settings() (epochs int, lr float64, batch int, clip float64,
 		return 0, 0, 0, 0, fmt.Errorf("batch size is %d: want ≥ 0 (0 means %d)", batch, DefaultFedCalBatchSize)
 	case clip < 0 || math.IsNaN(clip):
 		return 0, 0, 0, 0, fmt.Errorf("max gradient norm is %v: want ≥ 0 (0 means %v)", clip, DefaultFedCalMaxGradNorm)
+	case !(f.Tolerance >= 0) || math.IsInf(f.Tolerance, 1):
+		return 0, 0, 0, 0, fmt.Errorf("tolerance is %v: want a finite value ≥ 0 (0: a fixed number of epochs)", f.Tolerance)
+	case f.MaxEpochs < 0:
+		return 0, 0, 0, 0, fmt.Errorf("max epochs is %d: want ≥ 0 (0 means %d)", f.MaxEpochs, DefaultFedCalMaxEpochs)
 	}
 	if epochs == 0 {
 		epochs = DefaultFedCalEpochs

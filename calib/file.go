@@ -446,6 +446,12 @@ type Provenance struct {
 	// must feed it the same kind. Empty (files written before it was
 	// recorded) means unknown.
 	Input string `json:"input,omitempty"`
+	// Fit reports how the calibrator's iterative fit ended (FitReport):
+	// converged or not, iterations, final objective, parameters at a
+	// bound, and dirichlet's chosen variant, λ and μ; nil for a method
+	// without an iterative fit, or a file written before it was
+	// recorded.
+	Fit *FitReport `json:"fit,omitempty"`
 }
 
 // Input kinds of Provenance.Input: what a calibrator reads.
@@ -519,6 +525,11 @@ func Encode(w io.Writer, c Calibrator, priv *Privacy, prov Provenance) error {
 	if m := prov.FitMetrics; m != nil {
 		if err := m.check(c.Classes()); err != nil {
 			return fmt.Errorf("encode %s calibrator: provenance.fit_metrics: %w", c.Method(), err)
+		}
+	}
+	if r := prov.Fit; r != nil {
+		if err := r.check(); err != nil {
+			return fmt.Errorf("encode %s calibrator: provenance.fit: %w", c.Method(), err)
 		}
 	}
 	params, err := json.Marshal(c)
@@ -615,6 +626,11 @@ func Decode(r io.Reader) (Calibrator, *File, error) {
 	if m := f.Provenance.FitMetrics; m != nil {
 		if err := m.check(f.Classes); err != nil {
 			return nil, nil, fmt.Errorf("calibrator file's provenance.fit_metrics: %w", err)
+		}
+	}
+	if r := f.Provenance.Fit; r != nil {
+		if err := r.check(); err != nil {
+			return nil, nil, fmt.Errorf("calibrator file's provenance.fit: %w", err)
 		}
 	}
 	if f.Privacy != nil {

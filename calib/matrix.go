@@ -25,6 +25,9 @@ type Matrix struct {
 	// Options controls Fit; the zero value is the paper's setting. It is
 	// not part of the sidecar parameters.
 	Options FitOptions `json:"-"`
+
+	// fit is the report of the last Fit; nil before it.
+	fit *FitReport
 }
 
 // NewMatrix returns the identity matrix scaler (A = I, b = 0) for the
@@ -42,6 +45,9 @@ func NewMatrix(classes int) *Matrix {
 
 // Method returns MethodMatrix.
 func (m *Matrix) Method() string { return MethodMatrix }
+
+// LastFit returns a copy of the report of the last Fit, or nil.
+func (m *Matrix) LastFit() *FitReport { return lastFit(m.fit) }
 
 // Classes returns the number of classes, len(B).
 func (m *Matrix) Classes() int { return len(m.B) }
@@ -83,12 +89,13 @@ func (m *Matrix) Fit(s *Set) error {
 	if m.Classes() != 0 {
 		x0 = m.Params()
 	}
-	x, err := minimizeLBFGS(withPrior(func(g, x []float64) float64 { return matrixNLL(g, x, s) }, NewMatrix(s.Classes).Params(), s.Len(), m.Options), x0, m.Options)
+	x, rep, err := minimizeScaled(withPrior(func(g, x []float64) float64 { return matrixNLL(g, x, s) }, NewMatrix(s.Classes).Params(), s.Len(), m.Options), x0, matrixScales(s), m.Options)
 	if err != nil {
 		return fmt.Errorf("matrix scaler: %w", err)
 	}
 	cc := s.Classes * s.Classes
 	m.A, m.B = x[:cc:cc], x[cc:]
+	m.fit = &rep
 	return nil
 }
 
@@ -119,6 +126,28 @@ func validateMatrix(name string, a, b []float64) error {
 		return err
 	}
 	return checkFinite("b", b)
+}
+
+// matrixScales returns the preconditioning scales (minimizeScaled) of
+// the parameters [A, b] of a matrix map of the rows of s: A_ik scales
+// with feature k, b not at all.
+func matrixScales(s *Set) []float64 {
+	c := s.Classes
+	fs := featureScales(s.Logits, c)
+	scale := ones(c*c + c)
+	for i := range c {
+		copy(scale[i*c:(i+1)*c], fs)
+	}
+	return scale
+}
+
+// ones returns n ones.
+func ones(n int) []float64 {
+	v := make([]float64, n)
+	for i := range v {
+		v[i] = 1
+	}
+	return v
 }
 
 // matrixLogits writes Az + b into dst.

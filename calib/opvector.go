@@ -55,6 +55,9 @@ type OPVector struct {
 	// Options controls Fit; the zero value is the paper's setting. It is
 	// not part of the sidecar parameters.
 	Options FitOptions `json:"-"`
+
+	// fit is the report of the last Fit; nil before it.
+	fit *FitReport
 }
 
 // NewOPVector returns the identity order-preserving vector scaler (a = 0,
@@ -73,6 +76,9 @@ func NewOPVector(classes int) *OPVector {
 
 // Method returns MethodOPVector.
 func (o *OPVector) Method() string { return MethodOPVector }
+
+// LastFit returns a copy of the report of the last Fit, or nil.
+func (o *OPVector) LastFit() *FitReport { return lastFit(o.fit) }
 
 // Classes returns the number of classes, len(A).
 func (o *OPVector) Classes() int { return len(o.A) }
@@ -116,12 +122,22 @@ func (o *OPVector) Fit(s *Set) error {
 		x0 = o.Params()
 	}
 	d := newOPData(s)
-	x, err := minimizeLBFGS(withPrior(func(g, x []float64) float64 { return opVectorNLL(g, x, s, d) }, NewOPVector(s.Classes).Params(), s.Len(), o.Options), x0, o.Options)
+	// a_k multiplies the logit of rank k.
+	sorted := make([]float64, len(s.Logits))
+	for i := range s.Labels {
+		z := s.Row(i)
+		for k, j := range d.perm[i*s.Classes : (i+1)*s.Classes] {
+			sorted[i*s.Classes+k] = z[j]
+		}
+	}
+	scale := append(featureScales(sorted, s.Classes), ones(s.Classes)...)
+	x, rep, err := minimizeScaled(withPrior(func(g, x []float64) float64 { return opVectorNLL(g, x, s, d) }, NewOPVector(s.Classes).Params(), s.Len(), o.Options), x0, scale, o.Options)
 	if err != nil {
 		return fmt.Errorf("opvector scaler: %w", err)
 	}
 	c := s.Classes
 	o.A, o.B = x[:c:c], x[c:]
+	o.fit = &rep
 	return nil
 }
 

@@ -77,6 +77,32 @@ type Settings struct {
 	// DefaultDirichletLambda and DefaultDirichletMu (Method.ScalerFor).
 	// The other methods refuse it.
 	ODIR *ODIR
+	// MaxIterations caps the iterations of the central fits of the
+	// L-BFGS scalers (vector, matrix, dirichlet, opvector) and the epochs
+	// of fedcal's; zero means DefaultMaxIterations and
+	// DefaultFedCalMaxEpochs. Temperature's search, which always
+	// converges, and the binning methods ignore it.
+	MaxIterations int
+	// Dirichlet sets the variant and cross-validation of a central
+	// dirichlet fit; nil means the full variant cross-validated over
+	// DefaultDirichletFolds folds of the default grids. The other
+	// methods refuse it.
+	Dirichlet *DirichletSettings
+}
+
+// DirichletSettings are the settings of a central Dirichlet fit (see
+// Dirichlet). The zero value is the full variant, DefaultDirichletFolds
+// folds and the default grids.
+type DirichletSettings struct {
+	// Variant is DirichletFull, DirichletDiag or DirichletFixDiag; ""
+	// means DirichletFull.
+	Variant string
+	// Folds is the number of cross-validation folds; zero means
+	// DefaultDirichletFolds, 1 fixes λ and μ (Settings.ODIR, else 0).
+	Folds int
+	// LambdaGrid and MuGrid replace DirichletLambdaGrid and
+	// DirichletMuGrid when not empty.
+	LambdaGrid, MuGrid []float64
 }
 
 // Method describes one calibration method of the registry. Values are
@@ -169,7 +195,7 @@ var methods = [...]Method{
 		Name: MethodVector, Protocol: "FedVector", Family: Scaling,
 		Summary: "vector scaling, softmax(a⊙z + b)",
 		zero:    func() Calibrator { return new(Vector) },
-		central: func(Settings) Calibrator { return new(Vector) },
+		central: func(s Settings) Calibrator { return &Vector{Options: s.fitOptions()} },
 		scaler:  func(c int, _ *rand.Rand) Scaler { return NewVector(c) },
 		size:    func(c, _ float64) float64 { return 2 * c },
 	},
@@ -177,7 +203,7 @@ var methods = [...]Method{
 		Name: MethodMatrix, Protocol: "FedMatrix", Family: Scaling,
 		Summary:    "matrix scaling, softmax(Az + b)",
 		zero:       func() Calibrator { return new(Matrix) },
-		central:    func(Settings) Calibrator { return new(Matrix) },
+		central:    func(s Settings) Calibrator { return &Matrix{Options: s.fitOptions()} },
 		scaler:     func(c int, _ *rand.Rand) Scaler { return NewMatrix(c) },
 		size:       func(c, _ float64) float64 { return c*c + c },
 		maxClasses: MaxFullClasses,
@@ -190,10 +216,17 @@ var methods = [...]Method{
 		// on the calibration rows; a federation (NewScaler) cannot, and
 		// fits the fixed DefaultDirichletLambda and DefaultDirichletMu.
 		central: func(s Settings) Calibrator {
-			if s.ODIR != nil {
-				return &Dirichlet{Lambda: s.ODIR.Lambda, Mu: s.ODIR.Mu, Seed: s.Seed}
+			d := &Dirichlet{Folds: DefaultDirichletFolds, Seed: s.Seed, Options: s.fitOptions()}
+			if ds := s.Dirichlet; ds != nil {
+				d.Variant, d.LambdaGrid, d.MuGrid = ds.Variant, ds.LambdaGrid, ds.MuGrid
+				if ds.Folds != 0 {
+					d.Folds = ds.Folds
+				}
 			}
-			return &Dirichlet{Folds: DefaultDirichletFolds, Seed: s.Seed}
+			if s.ODIR != nil {
+				d.Lambda, d.Mu, d.Folds = s.ODIR.Lambda, s.ODIR.Mu, 0
+			}
+			return d
 		},
 		scaler:     func(c int, _ *rand.Rand) Scaler { return NewDirichlet(c) },
 		odir:       true,
@@ -204,7 +237,7 @@ var methods = [...]Method{
 		Name: MethodOPVector, Protocol: "FedOPVector", Family: Scaling, KeepsTopClass: true,
 		Summary: "order-preserving vector scaling (keeps the order of the classes; a collapsed fit can tie them)",
 		zero:    func() Calibrator { return new(OPVector) },
-		central: func(Settings) Calibrator { return new(OPVector) },
+		central: func(s Settings) Calibrator { return &OPVector{Options: s.fitOptions()} },
 		scaler:  func(c int, _ *rand.Rand) Scaler { return NewOPVector(c) },
 		size:    func(c, _ float64) float64 { return 2 * c },
 	},
@@ -212,7 +245,9 @@ var methods = [...]Method{
 		Name: MethodFedCal, Protocol: "FedCal", Family: Scaling, KeepsTopClass: true,
 		Summary: "the FedCal order-preserving MLP scaler (keeps the order of the classes; a collapsed fit can tie them)",
 		zero:    func() Calibrator { return new(FedCalMLP) },
-		central: func(s Settings) Calibrator { return &FedCalMLP{Seed: s.Seed} },
+		central: func(s Settings) Calibrator {
+			return &FedCalMLP{Seed: s.Seed, Tolerance: DefaultFedCalTolerance, MaxEpochs: s.MaxIterations}
+		},
 		// The server's initial network and each client's example order
 		// come from the stream of whoever builds the scaler.
 		scaler: func(c int, rng *rand.Rand) Scaler { return NewFedCalMLP(c, int64(rng.Uint64())) },
@@ -229,6 +264,9 @@ var methods = [...]Method{
 		size: func(c, bins float64) float64 { return histogramSize(c, bins) + 1 },
 	},
 }
+
+// fitOptions returns the L-BFGS options of s.
+func (s Settings) fitOptions() FitOptions { return FitOptions{MaxIterations: s.MaxIterations} }
 
 func (s Settings) mexp() int {
 	if s.Mexp == 0 {
@@ -283,6 +321,9 @@ func New(name string, s Settings) (Calibrator, error) {
 		return nil, err
 	}
 	if err := m.CheckODIR(s.ODIR); err != nil {
+		return nil, err
+	}
+	if err := m.checkDirichlet(s); err != nil {
 		return nil, err
 	}
 	if m.HasBins() {
@@ -349,6 +390,29 @@ func (m Method) CheckODIR(r *ODIR) error {
 		return fmt.Errorf("%s takes no ODIR regularisation (λ, μ): only %s does", m.Name, MethodDirichlet)
 	}
 	return r.Check()
+}
+
+// checkDirichlet returns an error when s sets a negative MaxIterations,
+// or Dirichlet settings that m does not take or Dirichlet.Fit would
+// refuse.
+func (m Method) checkDirichlet(s Settings) error {
+	if s.MaxIterations < 0 {
+		return fmt.Errorf("%s: max iterations %d: want ≥ 0 (0: the default)", m.Name, s.MaxIterations)
+	}
+	ds := s.Dirichlet
+	switch {
+	case ds == nil:
+		return nil
+	case !m.odir:
+		return fmt.Errorf("%s takes no Dirichlet settings (variant, folds, grids): only %s does", m.Name, MethodDirichlet)
+	case ds.Folds < 0:
+		return fmt.Errorf("%s: %d cross-validation folds: want ≥ 1 (1: none; 0: %d)", m.Name, ds.Folds, DefaultDirichletFolds)
+	}
+	d := &Dirichlet{Variant: ds.Variant, LambdaGrid: ds.LambdaGrid, MuGrid: ds.MuGrid}
+	if err := d.check(); err != nil {
+		return fmt.Errorf("%s: %w", m.Name, err)
+	}
+	return nil
 }
 
 // FromHistograms forms the calibrator of a Binning method from aggregated

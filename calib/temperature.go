@@ -37,6 +37,9 @@ type Temperature struct {
 	T float64 `json:"t"`
 	// C is the number of classes.
 	C int `json:"classes"`
+
+	// fit is the report of the last Fit; nil before it.
+	fit *FitReport
 }
 
 // NewTemperature returns the identity temperature scaler (T = 1) for the
@@ -50,6 +53,11 @@ func NewTemperature(classes int) *Temperature {
 
 // Method returns MethodTemp.
 func (t *Temperature) Method() string { return MethodTemp }
+
+// LastFit returns a copy of the report of the last Fit, or nil. Its
+// Gradient is |dNLL/dlog T| at the result; AtBound names T when it ended
+// at MinTemperature or MaxTemperature.
+func (t *Temperature) LastFit() *FitReport { return lastFit(t.fit) }
 
 // Classes returns the number of classes.
 func (t *Temperature) Classes() int { return t.C }
@@ -81,7 +89,7 @@ func (t *Temperature) Fit(s *Set) error {
 	if err := fitClasses(t.Method(), t.C, s); err != nil {
 		return err
 	}
-	t.T = fitTemperatureWarm(setRows(s), t.start())
+	fitTemperatureRows(t, setRows(s))
 	t.C = s.Classes
 	return nil
 }
@@ -98,9 +106,39 @@ func (t *Temperature) FitFloat32(r *Float32Rows) error {
 	if t.C != 0 && t.C != r.Classes {
 		return fmt.Errorf("%s scaler is for %d classes but the rows have %d", t.Method(), t.C, r.Classes)
 	}
-	t.T = fitTemperatureWarm(tempRows[float32, int32]{logits: r.Logits, labels: r.Labels, rows: r.Rows, c: r.Classes}, t.start())
+	fitTemperatureRows(t, tempRows[float32, int32]{logits: r.Logits, labels: r.Labels, rows: r.Rows, c: r.Classes})
 	t.C = r.Classes
 	return nil
+}
+
+// fitTemperatureRows sets t.T to the minimiser of the mean NLL on s and
+// records the report of the fit: the steps, the objective and its
+// derivative in log T at the result, and T at a bound.
+func fitTemperatureRows[F float32 | float64, L int | int32](t *Temperature, s tempRows[F, L]) {
+	T, steps, converged := fitTemperatureWarm(s, t.start())
+	t.T = T
+	f, d1, _ := tempNLL(s, 1/T, make([]float64, s.c))
+	rep := &FitReport{
+		Converged:     converged,
+		Iterations:    steps,
+		MaxIterations: tempMaxSteps,
+		Tolerance:     tempTol,
+		Objective:     f,
+		// dNLL/dlog T = −β·dNLL/dβ.
+		Gradient: math.Abs(d1 / T),
+		Stop:     "Newton step below tolerance",
+	}
+	switch {
+	case T == MinTemperature:
+		rep.AtBound = []string{fmt.Sprintf("t = %v (lower bound)", MinTemperature)}
+		rep.Stop = "lower bound, the NLL still decreasing"
+	case T == MaxTemperature:
+		rep.AtBound = []string{fmt.Sprintf("t = %v (upper bound)", MaxTemperature)}
+		rep.Stop = "upper bound, the NLL still decreasing"
+	case !converged:
+		rep.Stop = "step limit"
+	}
+	t.fit = rep
 }
 
 // start is where a fit starts: the current T when it is in range, else 1.
@@ -162,6 +200,10 @@ func (t *Temperature) validate() error {
 // tempTol is the step in log T below which fitTemperature stops.
 const tempTol = 1e-12
 
+// tempMaxSteps is the cap on fitTemperature's steps: bisection alone
+// halves the bracket of width log 10⁴ below tempTol in 44 steps.
+const tempMaxSteps = 200
+
 // warmStride is the stride of the rows on which fitTemperatureWarm first
 // fits a large set: one row in 64.
 const warmStride = 64
@@ -171,7 +213,7 @@ const warmStride = 64
 // fit costs a 64th of a pass per step, and its T is close enough to the
 // whole set's that Newton then needs two or three passes instead of five
 // or six. The minimiser is the same; only the path to it changes.
-func fitTemperatureWarm[F float32 | float64, L int | int32](s tempRows[F, L], start float64) float64 {
+func fitTemperatureWarm[F float32 | float64, L int | int32](s tempRows[F, L], start float64) (float64, int, bool) {
 	n := s.len()
 	if n <= 4*tempBlock {
 		return fitTemperature(s, start)
@@ -185,7 +227,7 @@ func fitTemperatureWarm[F float32 | float64, L int | int32](s tempRows[F, L], st
 		}
 		sub.rows = append(sub.rows, i)
 	}
-	warm := fitTemperature(sub, start)
+	warm, _, _ := fitTemperature(sub, start)
 	sub.rows = nil
 	return fitTemperature(s, warm)
 }
@@ -198,13 +240,18 @@ func fitTemperatureWarm[F float32 | float64, L int | int32](s tempRows[F, L], st
 // pass over the rows, so the interval's ends are evaluated only when the
 // iterates reach one of them (the NLL is then monotone on the interval
 // and the end is the answer): a fit costs a pass per Newton step.
-func fitTemperature[F float32 | float64, L int | int32](s tempRows[F, L], start float64) float64 {
+//
+// It also returns the number of steps taken and whether the search
+// converged: a step below tempTol, a stationary point, or an end of the
+// interval where the NLL still decreases outward. It fails to only if
+// tempMaxSteps steps do not get there.
+func fitTemperature[F float32 | float64, L int | int32](s tempRows[F, L], start float64) (t float64, steps int, converged bool) {
 	vmin, vmax := -math.Log(MaxTemperature), -math.Log(MinTemperature)
 	buf := make([]float64, s.c)
 	v := -math.Log(start)
 	phi, dphi := tempPhi(s, v, buf)
 	if phi == 0 { // a stationary point of the convex NLL: the minimum
-		return start
+		return start, 0, true
 	}
 	// The bracket [lo, hi] holds the root when there is one inside the
 	// interval: φ(lo) < 0 < φ(hi), the ends taken as evaluated.
@@ -216,18 +263,20 @@ func fitTemperature[F float32 | float64, L int | int32](s tempRows[F, L], start 
 	}
 	dxOld := vmax - vmin
 	dx := dxOld
-	for range 200 {
+	converged = false
+	for steps < tempMaxSteps {
+		steps++
 		// A Newton step beyond an end not yet evaluated: evaluate it. If
 		// φ has no root inside, the end is the answer; else the end
 		// bounds the bracket as assumed.
 		if next := v - phi/dphi; next <= vmin && lo == vmin {
 			if _, d, _ := tempNLL(s, math.Exp(vmin), buf); d >= 0 {
-				return MaxTemperature
+				return MaxTemperature, steps, true
 			}
 			lo = math.Nextafter(vmin, vmax) // evaluated: not evaluated again
 		} else if next >= vmax && hi == vmax {
 			if _, d, _ := tempNLL(s, math.Exp(vmax), buf); d <= 0 {
-				return MinTemperature
+				return MinTemperature, steps, true
 			}
 			hi = math.Nextafter(vmax, vmin)
 		}
@@ -242,10 +291,12 @@ func fitTemperature[F float32 | float64, L int | int32](s tempRows[F, L], start 
 			v -= dx
 		}
 		if math.Abs(dx) < tempTol {
+			converged = true
 			break
 		}
 		phi, dphi = tempPhi(s, v, buf)
 		if phi == 0 {
+			converged = true
 			break
 		}
 		if phi < 0 {
@@ -259,14 +310,14 @@ func fitTemperature[F float32 | float64, L int | int32](s tempRows[F, L], start 
 	switch {
 	case hi == vmax && v > vmax-4*tempTol:
 		if _, d, _ := tempNLL(s, math.Exp(vmax), buf); d <= 0 {
-			return MinTemperature
+			return MinTemperature, steps, true
 		}
 	case lo == vmin && v < vmin+4*tempTol:
 		if _, d, _ := tempNLL(s, math.Exp(vmin), buf); d >= 0 {
-			return MaxTemperature
+			return MaxTemperature, steps, true
 		}
 	}
-	return math.Exp(-v)
+	return math.Exp(-v), steps, converged
 }
 
 // tempPhi returns φ(v) = dNLL/dβ at β = e^v and its derivative in v,

@@ -286,7 +286,11 @@ func TestTemperatureFitFloat32(t *testing.T) {
 func TestTemperatureWarmStart(t *testing.T) {
 	s := scOverconfident(rand.New(rand.NewPCG(31, 32)), 5*tempBlock, 4, 3, 2)
 	r := setRows(s)
-	cold, warm := fitTemperature(r, 1), fitTemperatureWarm(r, 1)
+	cold, _, ok1 := fitTemperature(r, 1)
+	warm, _, ok2 := fitTemperatureWarm(r, 1)
+	if !ok1 || !ok2 {
+		t.Errorf("converged: plain %v, warm-started %v; want both", ok1, ok2)
+	}
 	if math.Abs(cold-warm) > 1e-11*cold || math.Abs(cold-2) > 0.1 {
 		t.Errorf("warm-started T = %v, plain %v (true temperature 2)", warm, cold)
 	}

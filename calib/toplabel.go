@@ -1,7 +1,6 @@
 package calib
 
 import (
-	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -19,12 +18,15 @@ import (
 type TopLabel struct {
 	// ECE is Σ_m (n_m/N)·|acc_m − conf_m| (as Metrics.ECE).
 	ECE float64 `json:"ece"`
-	// AdaptiveECE is the same sum over equal-mass bins: the examples
-	// sorted by c_i and cut into bins of ⌊N/M⌋ or ⌈N/M⌉ examples, so
-	// that every bin is populated (Nixon et al. 2019; netcal's ACE).
-	// Zero (and left out of JSON) where it was not computed: see
-	// Accumulator.TopLabel.
-	AdaptiveECE float64 `json:"adaptive_ece,omitempty"`
+	// AdaptiveECE is the same sum over M = min(bins, N) equal-mass bins
+	// (Nixon et al. 2019's adaptive binning of the top-label ECE; not
+	// netcal's ACE, which averages classwise errors over classes): the
+	// examples are sorted by c_i, equal confidences wrong before right,
+	// and bin m holds sorted positions ⌊mN/M⌋ to ⌊(m+1)N/M⌋ − 1, so every
+	// bin is populated and the value does not depend on the examples'
+	// order. Nil (and left out of JSON) where it was not computed: see
+	// Accumulator.KeepTopConfidences; an exact 0 is kept.
+	AdaptiveECE *float64 `json:"adaptive_ece,omitempty"`
 	// MCE is the maximum calibration error max_m |acc_m − conf_m| over
 	// the non-empty bins (Naeini et al. 2015).
 	MCE float64 `json:"mce"`
@@ -59,21 +61,28 @@ func TopLabelErrors(probs []float64, labels []int, classes, bins int) (TopLabel,
 		return TopLabel{}, err
 	}
 	t := a.TopLabel()
-	t.AdaptiveECE = adaptiveECE(topConfidences(probs, labels, classes), a.bins)
+	v := adaptiveECE(topConfidences(probs, labels, classes), a.bins)
+	t.AdaptiveECE = &v
 	return t, nil
 }
 
 // TopLabel returns the top-label calibration errors of the examples
-// accumulated so far, all but AdaptiveECE (zero here), whose equal-mass
-// bins need the examples themselves: see TopLabelErrors. Like the
-// metrics, they merge exactly across accumulators. It returns the zero
+// accumulated so far. AdaptiveECE, whose equal-mass bins need every
+// example's top confidence, is computed only when a kept them for every
+// example (KeepTopConfidences); TopLabel then sorts those records in
+// place, so it must not run concurrently with another use of a. The
+// other errors merge exactly across accumulators. It returns the zero
 // TopLabel when nothing was accumulated.
 func (a *Accumulator) TopLabel() TopLabel {
 	if a.n == 0 {
 		return TopLabel{}
 	}
-	n := float64(a.n)
 	var t TopLabel
+	if a.keepTops && int64(len(a.tops)) == a.n {
+		v := adaptiveECE(a.tops, a.bins)
+		t.AdaptiveECE = &v
+	}
+	n := float64(a.n)
 	var sq, debiased, confSum float64
 	for m, c := range a.topCount {
 		if c == 0 {
@@ -98,16 +107,27 @@ func (a *Accumulator) TopLabel() TopLabel {
 	return t
 }
 
-// scored is one example's top confidence and whether it is right.
-type scored struct {
-	conf    float64
-	correct bool
+// packTop packs an example's top confidence c ∈ [0, 1] and whether it is
+// right into 8 bytes whose unsigned order is that of adaptiveECE's sort:
+// by c (the bits of a non-negative float64 increase with it), then wrong
+// (0) before right (1).
+func packTop(conf float64, correct bool) uint64 {
+	u := math.Float64bits(min(max(conf, 0), 1)) << 1
+	if correct {
+		u |= 1
+	}
+	return u
 }
 
-// topConfidences returns each row's top probability (the first on ties)
-// and whether it is the label. The rows have been validated.
-func topConfidences(probs []float64, labels []int, classes int) []scored {
-	out := make([]scored, len(labels))
+// unpackTop inverts packTop.
+func unpackTop(u uint64) (conf float64, correct bool) {
+	return math.Float64frombits(u >> 1), u&1 == 1
+}
+
+// topConfidences returns each row's packed top probability (the first on
+// ties) and whether it is the label. The rows have been validated.
+func topConfidences(probs []float64, labels []int, classes int) []uint64 {
+	out := make([]uint64, len(labels))
 	for i, y := range labels {
 		row := probs[i*classes : (i+1)*classes]
 		arg := 0
@@ -116,25 +136,25 @@ func topConfidences(probs []float64, labels []int, classes int) []scored {
 				arg = j
 			}
 		}
-		out[i] = scored{conf: min(max(row[arg], 0), 1), correct: arg == y}
+		out[i] = packTop(row[arg], arg == y)
 	}
 	return out
 }
 
-// adaptiveECE returns the ECE over bins equal-mass bins of s, which it
-// sorts by confidence (stably, so that the result does not depend on the
-// order of equal confidences' labels beyond their count).
-func adaptiveECE(s []scored, bins int) float64 {
-	slices.SortStableFunc(s, func(a, b scored) int { return cmp.Compare(a.conf, b.conf) })
+// adaptiveECE returns the ECE over min(bins, N) equal-mass bins of the
+// packed examples s (see TopLabel.AdaptiveECE), which it sorts in place.
+func adaptiveECE(s []uint64, bins int) float64 {
+	slices.Sort(s)
 	n := len(s)
 	bins = min(bins, n)
 	var e float64
 	for m := range bins {
 		lo, hi := m*n/bins, (m+1)*n/bins
 		var conf, acc float64
-		for _, x := range s[lo:hi] {
-			conf += x.conf
-			if x.correct {
+		for _, u := range s[lo:hi] {
+			c, right := unpackTop(u)
+			conf += c
+			if right {
 				acc++
 			}
 		}
@@ -219,7 +239,7 @@ func BootstrapIntervals(probs []float64, labels []int, classes, bins, resamples 
 func metricValues(m Metrics, t TopLabel) map[string]float64 {
 	return map[string]float64{
 		"accuracy": m.Accuracy, "cwece": m.CWECE, "ece": m.ECE, "nll": m.NLL, "brier": m.Brier,
-		"adaptive_ece": t.AdaptiveECE, "mce": t.MCE, "rmsce": t.RMSCE, "debiased_ce": t.DebiasedCE, "signed_gap": t.SignedGap,
+		"adaptive_ece": *t.AdaptiveECE, "mce": t.MCE, "rmsce": t.RMSCE, "debiased_ce": t.DebiasedCE, "signed_gap": t.SignedGap,
 	}
 }
 

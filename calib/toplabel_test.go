@@ -1,9 +1,11 @@
 package calib
 
 import (
+	"encoding/json"
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -25,22 +27,75 @@ func TestTopLabelByHand(t *testing.T) {
 	}
 	// Debiased: ½(0.35² − ½·½/1) + ½(0.35² − 0) = −0.0025 → 0.
 	// Adaptive, 4 equal-mass bins of one: (0.4 + 0.3 + 0.8 + 0.1)/4.
-	want := TopLabel{ECE: 0.35, AdaptiveECE: 0.4, MCE: 0.35, RMSCE: 0.35, DebiasedCE: 0, SignedGap: 0}
+	want := TopLabel{ECE: 0.35, AdaptiveECE: ptr(0.4), MCE: 0.35, RMSCE: 0.35, DebiasedCE: 0, SignedGap: 0}
 	assertTopLabel(t, got, want, 1e-12)
 	// 2 equal-mass bins: {0.6, 0.7} (2 right, Σ conf 1.3), {0.8, 0.9}
 	// (1 right, Σ conf 1.7): (0.7 + 0.7)/4.
 	got, _ = TopLabelErrors(probs, labels, 2, 2)
-	if math.Abs(got.AdaptiveECE-0.35) > 1e-12 {
-		t.Errorf("adaptive ECE with 2 bins = %v, want 0.35", got.AdaptiveECE)
+	if math.Abs(*got.AdaptiveECE-0.35) > 1e-12 {
+		t.Errorf("adaptive ECE with 2 bins = %v, want 0.35", *got.AdaptiveECE)
+	}
+}
+
+func ptr(v float64) *float64 { return &v }
+
+// TestAdaptiveECETies checks the tie rule of the adaptive ECE: with
+// every confidence equal to 0.5, two right and two wrong, 2 equal-mass
+// bins hold the two wrong (|0 − 1|) and the two right (|2 − 1|), 0.5, in
+// whatever order the rows come; the streaming accumulator agrees, and an
+// exactly calibrated set reports an exact 0 that JSON keeps.
+func TestAdaptiveECETies(t *testing.T) {
+	probs := []float64{0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5}
+	for _, labels := range [][]int{{0, 0, 1, 1}, {1, 1, 0, 0}, {0, 1, 0, 1}, {1, 0, 1, 0}} {
+		got, err := TopLabelErrors(probs, labels, 2, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, _ := NewAccumulator(2, 2)
+		a.KeepTopConfidences()
+		for i := range labels {
+			if err := a.Add(probs[2*i:2*i+2], labels[i:i+1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		stream := a.TopLabel()
+		if *got.AdaptiveECE != 0.5 || stream.AdaptiveECE == nil || *stream.AdaptiveECE != 0.5 {
+			t.Errorf("labels %v: adaptive ECE %v, streaming %v; want 0.5", labels, *got.AdaptiveECE, stream.AdaptiveECE)
+		}
+	}
+	// One example per bin, each right with its confidence 1: exactly 0.
+	got, _ := TopLabelErrors([]float64{1, 0, 0, 1}, []int{0, 1}, 2, 15)
+	b, err := json.Marshal(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *got.AdaptiveECE != 0 || !strings.Contains(string(b), `"adaptive_ece":0`) {
+		t.Errorf("exact calibration: adaptive ECE %v, JSON %s: want an exact 0, kept", *got.AdaptiveECE, b)
+	}
+	// An accumulator that did not keep its rows reports none.
+	a, _ := NewAccumulator(2, 2)
+	_ = a.Add(probs, []int{0, 0, 1, 1})
+	if a.TopLabel().AdaptiveECE != nil {
+		t.Error("an accumulator without KeepTopConfidences reported an adaptive ECE")
 	}
 }
 
 func assertTopLabel(t *testing.T, got, want TopLabel, tol float64) {
 	t.Helper()
 	g, w := reflect.ValueOf(got), reflect.ValueOf(want)
+	val := func(v reflect.Value) float64 {
+		if v.Kind() == reflect.Pointer {
+			if v.IsNil() {
+				return math.NaN()
+			}
+			v = v.Elem()
+		}
+		return v.Float()
+	}
 	for i := range g.NumField() {
-		if d := math.Abs(g.Field(i).Float() - w.Field(i).Float()); d > tol {
-			t.Errorf("%s = %v, want %v", g.Type().Field(i).Name, g.Field(i).Float(), w.Field(i).Float())
+		gv, wv := val(g.Field(i)), val(w.Field(i))
+		if d := math.Abs(gv - wv); d > tol || math.IsNaN(gv) != math.IsNaN(wv) {
+			t.Errorf("%s = %v, want %v", g.Type().Field(i).Name, gv, wv)
 		}
 	}
 }
@@ -98,7 +153,7 @@ func TestTopLabelMatchesNaive(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := naiveTopLabel(p, s.Labels, tc.c, tc.bins)
-		want.AdaptiveECE = got.AdaptiveECE // checked by hand above
+		want.AdaptiveECE = got.AdaptiveECE // checked by hand above and in TestAdaptiveECETies
 		assertTopLabel(t, got, want, 1e-12)
 		m, _ := Evaluate(p, s.Labels, tc.c, tc.bins)
 		if got.ECE != m.ECE {

@@ -24,6 +24,9 @@ type Vector struct {
 	// Options controls Fit; the zero value is the paper's setting. It is
 	// not part of the sidecar parameters.
 	Options FitOptions `json:"-"`
+
+	// fit is the report of the last Fit; nil before it.
+	fit *FitReport
 }
 
 // NewVector returns the identity vector scaler (a = 1, b = 0) for the
@@ -41,6 +44,9 @@ func NewVector(classes int) *Vector {
 
 // Method returns MethodVector.
 func (v *Vector) Method() string { return MethodVector }
+
+// LastFit returns a copy of the report of the last Fit, or nil.
+func (v *Vector) LastFit() *FitReport { return lastFit(v.fit) }
 
 // Classes returns the number of classes, len(A).
 func (v *Vector) Classes() int { return len(v.A) }
@@ -83,12 +89,14 @@ func (v *Vector) Fit(s *Set) error {
 	if v.Classes() != 0 {
 		x0 = v.Params()
 	}
-	x, err := minimizeLBFGS(withPrior(func(g, x []float64) float64 { return vectorNLL(g, x, s) }, NewVector(s.Classes).Params(), s.Len(), v.Options), x0, v.Options)
+	scale := append(featureScales(s.Logits, s.Classes), ones(s.Classes)...)
+	x, rep, err := minimizeScaled(withPrior(func(g, x []float64) float64 { return vectorNLL(g, x, s) }, NewVector(s.Classes).Params(), s.Len(), v.Options), x0, scale, v.Options)
 	if err != nil {
 		return fmt.Errorf("vector scaler: %w", err)
 	}
 	c := s.Classes
 	v.A, v.B = x[:c:c], x[c:]
+	v.fit = &rep
 	return nil
 }
 

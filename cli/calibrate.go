@@ -30,6 +30,13 @@ type calibrateFlags struct {
 	// ask for (nil: neither given; set by checkODIR).
 	lambda, mu float64
 	odir       *calib.ODIR
+	// The fit's iteration cap (0: the default) and dirichlet's variant,
+	// folds and grids.
+	maxIter          int
+	variant          string
+	folds            int
+	lambdaGrid, muGr []float64
+	dirichlet        *calib.DirichletSettings // set by checkFitFlags
 	// Federated runs (calibrate_fed.go).
 	fed fedFlags
 	// The held-out bar (guard.go).
@@ -57,16 +64,28 @@ data such as a test set can be split for an honest fit.
 
 Methods (M is --bins-exp):
 ` + methodHelp() + `
-The scaling fits minimise the mean negative log-likelihood: temp to
-convergence by a bounded search on log T in [0.01, 100]; vector, matrix
-and opvector by L-BFGS for at most 50 iterations; dirichlet likewise,
-with its ODIR regularisation λ = μ chosen from 0, 1e-4, 1e-3, 1e-2 and
-1e-1 by 5-fold cross-validation on the rows (folds drawn from --seed; a
-federated fit uses 1e-3; --lambda and --mu fix them); fedcal by 3 epochs of SGD from a network
-initialised from --seed. It prints one summary line, with the cwECE of
-the fitted rows before and after (in-sample) and, when
-the file has test rows (split 2), their cwECE and NLL before and after
-(held out). With --guard it exits 1 and writes nothing when the calibrator
+The scaling fits minimise the mean negative log-likelihood (plus a weak
+Gaussian prior around the identity, and dirichlet's ODIR penalty) to a
+stated tolerance: temp by a bounded search on log T in [0.01, 100] (steps
+below 1e-12); vector, matrix, dirichlet and opvector by L-BFGS until the
+largest gradient component is below 1e-7, for at most --max-iterations
+iterations (default 2000); fedcal by epochs of SGD from a network
+initialised from --seed until an epoch changes the NLL by less than 1e-4
+(relative), for at most --max-iterations epochs (default 500). The
+calibrator file records how the fit ended (provenance.fit: converged,
+iterations, objective, parameters at a bound), and the summary line
+WARNs when it did not converge or a parameter ended at a bound (T at 0.01
+or 100). dirichlet clamps the log-probabilities at log 2^-52 (about −36);
+--variant picks full (W and b), diag (diagonal W and b) or fixdiag
+(W = aI); its ODIR weights λ (off-diagonal) and μ (bias) are chosen from
+--lambda-grid × --mu-grid (default 0 and C(C−1)·10^k, resp. C·10^k, for
+k = −4, −2, 0, 2) by --folds-fold cross-validation on the rows (folds
+drawn from --seed; --lambda and --mu fix them; a federated fit uses
+1e-3), and the summary line prints the chosen values. It prints one
+summary line, with the cwECE of the fitted rows before and after
+(in-sample) and, when the file has test rows (split 2), their cwECE and
+NLL before and after (held out), and a WARNING when the calibrator makes
+the test rows' NLL worse. With --guard it exits 1 and writes nothing when the calibrator
 makes the test rows' cwECE or NLL worse than the base model's by more than
 --guard-cwece-tolerance (default 0.001, 0.1 point) or --guard-nll-tolerance
 (default 0.001 nats); a federated fit is judged the same way (its privacy
@@ -79,7 +98,11 @@ the output atomically and never over an input.`,
   fedcalib partition --data-or-logits test.npz --scheme iid --clients 1 --fractions 0,0.5,0.5 --out halves.json
   fedcalib calibrate --central --method temp --logits test.npz --partition halves.json --out temp.json
   # refuse a calibrator that makes the held-out test rows worse
-  fedcalib calibrate --central --method vector --guard --logits cifar10.npz --out vector.json`,
+  fedcalib calibrate --central --method vector --guard --logits cifar10.npz --out vector.json
+  # diagonal Dirichlet, λ and μ from 10 folds of a grid of your own
+  fedcalib calibrate --central --method dirichlet --variant diag --folds 10 --mu-grid 0,0.01,1 --logits c100.npz --out dir.json
+  # allow a slow fit more iterations
+  fedcalib calibrate --central --method matrix --max-iterations 20000 --logits c100.npz --out matrix.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runCalibrate(cmd, &fl)
@@ -95,6 +118,11 @@ the output atomically and never over an input.`,
 	f.Var((*seedValue)(&fl.seed), "seed", "random seed, 0 to 2^64−1 (fedcal's initial weights and example order); recorded in the output")
 	f.Float64Var(&fl.lambda, "lambda", calib.DefaultDirichletLambda, "dirichlet only: fix the ODIR weight λ ≥ 0 of W's off-diagonal entries (with --mu, default 1e-3) instead of cross-validating λ = μ (central) or taking 1e-3 (federated)")
 	f.Float64Var(&fl.mu, "mu", calib.DefaultDirichletMu, "dirichlet only: fix the ODIR weight μ ≥ 0 of the bias (with --lambda, default 1e-3); see --lambda")
+	f.IntVar(&fl.maxIter, "max-iterations", 0, "cap on the iterations of an L-BFGS fit (vector, matrix, dirichlet, opvector; 0: 2000) or the epochs of fedcal's (0: 500), e.g. --max-iterations 20000")
+	f.StringVar(&fl.variant, "variant", "", "dirichlet only: full (W and b, the default), diag (diagonal W and b) or fixdiag (W = aI, no b)")
+	f.IntVar(&fl.folds, "folds", calib.DefaultDirichletFolds, "dirichlet only: cross-validation folds choosing λ and μ, ≥ 2 (1: none, λ = μ = 0 unless --lambda/--mu), e.g. --folds 10")
+	f.Float64SliceVar(&fl.lambdaGrid, "lambda-grid", nil, "dirichlet only: the λ values cross-validation tries, e.g. --lambda-grid 0,0.1,10,1000 (default 0 and C(C−1)·10^k, k = −4, −2, 0, 2)")
+	f.Float64SliceVar(&fl.muGr, "mu-grid", nil, "dirichlet only: the μ values cross-validation tries, e.g. --mu-grid 0,0.01,1 (default 0 and C·10^k, k = −4, −2, 0, 2)")
 	fl.fed.register(cmd)
 	fl.sel.register(cmd)
 	fl.guard.register(cmd)
@@ -111,6 +139,9 @@ func runCalibrate(cmd *cobra.Command, fl *calibrateFlags) error {
 		return err
 	}
 	if err := fl.report.check(fl.logits, fl.out, fl.fed.partition, fl.fed.ledger.path); err != nil {
+		return err
+	}
+	if err := fl.checkFitFlags(cmd); err != nil {
 		return err
 	}
 	if done, err := fl.sel.dispatch(cmd, fl); done {
@@ -140,6 +171,7 @@ func runCalibrate(cmd *cobra.Command, fl *calibrateFlags) error {
 	if fl.fed.partition != "" {
 		desc += " of " + filepath.Base(fl.fed.partition)
 	}
+	var nllWarning string
 	if f.Split == nil {
 		desc = fmt.Sprintf("all %d rows", n)
 	}
@@ -191,6 +223,9 @@ func runCalibrate(cmd *cobra.Command, fl *calibrateFlags) error {
 			return err
 		}
 		held = heldOutLine(nTest, ts[0], ts[1])
+		if ts[1].NLL > ts[0].NLL {
+			nllWarning = fmt.Sprintf("; WARNING: the calibrator makes the test rows' NLL worse, %.4f → %.4f", ts[0].NLL, ts[1].NLL)
+		}
 	} else if err := fl.guard.judge(calib.Metrics{}, calib.Metrics{}, false, fl.out); err != nil {
 		return err
 	}
@@ -203,6 +238,8 @@ func runCalibrate(cmd *cobra.Command, fl *calibrateFlags) error {
 	prov.Input = f.Input // the kind read: --input, or what the file records
 	prov.ClassNames = f.ClassNames
 	prov.FitMetrics = &calib.FitMetrics{Rows: n, Before: before, After: after}
+	rep := fitReportOf(c)
+	prov.Fit = rep
 	if err := calib.WriteFile(fl.out, c, nil, prov); err != nil {
 		return fmt.Errorf("writing %s: %w", fl.out, err)
 	}
@@ -214,17 +251,43 @@ func runCalibrate(cmd *cobra.Command, fl *calibrateFlags) error {
 	if err := fl.report.writeCalibrated(cmd, f, fl.logits, repRows, repDesc, fl.out, ""); err != nil {
 		return err
 	}
-	detail := ""
-	if t, ok := c.(*calib.Temperature); ok {
-		detail = fmt.Sprintf(", T = %.4g", t.T)
-	}
+	detail := fitDetail(c, rep)
 	warning, err := accuracyWarning(cmd.Context(), f, sel, c)
 	if err != nil {
 		return fmt.Errorf("%s: %w", fl.logits, err)
 	}
-	_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: %s fitted on %s of %s, %d classes%s; cwECE on them %.3f%% → %.3f%%%s%s\n",
-		fl.out, fl.method, desc, fl.logits, f.Classes, detail, 100*before.CWECE, 100*after.CWECE, held, warning)
+	if w := rep.Warning(); w != "" {
+		warning += "; WARNING: " + w
+	}
+	_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: %s fitted on %s of %s, %d classes%s; cwECE on them %.3f%% → %.3f%%%s%s%s\n",
+		fl.out, fl.method, desc, fl.logits, f.Classes, detail, 100*before.CWECE, 100*after.CWECE, held, warning, nllWarning)
 	return err
+}
+
+// fitReportOf returns the report of c's last fit, or nil for a
+// calibrator without an iterative fit.
+func fitReportOf(c calib.Calibrator) *calib.FitReport {
+	if r, ok := c.(calib.FitReporter); ok {
+		return r.LastFit()
+	}
+	return nil
+}
+
+// fitDetail describes the fitted parameters worth a glance: T, or
+// dirichlet's variant and chosen regularisation.
+func fitDetail(c calib.Calibrator, rep *calib.FitReport) string {
+	if t, ok := c.(*calib.Temperature); ok {
+		return fmt.Sprintf(", T = %.4g", t.T)
+	}
+	if rep == nil || rep.Dirichlet == nil {
+		return ""
+	}
+	d := rep.Dirichlet
+	how := "fixed"
+	if d.Folds > 0 {
+		how = fmt.Sprintf("%d-fold cross-validation, held-out NLL %.4f", d.Folds, d.HeldOutNLL)
+	}
+	return fmt.Sprintf(", %s variant, λ = %g, μ = %g (%s)", d.Variant, d.Lambda, d.Mu, how)
 }
 
 // fitCentral fits method m, with the settings of fl, to the rows sel of f.
@@ -253,7 +316,7 @@ func fitCentral(ctx context.Context, f *logits.File, sel rowSel, m calib.Method,
 		return m.FromHistograms(hs[0])
 	}
 	// calib.Settings.Seed is signed; the same bits seed the same generator.
-	c, err := calib.New(m.Name, calib.Settings{Mexp: fl.binsExp, Seed: int64(fl.seed), ODIR: fl.odir})
+	c, err := calib.New(m.Name, calib.Settings{Mexp: fl.binsExp, Seed: int64(fl.seed), ODIR: fl.odir, MaxIterations: fl.maxIter, Dirichlet: fl.dirichlet})
 	if err != nil {
 		return nil, err
 	}
@@ -291,6 +354,50 @@ func (fl *calibrateFlags) checkODIR(cmd *cobra.Command) error {
 		return fmt.Errorf("--lambda and --mu set dirichlet's regularisation, not %s's: drop them", fl.method)
 	}
 	fl.odir = &calib.ODIR{Lambda: fl.lambda, Mu: fl.mu}
+	return nil
+}
+
+// checkFitFlags checks --max-iterations and dirichlet's --variant,
+// --folds, --lambda-grid and --mu-grid, and sets fl.dirichlet from them.
+// It leaves a missing or unknown --method to the checks that follow.
+func (fl *calibrateFlags) checkFitFlags(cmd *cobra.Command) error {
+	changed := cmd.Flags().Changed
+	if fl.maxIter < 0 {
+		return fmt.Errorf("--max-iterations %d: want ≥ 0 (0: the default)", fl.maxIter)
+	}
+	m, err := calib.LookupMethod(fl.method)
+	if err != nil {
+		return nil
+	}
+	if changed("max-iterations") && m.Family != calib.Scaling {
+		return fmt.Errorf("--max-iterations caps the iterative fits of the scaling methods, not %s's: drop it", fl.method)
+	}
+	if changed("max-iterations") && !fl.central {
+		return errors.New("--max-iterations caps a central fit; a federated fit runs --rounds rounds: drop it")
+	}
+	var set []string
+	for _, name := range []string{"variant", "folds", "lambda-grid", "mu-grid"} {
+		if changed(name) {
+			set = append(set, "--"+name)
+		}
+	}
+	if len(set) == 0 {
+		return nil
+	}
+	switch {
+	case fl.method != calib.MethodDirichlet:
+		return fmt.Errorf("%s set(s) dirichlet's fit, not %s's: drop it", strings.Join(set, ", "), fl.method)
+	case !fl.central:
+		return fmt.Errorf("%s set(s) a central dirichlet fit; a federated one fits the fixed --lambda and --mu: drop it", strings.Join(set, ", "))
+	case fl.folds < 1:
+		return fmt.Errorf("--folds %d: want ≥ 2 folds, or 1 for no cross-validation", fl.folds)
+	case fl.odir != nil && (changed("folds") || changed("lambda-grid") || changed("mu-grid")):
+		return errors.New("--lambda and --mu fix the regularisation that --folds, --lambda-grid and --mu-grid choose: give one or the other")
+	}
+	fl.dirichlet = &calib.DirichletSettings{Variant: fl.variant, Folds: fl.folds, LambdaGrid: fl.lambdaGrid, MuGrid: fl.muGr}
+	if _, err := calib.New(calib.MethodDirichlet, calib.Settings{Dirichlet: fl.dirichlet}); err != nil {
+		return fmt.Errorf("--variant, --folds, --lambda-grid, --mu-grid: %w", err)
+	}
 	return nil
 }
 

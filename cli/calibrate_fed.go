@@ -284,6 +284,7 @@ func (ff *fedFlags) run(cmd *cobra.Command, fl *calibrateFlags) error {
 	}
 	prov.Input = f.Input // the kind read: --input, or what the file records
 	prov.ClassNames = f.ClassNames
+	prov.Fit = res.Fit
 	if binningMethod(fl.method) {
 		prov.Weighting = ff.weighting
 	}
@@ -402,6 +403,12 @@ func fedSummary(fl *calibrateFlags, p *federation.Partition, res *federation.Res
 		fmt.Fprintf(&b, "; test (%d rows) cwECE %.3f%% → %.3f%%, accuracy %.2f%% → %.2f%%, NLL %.4f → %.4f",
 			before.N, 100*before.CWECE, 100*after.CWECE, 100*before.Accuracy, 100*after.Accuracy, before.NLL, after.NLL)
 		warning = dropWarning(before, after, "the test rows")
+		if after.NLL > before.NLL {
+			warning += fmt.Sprintf("; WARNING: the calibrator makes the test rows' NLL worse, %.4f → %.4f", before.NLL, after.NLL)
+		}
+	}
+	if w := res.Fit.Warning(); w != "" {
+		warning += "; WARNING: " + w
 	}
 	if pr := res.Privacy; pr != nil {
 		fmt.Fprintf(&b, "; ε = %.4g spent (δ = %g, %s, σ = %.4g)", pr.Epsilon, pr.Delta, pr.Accountant, pr.Sigma)

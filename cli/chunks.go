@@ -323,6 +323,14 @@ func measure(ctx context.Context, f *logits.File, sel rowSel, cals []calib.Calib
 
 // measureChunks is measure of the rows of src.
 func measureChunks(ctx context.Context, src chunkSource, cals []calib.Calibrator, bins int) ([]*calib.Accumulator, error) {
+	return measureChunksTops(ctx, src, cals, bins, false)
+}
+
+// measureChunksTops is measureChunks whose accumulators, with keepTops,
+// also keep each row's top confidence (calib.Accumulator.
+// KeepTopConfidences, 8 bytes a row and calibrator) for the adaptive
+// ECE.
+func measureChunksTops(ctx context.Context, src chunkSource, cals []calib.Calibrator, bins int, keepTops bool) ([]*calib.Accumulator, error) {
 	c := src.numClasses()
 	for _, cal := range cals {
 		if cal != nil && cal.Classes() != c {
@@ -344,6 +352,9 @@ func measureChunks(ctx context.Context, src chunkSource, cals []calib.Calibrator
 			var err error
 			if accs[w][a], err = calib.NewAccumulator(c, bins); err != nil {
 				return nil, err
+			}
+			if keepTops {
+				accs[w][a].KeepTopConfidences()
 			}
 		}
 	}

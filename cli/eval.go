@@ -37,7 +37,8 @@ type evalReport struct {
 	Before *calib.Metrics `json:"before,omitempty"`
 	// TopLabel holds the top-label calibration errors beyond ECE of the
 	// evaluated (calibrated, with a calibrator) probabilities; the
-	// adaptive ECE only with --bootstrap, which has every probability.
+	// adaptive ECE (from each row's top confidence, 8 bytes a row) in
+	// every eval but a federated one.
 	TopLabel calib.TopLabel `json:"top_label"`
 	// BeforeTopLabel is TopLabel of the uncalibrated probabilities; nil
 	// without a calibrator.
@@ -84,22 +85,25 @@ names that differ between the two, in number or order, are an error.
 calibrate --partition" does), so --split test evaluates on the union of the
 clients' test splits.
 
-eval reads the logits file a block of rows at a time, so its memory does
-not grow with the file (a few MiB per core); --bootstrap and --partition
-read it whole, as they need every row.
+eval reads the logits file a block of rows at a time, so its memory grows
+with the file only by 8 bytes a row and calibrator (each row's top
+confidence, for the adaptive ECE) beyond a few MiB per core; --bootstrap
+and --partition read it whole, as they need every row.
 
 Given --calibrator more than once, eval compares the calibrators in one
 table: one row each, with the ε they spent, and "*" marking an accuracy
 drop of more than 1 point (the paper's asterisk); --json then prints
 {"before": …, "calibrators": [{"file", "method", "epsilon", metrics…}]}.
 
---json also gives the top-label errors beyond ECE (key top_label, and
-before_top_label with a calibrator): maximum (mce), root-mean-square
-(rmsce) and debiased (debiased_ce, Kumar et al. 2019) calibration error
-and the signed gap, mean confidence − accuracy (> 0: over-confident).
---bootstrap N resamples the examples N times (seeded by --seed) and gives
-percentile intervals at --level for every metric, and the equal-mass
-(adaptive) ECE; docs/CALIBRATION.md has every formula.`,
+Every eval but a federated one prints the adaptive ECE, the top-label ECE
+over equal-mass bins (tied confidences ordered wrong before right, so it
+does not depend on the row order). --json also gives the top-label errors
+beyond ECE (key top_label, and before_top_label with a calibrator):
+adaptive_ece, maximum (mce), root-mean-square (rmsce) and debiased
+(debiased_ce, Kumar et al. 2019) calibration error and the signed gap,
+mean confidence − accuracy (> 0: over-confident). --bootstrap N resamples
+the examples N times (seeded by --seed) and gives percentile intervals at
+--level for every metric; docs/CALIBRATION.md has every formula.`,
 		Example: `  fedcalib eval --logits cifar10.npz
   fedcalib eval --logits cifar10.npz --calibrator bbq.json --json
   fedcalib eval --logits cifar10.npz --split all --bins 20
@@ -343,7 +347,7 @@ func openEvalInput(ctx context.Context, path string, input inputKind, partPath, 
 // measure is measureChunks of the input's rows; it fails when the split
 // has none.
 func (in *evalInput) measure(ctx context.Context, cals []calib.Calibrator, bins int) ([]*calib.Accumulator, error) {
-	accs, err := measureChunks(ctx, in.src, cals, bins)
+	accs, err := measureChunksTops(ctx, in.src, cals, bins, true)
 	if err != nil {
 		if named := (namedFile{}); errors.As(err, &named) {
 			return nil, named.error
@@ -529,12 +533,21 @@ func printEval(w io.Writer, path string, rep *evalReport) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if a := rep.TopLabel.AdaptiveECE; a != nil {
+		line := fmt.Sprintf("adaptive ECE (%d equal-mass bins) %.3f%%", min(rep.Bins, rep.N), 100**a)
+		if b := rep.BeforeTopLabel; b != nil && b.AdaptiveECE != nil {
+			line = fmt.Sprintf("adaptive ECE (%d equal-mass bins) %.3f%% → %.3f%%", min(rep.Bins, rep.N), 100**b.AdaptiveECE, 100**a)
+		}
+		if _, err := fmt.Fprintln(w, line); err != nil {
+			return err
+		}
+	}
 	if bs := rep.Bootstrap; bs != nil {
 		iv := bs.Intervals
 		pct := func(k string) string { return fmt.Sprintf("[%.3f%%, %.3f%%]", 100*iv[k].Lo, 100*iv[k].Hi) }
-		_, err := fmt.Fprintf(w, "\n%g%% bootstrap intervals (%d resamples, seed %d): cwECE %s, ECE %s, accuracy [%.2f%%, %.2f%%], NLL [%.4f, %.4f]\nadaptive ECE %.3f%%, signed gap %+.3f%% (> 0: over-confident) %s\n",
+		_, err := fmt.Fprintf(w, "\n%g%% bootstrap intervals (%d resamples, seed %d): cwECE %s, ECE %s, accuracy [%.2f%%, %.2f%%], NLL [%.4f, %.4f]\nadaptive ECE %s, signed gap %+.3f%% (> 0: over-confident) %s\n",
 			100*bs.Level, bs.Resamples, bs.Seed, pct("cwece"), pct("ece"), 100*iv["accuracy"].Lo, 100*iv["accuracy"].Hi,
-			iv["nll"].Lo, iv["nll"].Hi, 100*rep.TopLabel.AdaptiveECE, 100*rep.TopLabel.SignedGap, pct("signed_gap"))
+			iv["nll"].Lo, iv["nll"].Hi, pct("adaptive_ece"), 100*rep.TopLabel.SignedGap, pct("signed_gap"))
 		return err
 	}
 	return nil

@@ -32,7 +32,8 @@ const evalFedHelp = `
 --federated evaluates as a federation would, without pooling the rows:
 each client (of --partition, or of the logits file's client column)
 accumulates the per-bin statistics of its own test rows (--split
-calibration: its calibration rows) — per class and bin the count, the sum
+calibration: its calibration rows; a client without rows of that split is
+skipped, so clients with test rows only are fine) — per class and bin the count, the sum
 of the probabilities and the number labelled, the same over the top
 probability, the NLL and Brier sums — and the server sums them. The
 metrics come from the sums, never from averaging per-client metrics, and
@@ -190,7 +191,9 @@ func (ef *evalFedFlags) run(cmd *cobra.Command) error {
 		source string
 	)
 	f, err := readColumnsFirst(cmd.Context(), path, in, func(f *logits.File) (err error) {
-		p, source, err = federation.Source{File: partPath}.Partition(f.IntLabels(), f.Classes, f.Client, f.Split)
+		// Clients without calibration rows are kept: the evaluation
+		// skips each client without rows of the split it measures.
+		p, source, err = federation.Source{File: partPath, ForEvaluation: true}.Partition(f.IntLabels(), f.Classes, f.Client, f.Split)
 		switch {
 		case errors.Is(err, federation.ErrNoClientColumn):
 			return fmt.Errorf("%s has no client column, so --federated needs the clients from --partition P.json", path)

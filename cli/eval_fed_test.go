@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/fedcalib/fedcalib/dp"
+	"github.com/fedcalib/fedcalib/infer/logits"
 )
 
 // fedEvalFixture writes a logits file of 600 rows of 4 classes, a
@@ -218,5 +219,57 @@ func TestEvalFederatedNaturalPartition(t *testing.T) {
 		if f["clients"] != 5.0 || f["split"] != split || f["partition"] != "the data's client column" {
 			t.Errorf("%s: clients %v, split %v, partition %v", split, f["clients"], f["split"], f["partition"])
 		}
+	}
+}
+
+// TestEvalFederatedTestOnlyClients checks eval --federated on a client
+// column where one client has test rows only and another calibration
+// rows only: both are accepted, each split's evaluation counts exactly the
+// rows of the clients that have that split (the pooled rows of that
+// split), and clients without any are skipped.
+func TestEvalFederatedTestOnlyClients(t *testing.T) {
+	path, f := fedLogitsFile(t, 300, 4, 5)
+	for i := range f.Labels {
+		switch f.Client[i] {
+		case 0:
+			f.Split[i] = logits.SplitTest
+		case 1:
+			f.Split[i] = logits.SplitCalibration
+		}
+	}
+	if err := logits.Write(path, f); err != nil {
+		t.Fatal(err)
+	}
+	count := func(split uint8) float64 {
+		n := 0
+		for _, s := range f.Split {
+			if s == split {
+				n++
+			}
+		}
+		return float64(n)
+	}
+	for _, tc := range []struct {
+		split string
+		want  float64
+	}{{"test", count(logits.SplitTest)}, {"calibration", count(logits.SplitCalibration)}} {
+		code, out, errs := fedcalib("eval", "--logits", path, "--federated", "--split", tc.split, "--json")
+		if code != ExitOK {
+			t.Fatalf("--split %s: exit %d: %s", tc.split, code, errs)
+		}
+		r := decodeReport(t, out)
+		if r["n"] != tc.want || r["clients"] != 5.0 {
+			t.Errorf("--split %s: n %v over %v clients, want %v rows of 5 clients", tc.split, r["n"], r["clients"], tc.want)
+		}
+		_, pooled, errs := fedcalib("eval", "--logits", path, "--split", tc.split, "--json")
+		if p := decodeReport(t, pooled); p["cwece"] != r["cwece"] || p["nll"] != r["nll"] {
+			t.Errorf("--split %s: federated cwECE %v NLL %v, pooled %v %v (%s)", tc.split, r["cwece"], r["nll"], p["cwece"], p["nll"], errs)
+		}
+	}
+	// calibrate still needs every client to have calibration rows, and
+	// says how to get them without naming a flag it lacks.
+	code, _, errs := fedcalib("calibrate", "--method", "temp", "--logits", path, "--rounds", "1", "--quiet", "--out", filepath.Join(t.TempDir(), "t.json"))
+	if code != ExitUsage || !strings.Contains(errs, "none in its calibration split") || !strings.Contains(errs, "fedcalib partition") {
+		t.Errorf("calibrate on a client without calibration rows: exit %d: %s", code, errs)
 	}
 }

@@ -222,11 +222,11 @@ var opsetRaise = map[string]func(n *onnxpb.NodeProto) error{
 // or that uses its mask output (whose type changed at opset 10).
 func raiseDropout(n *onnxpb.NodeProto) error {
 	if len(n.GetOutput()) > 1 && n.GetOutput()[1] != "" {
-		return fmt.Errorf("Dropout %q uses its mask output, whose type changed at opset 10", n.GetName())
+		return fmt.Errorf("node %q (Dropout) uses its mask output, whose type changed at opset 10", n.GetName())
 	}
 	for _, a := range n.GetAttribute() {
 		if a.GetName() == "ratio" {
-			return fmt.Errorf("Dropout %q has a ratio attribute, which opset 12 made an input", n.GetName())
+			return fmt.Errorf("node %q (Dropout) has a ratio attribute, which opset 12 made an input", n.GetName())
 		}
 	}
 	return nil

@@ -2,6 +2,7 @@ package export
 
 import (
 	"fmt"
+	"math"
 
 	"google.golang.org/protobuf/proto"
 
@@ -58,9 +59,14 @@ func build(c calib.Calibrator, src source, output, prefix string) (*Subgraph, er
 	case *calib.Matrix:
 		probs = b.softmax(b.affine(z, c.A, c.B))
 	case *calib.Dirichlet:
-		// Matrix scaling of the log-probabilities. LogSoftmax, unlike the
-		// Log of a Softmax, stays finite where a probability underflows.
-		lp := b.op("LogSoftmax", []string{z}, onnx.AttrInt("axis", -1))
+		// Matrix scaling of the log-probabilities, clamped below at
+		// log calib.DirichletProbabilityFloor as Predict clamps them.
+		// LogSoftmax, unlike the Log of a Softmax, stays finite where a
+		// probability underflows.
+		lp := b.op("Max", []string{
+			b.op("LogSoftmax", []string{z}, onnx.AttrInt("axis", -1)),
+			b.scalar("dirichlet_logfloor", math.Log(calib.DirichletProbabilityFloor)),
+		})
 		probs = b.softmax(b.affine(lp, c.W, c.B))
 	case *calib.OPVector:
 		k := len(c.A)

@@ -65,8 +65,8 @@ func TestRaiseOpset(t *testing.T) {
 	}{
 		{"opset 7", oldModel(7, []*onnxpb.AttributeProto{eps}, nil, false), ""},
 		{"opset 11", oldModel(11, nil, nil, false), ""},
-		{"dropout ratio", oldModel(7, nil, []*onnxpb.AttributeProto{ratio}, false), `Dropout "" has a ratio attribute`},
-		{"dropout mask", oldModel(11, nil, nil, true), `Dropout "" uses its mask output`},
+		{"dropout ratio", oldModel(7, nil, []*onnxpb.AttributeProto{ratio}, false), `node "" (Dropout) has a ratio attribute`},
+		{"dropout mask", oldModel(11, nil, nil, true), `node "" (Dropout) uses its mask output`},
 		{"spatial", oldModel(7, []*onnxpb.AttributeProto{spatial}, nil, false), `BatchNormalization "" has a spatial attribute`},
 		{"training outputs", bnTraining, "training outputs"},
 		{"opset 6", oldModel(6, nil, nil, false), "only from opset 7"},

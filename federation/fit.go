@@ -24,6 +24,10 @@ type Result struct {
 	Privacy *calib.Privacy
 	// Ledger holds every noisy release; nil when Privacy is.
 	Ledger *dp.Ledger
+	// Fit reports how a scaling fit (FedAvg) ended: its rounds, whether
+	// the last round's update was below FedAvgTolerance, and T at a
+	// bound; nil for the binning protocols, which are not iterative.
+	Fit *calib.FitReport
 }
 
 // Fitter is a federated calibration protocol: FedBin, FedBBQ or FedAvg.

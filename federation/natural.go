@@ -28,6 +28,12 @@ type NaturalOptions struct {
 	// examples go to Partition.Dropped. Zero or negative keeps every user.
 	// LEAF federations use LEAFMinSamples.
 	MinSamples int
+	// ForEvaluation keeps clients without calibration rows: a partition
+	// read only to evaluate each client's test (or calibration) rows
+	// needs none, and an evaluation skips a client without rows of the
+	// split it measures. The zero value refuses such clients, which a
+	// fit cannot use.
+	ForEvaluation bool
 }
 
 type user struct {
@@ -182,8 +188,8 @@ func Natural(labels []int, classes int, client []int32, split []uint8, opt Natur
 		case RuleLEAFSample:
 			c = splitLEAFSample(u.id, u.rows, split, rng)
 		}
-		if len(c.Calibration) == 0 {
-			return nil, fmt.Errorf("client %d has %d examples and none in its calibration split (rule %q); drop small clients with a minimum sample count, or choose rule %q or %q",
+		if len(c.Calibration) == 0 && !opt.ForEvaluation {
+			return nil, fmt.Errorf("client %d has %d examples and none in its calibration split (split rule %q); drop small clients with a minimum sample count, or split each client's rows by split rule %q or %q (fedcalib partition --scheme natural --rule) and pass the partition file",
 				u.id, len(u.rows), rule, RuleLEAFSample, RuleFractions)
 		}
 		p.Clients = append(p.Clients, c)

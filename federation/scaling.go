@@ -151,7 +151,16 @@ type scaleServer struct {
 	closed  int       // last round closed by EndRound
 	open    bool      // an Add since the last EndRound
 	ext     *external // the next round's distributed noise (NoisedRound), nil: central
+	// move is the relative L2 norm of the last applied update,
+	// ‖Δw‖/max(‖w‖, 1) (−1: none applied yet).
+	move float64
 }
+
+// FedAvgTolerance is the tolerance of FedAvg's fit report
+// (calib.FitReport): the fit is reported converged when the server's last
+// applied update moved its parameters by less than this fraction of their
+// L2 norm (of 1, if smaller).
+const FedAvgTolerance = 1e-3
 
 // Fit runs f over pop for r's rounds.
 func (f *FedAvg) Fit(ctx context.Context, pop Population, r Rounds) (*Result, error) {
@@ -188,7 +197,7 @@ func (f *FedAvg) Steps(fed Federation, r Rounds) (ClientStep, ServerStep, error)
 		return nil, nil, fmt.Errorf("%s: clip norm is %v: want ≥ 0 (0: no clipping)", name, f.Clip)
 	}
 	init := f.Scaler(c, initRand(r.Seed))
-	s := &scaleServer{f: f, name: name, classes: c, clients: fed.Clients, rounds: r, lr: lr, w: init.Params(), init: init}
+	s := &scaleServer{f: f, name: name, classes: c, clients: fed.Clients, rounds: r, lr: lr, w: init.Params(), init: init, move: -1}
 	s.sum = make([]float64, len(s.w))
 	_, s.isTemp = init.(*calib.Temperature)
 	if !math.IsInf(f.Clip, 1) {
@@ -264,7 +273,35 @@ func (s *scaleServer) Result() (*Result, error) {
 		Calibrator: s.init,
 		Privacy:    record(s.ledger, s.sigma, s.priv, false, s.rounds),
 		Ledger:     s.ledger,
+		Fit:        s.report(),
 	}, nil
+}
+
+// report is the fit report of the rounds closed so far: converged when
+// the last applied update moved w by less than FedAvgTolerance
+// (relative), with T named when it sits at a bound of its range.
+func (s *scaleServer) report() *calib.FitReport {
+	r := &calib.FitReport{Iterations: s.closed, MaxIterations: s.rounds.T, Tolerance: FedAvgTolerance}
+	switch {
+	case s.move < 0:
+		r.Stop = "no round had participants"
+	default:
+		r.Gradient = s.move
+		r.Converged = s.move < FedAvgTolerance
+		r.Stop = "last round's update below tolerance"
+		if !r.Converged {
+			r.Stop = "round limit (the last round still moved the parameters)"
+		}
+	}
+	if s.isTemp {
+		switch t := s.w[0]; {
+		case t <= calib.MinTemperature:
+			r.AtBound = []string{fmt.Sprintf("t = %v (lower bound)", calib.MinTemperature)}
+		case t >= calib.MaxTemperature:
+			r.AtBound = []string{fmt.Sprintf("t = %v (upper bound)", calib.MaxTemperature)}
+		}
+	}
+	return r
 }
 
 // EndRound applies the round's (noisy) mean delta.
@@ -300,11 +337,16 @@ func (s *scaleServer) endRound(t, participants int) error {
 			}
 			denom = s.rounds.SampleRate * float64(s.clients)
 		}
+		var moved, size float64
 		for i, v := range s.sum {
-			s.w[i] += s.lr * (v / denom)
+			d := s.lr * (v / denom)
+			size += s.w[i] * s.w[i]
+			s.w[i] += d
+			moved += d * d
 		}
 		clear(s.sum)
 		s.project()
+		s.move = math.Sqrt(moved) / max(math.Sqrt(size), 1)
 	}
 	if s.f.Snapshot != nil {
 		sc := s.f.Scaler(s.classes, initRand(s.rounds.Seed))

@@ -84,7 +84,7 @@ func TestSelectionRelease(t *testing.T) {
 	if _, err := SelectionRelease("sel"); err == nil {
 		t.Error("no releases accepted")
 	}
-	if SelectSeed(1, 0) == SelectSeed(1, 1) || SelectSeed(1, 0) == SelectSeed(2, 0) || SelectSeed(1, 0) != SelectSeed(1, 0) {
+	if a, b := SelectSeed(1, 0), SelectSeed(1, 0); SelectSeed(1, 0) == SelectSeed(1, 1) || SelectSeed(1, 0) == SelectSeed(2, 0) || a != b {
 		t.Error("SelectSeed does not separate its streams")
 	}
 }

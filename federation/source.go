@@ -36,6 +36,9 @@ type Source struct {
 	// NaturalOptions.MinSamples of a natural partition.
 	Rule       SplitRule
 	MinSamples int
+	// ForEvaluation is NaturalOptions.ForEvaluation of a natural
+	// partition: clients without calibration rows are kept.
+	ForEvaluation bool
 }
 
 // Partition returns the partition s names for a data set with these
@@ -72,7 +75,7 @@ func (s Source) Partition(labels []int, classes int, client []int32, split []uin
 		return nil, "", ErrNoClientColumn
 	}
 	p, err := Natural(labels, classes, client, split, NaturalOptions{
-		Seed: s.Seed, Rule: s.Rule, Fractions: s.Fractions, MinSamples: s.MinSamples,
+		Seed: s.Seed, Rule: s.Rule, Fractions: s.Fractions, MinSamples: s.MinSamples, ForEvaluation: s.ForEvaluation,
 	})
 	if err != nil {
 		return nil, "", err

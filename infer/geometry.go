@@ -36,11 +36,11 @@ func (g *geometry) apply(r *data.Record) (*data.Record, error) {
 		return nil, fmt.Errorf("cannot resize an empty %d×%d image", m.H, m.W)
 	}
 	if rs := g.pre.Resize; rs != nil {
-		h, w := rs[0], rs[0]
+		var h, w int
 		if len(rs) == 1 {
 			h, w = resize.ShorterSide(m.H, m.W, rs[0])
 		} else {
-			w = rs[1]
+			h, w = rs[0], rs[1]
 		}
 		if h != m.H || w != m.W { // torchvision returns an image of the right size unchanged
 			m = g.rs.Resample(g.tmp, m, h, w, g.pre.Interpolation)

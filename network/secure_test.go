@@ -90,8 +90,12 @@ func closeParams(a, b calib.Calibrator, rel float64) (float64, bool) {
 // masks are agreed (before sending their masked input), the secure sum is
 // the plain sum of the survivors' updates: binning calibrators and sums
 // equal the plain steps' bit for bit (integer counts, scale 1); scaling
-// parameters to 1e-12 (quantised at b = 64 bits, scale 2^59: a rounding
-// error below 2^−59 of the clip norm per client and round).
+// parameters to 1e-8 (quantised at b = 64 bits, scale 2^59: a rounding
+// error below 2^−59 of the clip norm per client and round, which moves the
+// next round's warm start; the clients' local fits run to a gradient of
+// 1e-7 (calib.DefaultGradientTol), so where such a start changes when a
+// fit stops, its result moves by up to the tolerance's effect, measured
+// 2e-9 relative for dirichlet).
 func TestSecureEqualsPlain(t *testing.T) {
 	const K, C, k, thr = 8, 3, 7, 4
 	pop := population(t, 800, C, K)
@@ -137,8 +141,8 @@ func TestSecureEqualsPlain(t *testing.T) {
 				}
 				return
 			}
-			if d, ok := closeParams(out.Result.Calibrator, want.Calibrator, 1e-12); !ok {
-				t.Errorf("parameters differ from the plain ones by %g (relative), want ≤ 1e-12", d)
+			if d, ok := closeParams(out.Result.Calibrator, want.Calibrator, 1e-8); !ok {
+				t.Errorf("parameters differ from the plain ones by %g (relative), want ≤ 1e-8", d)
 			}
 		})
 	}

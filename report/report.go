@@ -302,7 +302,10 @@ func Build(in Input) (*Report, error) {
 		if err != nil {
 			return nil, fmt.Errorf("report: %s: %w", c.label, err)
 		}
-		row := MetricsRow{Label: c.label, Metrics: m, AdaptiveECE: tl.AdaptiveECE}
+		row := MetricsRow{Label: c.label, Metrics: m}
+		if tl.AdaptiveECE != nil {
+			row.AdaptiveECE = *tl.AdaptiveECE
+		}
 		if resamples > 0 {
 			if row.Intervals, err = calib.BootstrapIntervals(c.probs, s.Labels, s.Classes, bins, resamples, level, in.Seed); err != nil {
 				return nil, fmt.Errorf("report: %s: %w", c.label, err)
@@ -477,6 +480,18 @@ func fitOf(c Calibrated) Fit {
 
 // convergence says what the file records of how the fit ended.
 func convergence(f *calib.File) string {
+	if r := f.Provenance.Fit; r != nil {
+		how := "converged"
+		if !r.Converged {
+			how = "did not converge"
+		}
+		s := fmt.Sprintf("%s after %d of at most %d iterations (%s; objective %.6g, gradient %.3g against tolerance %.3g)",
+			how, r.Iterations, r.MaxIterations, r.Stop, r.Objective, r.Gradient, r.Tolerance)
+		if len(r.AtBound) > 0 {
+			s += "; at a bound: " + strings.Join(r.AtBound, ", ")
+		}
+		return s
+	}
 	var keys map[string]json.RawMessage
 	if json.Unmarshal(f.Params, &keys) == nil {
 		for _, k := range []string{"converged", "iterations", "status"} {

@@ -233,3 +233,25 @@ func TestHostileNames(t *testing.T) {
 		t.Error("a name's markup reached the page")
 	}
 }
+
+func TestConvergenceFromFitReport(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		f    *calib.File
+		want string
+	}{
+		{"recorded, at a bound", &calib.File{Provenance: calib.Provenance{Fit: &calib.FitReport{
+			Iterations: 2000, MaxIterations: 2000, Stop: "iteration limit", Objective: 0.5,
+			Gradient: 1e-3, Tolerance: 1e-7, AtBound: []string{"t = 100 (upper bound)"}}}},
+			"did not converge after 2000 of at most 2000 iterations (iteration limit; objective 0.5, gradient 0.001 against tolerance 1e-07); at a bound: t = 100 (upper bound)"},
+		{"recorded, converged", &calib.File{Provenance: calib.Provenance{Fit: &calib.FitReport{
+			Converged: true, Iterations: 12, MaxIterations: 2000, Stop: "gradient below tolerance",
+			Objective: 0.125, Gradient: 5e-8, Tolerance: 1e-7}}},
+			"converged after 12 of at most 2000 iterations (gradient below tolerance; objective 0.125, gradient 5e-08 against tolerance 1e-07)"},
+		{"not recorded", &calib.File{}, "not recorded in the calibrator file"},
+	} {
+		if got := convergence(tc.f); got != tc.want {
+			t.Errorf("%s: convergence = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
