@@ -114,7 +114,9 @@ def calibrate_row(method, c, params, z):
     if method == "matrix":
         return softmax(matrix(params["a"], c, c) @ z + np.asarray(params["b"]))
     if method == "dirichlet":
-        return softmax(matrix(params["w"], c, c) @ log_softmax(z) + np.asarray(params["b"]))
+        # log-probabilities clamped from below at log 2^-52 (SIDECAR.md)
+        ell = np.maximum(log_softmax(z), -52.0 * np.log(2.0))
+        return softmax(matrix(params["w"], c, c) @ ell + np.asarray(params["b"]))
     if method == "opvector":
         a = np.asarray(params["a"], dtype=np.float64)
         b = np.asarray(params["b"], dtype=np.float64)
