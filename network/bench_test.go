@@ -78,6 +78,14 @@ type scaleReport struct {
 	PeakHWM     int64                 // VmHWM (bytes) at the end
 	Sampled     int                   // participants, summed over rounds
 	Dropouts    int
+	// Enrolment is the time from the coordinator's start to round 1's
+	// first invitation: every client enrolled.
+	Enrolment time.Duration
+	// CPU is the coordinator process's CPU time (its embedded server and
+	// the watching connection included) over rounds 2..T, and Accepted
+	// the updates it accepted in those rounds.
+	CPU      time.Duration
+	Accepted int
 }
 
 // TestScale runs *scaleClients clients (goroutines of this process, each
@@ -119,7 +127,7 @@ func TestScale(t *testing.T) {
 	r := federation.Rounds{T: *scaleRounds, SampleRate: *scaleRate, Seed: 1}
 	fmt.Printf("%d clients, %d classes, %d rows per client on average, %d rounds of FedBBQ (2^%d bins) at p = %g; store in %s (sync always: %t, sparse updates: %t); load %s\n",
 		K, C, rows/K, r.T, spec.Mexp, r.SampleRate, store, *scaleSync, *scaleSparse, loadavg())
-	fmt.Println("rep  sim/round  net/round  RTT      net/sim  (net−RTT)/sim  B/client/round up, down  coord VmHWM idle → peak")
+	fmt.Println("rep  sim/round  net/round  RTT      net/sim  (net−RTT)/sim  B/client/round up, down  coord VmHWM idle → peak  enrolment  coord CPU/accepted update")
 	var phases []string
 	for rep := 1; rep <= *scaleReps; rep++ {
 		start := time.Now()
@@ -170,10 +178,15 @@ func TestScale(t *testing.T) {
 				rep, mean(opening), mean(first), mean(updates), mean(closing)))
 		}
 		perClient := func(b int64) int64 { return b / int64(rp.Clients*r.T) }
-		fmt.Printf("%-4d %-10v %-10v %-8v %-8.2f %-14.2f %d, %d  %.0f → %.0f MiB\n", rep,
+		perUpdate := time.Duration(0)
+		if rp.Accepted > 0 {
+			perUpdate = rp.CPU / time.Duration(rp.Accepted)
+		}
+		fmt.Printf("%-4d %-10v %-10v %-8v %-8.2f %-14.2f %d, %d  %.0f → %.0f MiB  %v  %v (%v over %d updates)\n", rep,
 			simRound.Round(time.Microsecond), netRound.Round(time.Microsecond), rp.RTT.Round(time.Microsecond),
 			float64(netRound)/float64(simRound), float64(netRound-rp.RTT)/float64(simRound),
-			perClient(rp.In), perClient(rp.Out), float64(rp.IdleHWM)/(1<<20), float64(rp.PeakHWM)/(1<<20))
+			perClient(rp.In), perClient(rp.Out), float64(rp.IdleHWM)/(1<<20), float64(rp.PeakHWM)/(1<<20),
+			rp.Enrolment.Round(time.Millisecond), perUpdate.Round(100*time.Nanosecond), rp.CPU.Round(time.Millisecond), rp.Accepted)
 	}
 	fmt.Println("rep  phases of a round (mean of rounds 2..T)")
 	for _, p := range phases {
@@ -331,6 +344,7 @@ func TestScaleCoordinator(t *testing.T) {
 	var (
 		mu    sync.Mutex
 		start time.Time
+		cpu1  time.Duration // processCPU when round 1 closed
 	)
 	rp.Announced, rp.FirstUpdate, rp.LastUpdate = map[int]time.Duration{}, map[int]time.Duration{}, map[int]time.Duration{}
 	if _, err := watch.Subscribe(subjInviteAll(DefaultFederation), func(m *nats.Msg) {
@@ -367,6 +381,15 @@ func TestScaleCoordinator(t *testing.T) {
 		Clients: pubs, MinClients: 1, RoundTimeout: time.Minute, EnrolTimeout: 10 * time.Minute, SparseUpdates: job.Sparse,
 		Progress: func(r RoundReport) {
 			rp.RoundTimes = append(rp.RoundTimes, time.Since(start))
+			switch {
+			case r.Round == 1:
+				cpu1 = processCPU()
+			case r.Round == job.T:
+				rp.CPU = processCPU() - cpu1
+			}
+			if r.Round > 1 {
+				rp.Accepted += len(r.Sampled) - len(r.Dropouts)
+			}
 			if r.Round == 1 {
 				fmt.Println("ROUND1")
 				if job.Profile != "" {
@@ -405,6 +428,7 @@ func TestScaleCoordinator(t *testing.T) {
 	}
 	rp.PeakHWM = vmHWM(t)
 	mu.Lock()
+	rp.Enrolment = rp.Announced[1]
 	defer mu.Unlock()
 	if err := WriteCalibrator(job.Out, out, calib.Provenance{Protocol: out.Result.Protocol, Clients: len(pubs)}); err != nil {
 		t.Fatal(err)
