@@ -2,6 +2,7 @@ package cli
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -144,7 +145,7 @@ exceeds it. The report prints each interval. What is checked:
 				if calibPath == "" {
 					return fmt.Errorf("--logits needs --calibrator C.json")
 				}
-				s, probs, method, err = checkLogits(logitsPath, calibPath, split, input)
+				s, probs, method, err = checkLogits(cmd.Context(), logitsPath, calibPath, split, input)
 			case modelPath != "":
 				if spec == "" {
 					return fmt.Errorf("--model needs --data SPEC, the labelled data to check on")
@@ -253,11 +254,12 @@ func printIntervals(out io.Writer, v calib.Verdict) {
 	}
 }
 
-// checkLogits reads logits and a calibrator file.
+// checkLogits reads logits (within the memory budget of ctx) and a
+// calibrator file.
 // The rows are read as --input says, else as the logits file records,
 // else as the calibrator was fitted (provenance.input); a calibrator
 // fitted on the other kind is refused (checkFitted).
-func checkLogits(logitsPath, calibPath, split string, input inputKind) (*calib.Set, []float64, string, error) {
+func checkLogits(ctx context.Context, logitsPath, calibPath, split string, input inputKind) (*calib.Set, []float64, string, error) {
 	explicit := input != ""
 	c, file, err := calib.ReadFile(calibPath)
 	if err != nil {
@@ -266,7 +268,7 @@ func checkLogits(logitsPath, calibPath, split string, input inputKind) (*calib.S
 	if input, err = fittedInput(input, calibPath, file); err != nil {
 		return nil, nil, "", err
 	}
-	f, err := logits.Read(logitsPath)
+	f, err := logits.ReadBudget(logitsPath, memoryBudget(ctx))
 	if err != nil {
 		return nil, nil, "", err
 	}

@@ -42,15 +42,11 @@ func (in *inputKind) Set(v string) error {
 // Type names the flag's values in help texts.
 func (in *inputKind) Type() string { return "logits|probabilities" }
 
-// readLogits is readLogitsIn within logits.DefaultMemoryBudget. f.Input
-// then says which kind it read.
-func readLogits(path string, in inputKind) (*logits.File, error) {
-	return readLogitsIn(context.Background(), path, in)
-}
-
 // readLogitsIn reads the logits file at path (logits.ReadBudget, within
 // the memory budget of ctx) holding input of kind in, and turns
-// probabilities into log-probabilities (logits.File.ConvertInput).
+// probabilities into log-probabilities (logits.File.ConvertInput). f.Input
+// then says which kind it read. Every command reads logits files through
+// it, so --memory-budget holds for all of them.
 func readLogitsIn(ctx context.Context, path string, in inputKind) (*logits.File, error) {
 	f, err := logits.ReadBudget(path, memoryBudget(ctx))
 	if err != nil {

@@ -158,7 +158,7 @@ func TestCheckModelInputProbabilities(t *testing.T) {
 
 // joinData returns the calibration rows join reads with fl.
 func joinData(cmd *cobra.Command, fl *joinFlags, w network.Welcome) (*calib.Set, error) {
-	pre, err := joinPrecheck(fl)
+	pre, err := joinPrecheck(cmd.Context(), fl)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -139,7 +140,7 @@ func runJoin(cmd *cobra.Command, fl *joinFlags) error {
 	// The local inputs are checked, and a logits file read, before
 	// connecting: a missing file or a client out of range is a fix to make
 	// here, not something to find after enrolling.
-	pre, err := joinPrecheck(fl)
+	pre, err := joinPrecheck(cmd.Context(), fl)
 	if err != nil {
 		return err
 	}
@@ -220,14 +221,14 @@ func runJoin(cmd *cobra.Command, fl *joinFlags) error {
 // joinPrecheck checks join's local inputs before it connects: the model
 // file exists, or the logits file (read here, and returned) and the
 // partition fit, with --client-id among the partition's clients.
-func joinPrecheck(fl *joinFlags) (*logits.File, error) {
+func joinPrecheck(ctx context.Context, fl *joinFlags) (*logits.File, error) {
 	if fl.model != "" {
 		if _, err := os.Stat(fl.model); err != nil {
 			return nil, fmt.Errorf("--model: %w", err)
 		}
 		return nil, nil
 	}
-	f, err := readLogits(fl.logits, fl.input)
+	f, err := readLogitsIn(ctx, fl.logits, fl.input)
 	if err != nil {
 		return nil, err
 	}

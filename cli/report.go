@@ -77,7 +77,7 @@ and "fedcalib calibrate --report" write the same report.`,
 			if err := gate.Validate(); err != nil {
 				return fmt.Errorf("--max-accuracy-drop, --min-cwece-improvement: %w", err)
 			}
-			f, err := readLogits(logitsPath, input)
+			f, err := readLogitsIn(cmd.Context(), logitsPath, input)
 			if err != nil {
 				return err
 			}

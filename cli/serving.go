@@ -119,7 +119,7 @@ func (vf *vectorsFrom) input(ctx context.Context, m *onnx.Model, c calib.Calibra
 	case !standalone && isLogits:
 		return nil, fmt.Errorf("--test-vectors-data %s: the model reads its own inputs: give a dataset spec (FORMAT:PATH[:OPTION])", vf.data)
 	case standalone:
-		lf, err := readLogits(vf.data, inputKind(file.Provenance.Input))
+		lf, err := readLogitsIn(ctx, vf.data, inputKind(file.Provenance.Input))
 		if err != nil {
 			return nil, fmt.Errorf("--test-vectors-data: %w", err)
 		}

@@ -550,10 +550,18 @@ func TestBoundedReads(t *testing.T) {
 		}
 		t.Logf("%s on 100 × 50,000: peak RSS %.1f MB", args[0], float64(rss)/(1<<20))
 	}
-	// --memory-budget lowers (or raises) the bound.
-	out, code := run(t, bin, "eval", "--logits", p("l.npz"), "--memory-budget", "1KiB")
-	if code != 2 || !strings.Contains(out, "above the memory budget of 1 KiB") {
-		t.Errorf("--memory-budget 1KiB: exit %d: %s", code, out)
+	// --memory-budget lowers (or raises) the bound, for every command
+	// that reads a logits file.
+	for _, args := range [][]string{
+		{"eval", "--logits", p("l.npz")},
+		{"check", "--logits", p("l.npz"), "--calibrator", p("wide-temp.json")},
+		{"report", "--logits", p("l.npz"), "--out", p("budget.html")},
+		{"calibrate", "--central", "--method", "temp", "--logits", p("l.npz"), "--out", p("budget.json")},
+	} {
+		out, code := run(t, bin, append(args, "--memory-budget", "1KiB")...)
+		if code != 2 || !strings.Contains(out, "above the memory budget of 1 KiB") {
+			t.Errorf("%s --memory-budget 1KiB: exit %d: %s", args[0], code, out)
+		}
 	}
 }
 
