@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"math"
 	"path/filepath"
@@ -158,7 +159,7 @@ func TestCheckModelInputProbabilities(t *testing.T) {
 
 // joinData returns the calibration rows join reads with fl.
 func joinData(cmd *cobra.Command, fl *joinFlags, w network.Welcome) (*calib.Set, error) {
-	pre, err := joinPrecheck(cmd.Context(), fl)
+	pre, err := joinPrecheck(context.Background(), fl)
 	if err != nil {
 		return nil, err
 	}
