@@ -131,13 +131,13 @@ func withPrior(f lossGrad, identity []float64, n int, o FitOptions) lossGrad {
 // (same length as x) and returns its value.
 type lossGrad func(grad, x []float64) float64
 
-// lbfgsRestarts is the number of times minimizeLBFGS starts L-BFGS
+// lbfgsRestarts is the number of times minimizeScaled starts L-BFGS
 // afresh from the best point so far, with an empty history, when a run
 // stops (a failed line search, a stalled objective) before the gradient
 // meets the tolerance.
 const lbfgsRestarts = 5
 
-// minimizeLBFGS minimises f with L-BFGS from x0 under the options o and
+// minimizeScaled minimises f with L-BFGS from x0 under the options o and
 // returns the best point found, never one worse than x0, with the report
 // of the fit: converged when the infinity norm of the gradient there is at
 // most o's tolerance. A run that stops short of it (a failed line search
@@ -145,15 +145,12 @@ const lbfgsRestarts = 5
 // with an empty history, up to lbfgsRestarts times while it makes
 // progress, within one budget of o's iterations. It returns an error only
 // when the objective is not finite at x0.
-func minimizeLBFGS(f lossGrad, x0 []float64, o FitOptions) ([]float64, FitReport, error) {
-	return minimizeScaled(f, x0, nil, o)
-}
-
-// minimizeScaled is minimizeLBFGS preconditioned by scale (nil: none):
-// L-BFGS runs on y = x ⊙ scale, so that a parameter multiplying a feature
-// of large magnitude s (a logit of −1e4) moves in steps of its natural
-// size; the optimum, the objective and the convergence test (on the
-// gradient in x) are unchanged. Every scale must be ≥ 1.
+//
+// L-BFGS is preconditioned by scale (nil: none): it runs on
+// y = x ⊙ scale, so that a parameter multiplying a feature of large
+// magnitude s (a logit of −1e4) moves in steps of its natural size; the
+// optimum, the objective and the convergence test (on the gradient in x)
+// are unchanged. Every scale must be ≥ 1.
 func minimizeScaled(fx0 lossGrad, x0, scale []float64, o FitOptions) ([]float64, FitReport, error) {
 	f := fx0
 	if scale != nil {
@@ -184,7 +181,7 @@ func minimizeScaled(fx0 lossGrad, x0, scale []float64, o FitOptions) ([]float64,
 	return minimizeOn(f, x0, nil, o)
 }
 
-// minimizeOn runs minimizeLBFGS's restarted L-BFGS on f from x0; the
+// minimizeOn runs minimizeScaled's restarted L-BFGS on f from x0; the
 // gradient of f, divided by scale (nil: 1), is the gradient in the
 // original parameters whose infinity norm the tolerance bounds.
 func minimizeOn(f lossGrad, x0, scale []float64, o FitOptions) ([]float64, FitReport, error) {
@@ -271,7 +268,7 @@ func minimizeOn(f lossGrad, x0, scale []float64, o FitOptions) ([]float64, FitRe
 }
 
 // newtonMaxParams is the largest number of parameters for which
-// minimizeLBFGS finishes a fit that L-BFGS left short of its tolerance by
+// minimizeScaled finishes a fit that L-BFGS left short of its tolerance by
 // Newton's method: its Hessian costs as many gradient evaluations as
 // there are parameters (matrix scaling of up to 33 classes).
 const newtonMaxParams = 1200
