@@ -1,0 +1,271 @@
+package turbojpeg
+
+/*
+#cgo LDFLAGS: -ldl
+#include <dlfcn.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+// The TurboJPEG API as turbojpeg.h documents it: a handle is opaque.
+typedef void *fc_tjhandle;
+
+// fc_tj holds the library and the functions fedcalib calls.
+typedef struct {
+	void *so;
+	fc_tjhandle (*init_decompress)(void);
+	int (*decompress2)(fc_tjhandle, const unsigned char *, unsigned long,
+	                   unsigned char *, int, int, int, int, int);
+	char *(*error_str2)(fc_tjhandle);
+	int (*error_code)(fc_tjhandle);
+	int (*destroy)(fc_tjhandle);
+} fc_tj;
+
+// fc_tj_open opens the library at path into t: 0, or -1 with the reason
+// in msg.
+static int fc_tj_open(fc_tj *t, const char *path, char *msg, size_t n) {
+	static const char *names[] = {
+		"tjInitDecompress", "tjDecompress2", "tjGetErrorStr2",
+		"tjGetErrorCode", "tjDestroy",
+	};
+	void **slots[] = {
+		(void **)&t->init_decompress, (void **)&t->decompress2,
+		(void **)&t->error_str2, (void **)&t->error_code,
+		(void **)&t->destroy,
+	};
+	t->so = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (t->so == NULL) {
+		const char *e = dlerror();
+		snprintf(msg, n, "%s", e ? e : "dlopen failed");
+		return -1;
+	}
+	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+		*slots[i] = dlsym(t->so, names[i]);
+		if (*slots[i] == NULL) {
+			snprintf(msg, n, "it has no %s: not libjpeg-turbo's TurboJPEG library, version 2.0 or later", names[i]);
+			dlclose(t->so);
+			t->so = NULL;
+			return -1;
+		}
+	}
+	return 0;
+}
+
+static fc_tjhandle fc_tj_init(const fc_tj *t) { return t->init_decompress(); }
+
+static void fc_tj_destroy(const fc_tj *t, fc_tjhandle h) { t->destroy(h); }
+
+// fc_tj_decompress decodes the size bytes at src into dst (height rows of
+// pitch bytes, pixel format pf) with flags. It returns 0 on success; else
+// -1, with libjpeg-turbo's message in msg and *fatal 0 for a warning (the
+// image was decoded from corrupt data) or 1 for an error. The message is
+// read in this call because TurboJPEG keeps it per thread.
+static int fc_tj_decompress(const fc_tj *t, fc_tjhandle h,
+                            const unsigned char *src, unsigned long size,
+                            unsigned char *dst, int width, int pitch,
+                            int height, int pf, int flags,
+                            char *msg, size_t n, int *fatal) {
+	if (t->decompress2(h, src, size, dst, width, pitch, height, pf, flags) == 0)
+		return 0;
+	snprintf(msg, n, "%s", t->error_str2(h));
+	*fatal = t->error_code(h) != 0; // TJERR_WARNING is 0, TJERR_FATAL 1
+	return -1;
+}
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"unsafe"
+)
+
+const (
+	// Library is the file name of the TurboJPEG library that is loaded
+	// from the system's library path when LibraryEnv is not set.
+	Library = "libturbojpeg.so.0"
+	// LibraryEnv is the environment variable that names a TurboJPEG
+	// library file to load instead of Library.
+	LibraryEnv = "FEDCALIB_LIBTURBOJPEG"
+)
+
+// TurboJPEG's pixel formats (enum TJPF) and flags (TJFLAG_*), as
+// turbojpeg.h defines them.
+const (
+	tjpfRGB          = 0
+	tjpfCMYK         = 11
+	tjflagLimitScans = 32768
+)
+
+// ErrNotFound is wrapped by every error that means the TurboJPEG library
+// is missing or cannot be loaded: a fault of the machine, not of the
+// image.
+var ErrNotFound = errors.New("libturbojpeg not found")
+
+// LibraryError reports a TurboJPEG library that cannot be loaded. It
+// matches ErrNotFound with errors.Is, and its message says how to install
+// the library.
+type LibraryError struct {
+	Path   string // the file or library name given to dlopen
+	Reason string // why it failed, from dlopen or dlsym
+}
+
+func (e *LibraryError) Error() string {
+	return fmt.Sprintf("%v (%s: %s): JPEG images are decoded by libjpeg-turbo's TurboJPEG library; "+
+		"install it (Debian and Ubuntu: apt-get install libturbojpeg0, which `make setup` runs as root) or set %s to its path",
+		ErrNotFound, e.Path, e.Reason, LibraryEnv)
+}
+
+// Is reports whether target is ErrNotFound.
+func (e *LibraryError) Is(target error) bool { return target == ErrNotFound }
+
+// library is a loaded TurboJPEG library. It is never unloaded.
+type library struct{ c C.fc_tj }
+
+// msgLen bounds the messages copied from C (libjpeg's JMSG_LENGTH_MAX is
+// 200).
+const msgLen = 256
+
+// open loads the TurboJPEG library at path (a file, or a name that dlopen
+// looks up in the library path).
+func open(path string) (*library, error) {
+	l := new(library)
+	var msg [msgLen]C.char
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	if C.fc_tj_open(&l.c, cpath, &msg[0], msgLen) != 0 {
+		return nil, &LibraryError{Path: path, Reason: C.GoString(&msg[0])}
+	}
+	return l, nil
+}
+
+// loaded is the library of the process, loaded the first time a Decoder
+// is made, from the path in LibraryEnv or else Library. Like the ONNX
+// Runtime environment (infer/runtime.go) it is process-wide because a
+// shared library is: it is opened once and never closed. A failed load
+// is not retried; the process must be restarted with the library in
+// place.
+var loaded = sync.OnceValues(func() (*library, error) {
+	path := Library
+	if p := os.Getenv(LibraryEnv); p != "" {
+		path = p
+	}
+	return open(path)
+})
+
+// Load loads the TurboJPEG library, as the first NewDecoder does, and
+// reports whether it could; the error wraps ErrNotFound.
+func Load() error {
+	_, err := loaded()
+	return err
+}
+
+// Format is the layout of decoded pixels. The zero value is RGB.
+type Format int
+
+const (
+	// RGB is 3 bytes per pixel, red, green and blue, as libjpeg converts
+	// a YCbCr, RGB or grayscale JPEG to RGB (gray is replicated).
+	RGB Format = iota
+	// CMYK is 4 bytes per pixel as libjpeg decodes a 4-component JPEG: a
+	// YCCK image converted to CMYK, a CMYK image as stored (Adobe's
+	// inverted convention included; nothing is inverted here).
+	CMYK
+)
+
+// Size returns the bytes per pixel of f.
+func (f Format) Size() int {
+	if f == CMYK {
+		return 4
+	}
+	return 3
+}
+
+func (f Format) tj() C.int {
+	if f == CMYK {
+		return tjpfCMYK
+	}
+	return tjpfRGB
+}
+
+// MaxScans is the number of scans beyond which Decode refuses a
+// progressive JPEG (TJFLAG_LIMITSCANS): 500. Each scan revisits the
+// whole image, so a small file of many scans could otherwise take
+// unbounded time; encoders write at most a few dozen.
+const MaxScans = 500
+
+// Decoder decodes JPEG images. It holds a TurboJPEG handle and must not
+// be used by two goroutines at once. Close frees the handle; a Decoder
+// that is dropped without Close frees it when garbage-collected.
+type Decoder struct {
+	lib     *library
+	h       C.fc_tjhandle
+	cleanup runtime.Cleanup
+	msg     [msgLen]C.char
+}
+
+// NewDecoder loads the library (once per process) and returns a Decoder.
+// The error wraps ErrNotFound when the library cannot be loaded.
+func NewDecoder() (*Decoder, error) {
+	lib, err := loaded()
+	if err != nil {
+		return nil, err
+	}
+	h := C.fc_tj_init(&lib.c)
+	if h == nil {
+		return nil, errors.New("turbojpeg: tjInitDecompress failed (out of memory?)")
+	}
+	d := &Decoder{lib: lib, h: h}
+	d.cleanup = runtime.AddCleanup(d, func(h C.fc_tjhandle) { C.fc_tj_destroy(&lib.c, h) }, h)
+	return d, nil
+}
+
+// Close frees the decoder's handle. It is safe to call more than once.
+func (d *Decoder) Close() {
+	if d.h == nil {
+		return
+	}
+	d.cleanup.Stop()
+	C.fc_tj_destroy(&d.lib.c, d.h)
+	d.h = nil
+}
+
+// Decode decodes the JPEG data src into dst, width×height pixels of
+// format f, row after row (len(dst) must be width·height·f.Size()). width
+// and height must be the image's, as its frame header gives them: libjpeg
+// scales a larger image down to fit dst and never writes outside it.
+//
+// err is non-nil when libjpeg could not decode the image (dst is then
+// partly written). Otherwise warning is empty, or holds libjpeg's first
+// warning about corrupt data it decoded anyway (bytes before a marker, a
+// bad Huffman code, data that ended early, which libjpeg completes with
+// gray); dst then holds libjpeg's pixels, which are what PIL returns.
+func (d *Decoder) Decode(dst, src []byte, width, height int, f Format) (warning string, err error) {
+	if d.h == nil {
+		panic("turbojpeg: Decode after Close")
+	}
+	if width <= 0 || height <= 0 || len(dst) != width*height*f.Size() {
+		panic(fmt.Sprintf("turbojpeg: %d-byte destination for %d×%d pixels of %d bytes", len(dst), width, height, f.Size()))
+	}
+	if len(src) == 0 {
+		return "", errors.New("empty JPEG")
+	}
+	var fatal C.int
+	r := C.fc_tj_decompress(&d.lib.c, d.h,
+		(*C.uchar)(unsafe.Pointer(&src[0])), C.ulong(len(src)),
+		(*C.uchar)(unsafe.Pointer(&dst[0])), C.int(width), C.int(width*f.Size()), C.int(height),
+		f.tj(), tjflagLimitScans, &d.msg[0], msgLen, &fatal)
+	runtime.KeepAlive(src)
+	runtime.KeepAlive(dst)
+	if r == 0 {
+		return "", nil
+	}
+	msg := C.GoString(&d.msg[0])
+	if fatal != 0 {
+		return "", errors.New(msg)
+	}
+	return msg, nil
+}
