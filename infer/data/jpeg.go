@@ -177,6 +177,9 @@ func (j *jpegDecoder) decode(rec *Record, name string, br *bufio.Reader) error {
 	}
 	warning, err := j.dec.Decode(dst, j.buf, w, h, format)
 	if err != nil {
+		if err.Error() == jpegSOIError {
+			return formatError(name, nil, "decoding JPEG: the file is truncated, or holds a second SOI marker (%s)", err)
+		}
 		return formatError(name, nil, "decoding JPEG: %s", err)
 	}
 	if warning == jpegEOFWarning {
@@ -188,6 +191,10 @@ func (j *jpegDecoder) decode(rec *Record, name string, br *bufio.Reader) error {
 	rec.Client = ""
 	return nil
 }
+
+// jpegSOIError is libjpeg's error JERR_SOI_DUPLICATE, which jpegSentinel
+// causes when the file ends before its image does.
+const jpegSOIError = "Invalid JPEG file structure: two SOI markers"
 
 // jpegEOFWarning is libjpeg's warning JWRN_JPEG_EOF, given when the data
 // ends before the image does (a truncation jpegSentinel did not turn into

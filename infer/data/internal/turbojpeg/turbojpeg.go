@@ -6,6 +6,7 @@ package turbojpeg
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 // The TurboJPEG API as turbojpeg.h documents it: a handle is opaque.
 typedef void *fc_tjhandle;
@@ -56,20 +57,38 @@ static fc_tjhandle fc_tj_init(const fc_tj *t) { return t->init_decompress(); }
 static void fc_tj_destroy(const fc_tj *t, fc_tjhandle h) { t->destroy(h); }
 
 // fc_tj_decompress decodes the size bytes at src into dst (height rows of
-// pitch bytes, pixel format pf) with flags. It returns 0 on success; else
-// -1, with libjpeg-turbo's message in msg and *fatal 0 for a warning (the
-// image was decoded from corrupt data) or 1 for an error. The message is
-// read in this call because TurboJPEG keeps it per thread.
+// pitch bytes, pixel format pf) with flags. It returns 0 when the image
+// decoded cleanly; 1 when libjpeg decoded it from corrupt data, with its
+// first warning in msg; -1 when libjpeg could not decode it, with the
+// error in msg.
+//
+// TurboJPEG reports an error after a warning as a warning
+// (tjGetErrorCode), so a first pass stops at the first warning
+// (TJFLAG_STOPONWARNING), which tells a clean image, an error and a
+// warning apart exactly; only an image with a warning is decoded again
+// to its end. libjpeg writes the text of the first warning of an image,
+// and of an error, to TurboJPEG's message: in the second pass it is still
+// the first warning's text unless an error followed. Messages are read
+// in this call because TurboJPEG keeps them per thread.
 static int fc_tj_decompress(const fc_tj *t, fc_tjhandle h,
                             const unsigned char *src, unsigned long size,
                             unsigned char *dst, int width, int pitch,
                             int height, int pf, int flags,
-                            char *msg, size_t n, int *fatal) {
-	if (t->decompress2(h, src, size, dst, width, pitch, height, pf, flags) == 0)
+                            char *msg, size_t n) {
+	enum { TJERR_WARNING = 0, TJFLAG_STOPONWARNING = 8192 };
+	if (t->decompress2(h, src, size, dst, width, pitch, height, pf, flags | TJFLAG_STOPONWARNING) == 0)
 		return 0;
 	snprintf(msg, n, "%s", t->error_str2(h));
-	*fatal = t->error_code(h) != 0; // TJERR_WARNING is 0, TJERR_FATAL 1
-	return -1;
+	if (t->error_code(h) != TJERR_WARNING)
+		return -1;
+	if (t->decompress2(h, src, size, dst, width, pitch, height, pf, flags) == 0)
+		return 1; // not reached: tjDecompress2 fails on a warning
+	const char *again = t->error_str2(h);
+	if (strncmp(msg, again, n - 1) != 0) {
+		snprintf(msg, n, "%s", again);
+		return -1;
+	}
+	return 1;
 }
 */
 import "C"
@@ -253,19 +272,17 @@ func (d *Decoder) Decode(dst, src []byte, width, height int, f Format) (warning 
 	if len(src) == 0 {
 		return "", errors.New("empty JPEG")
 	}
-	var fatal C.int
 	r := C.fc_tj_decompress(&d.lib.c, d.h,
 		(*C.uchar)(unsafe.Pointer(&src[0])), C.ulong(len(src)),
 		(*C.uchar)(unsafe.Pointer(&dst[0])), C.int(width), C.int(width*f.Size()), C.int(height),
-		f.tj(), tjflagLimitScans, &d.msg[0], msgLen, &fatal)
+		f.tj(), tjflagLimitScans, &d.msg[0], msgLen)
 	runtime.KeepAlive(src)
 	runtime.KeepAlive(dst)
-	if r == 0 {
+	switch r {
+	case 0:
 		return "", nil
+	case 1:
+		return C.GoString(&d.msg[0]), nil
 	}
-	msg := C.GoString(&d.msg[0])
-	if fatal != 0 {
-		return "", errors.New(msg)
-	}
-	return msg, nil
+	return "", errors.New(C.GoString(&d.msg[0]))
 }
