@@ -5,10 +5,12 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -237,5 +239,55 @@ func TestImageLimits(t *testing.T) {
 	}
 	if MaxImagePixels != 178956970 { // PIL: Image.MAX_IMAGE_PIXELS = 89478485, refused beyond twice that
 		t.Errorf("MaxImagePixels = %d", MaxImagePixels)
+	}
+}
+
+// TestJPEGConcurrent decodes the fixtures and the parity sample's JPEGs
+// in 8 goroutines at once, each with its own reader (and so its own
+// TurboJPEG handle), and requires every result to equal the sequential
+// one: decoders share the library but no state.
+func TestJPEGConcurrent(t *testing.T) {
+	files, _ := filepath.Glob(filepath.Join("testdata", "jpeg", "*.jpg"))
+	more, _ := filepath.Glob(filepath.Join("..", "testdata", "parity", "images", "*", "*.jpg"))
+	var paths []string
+	for _, p := range append(files, more...) {
+		if _, err := os.Stat(strings.TrimSuffix(p, ".jpg") + ".err"); err != nil {
+			paths = append(paths, p)
+		}
+	}
+	want := make([][]byte, len(paths))
+	for i, p := range paths {
+		want[i] = decodeFile(t, p).Image
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, 8*len(paths))
+	for g := range 8 {
+		wg.Go(func() {
+			r := &imageFolder{br: bufio.NewReaderSize(nil, 1<<16)}
+			defer r.Close()
+			var rec Record
+			for k := range 3 * len(paths) {
+				i := (k + g) % len(paths)
+				f, err := os.Open(paths[i])
+				if err != nil {
+					errs <- err.Error()
+					return
+				}
+				err = r.decode(&rec, paths[i], f)
+				f.Close()
+				if err != nil || !slices.Equal(rec.Image, want[i]) {
+					errs <- fmt.Sprintf("goroutine %d, %s: %v, or other pixels", g, paths[i], err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	if len(paths) < 30 {
+		t.Errorf("only %d JPEGs decoded", len(paths))
 	}
 }

@@ -98,6 +98,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"unsafe"
 )
@@ -156,7 +157,8 @@ func open(path string) (*library, error) {
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
 	if C.fc_tj_open(&l.c, cpath, &msg[0], msgLen) != 0 {
-		return nil, &LibraryError{Path: path, Reason: C.GoString(&msg[0])}
+		// dlerror's message starts with the path it was given.
+		return nil, &LibraryError{Path: path, Reason: strings.TrimPrefix(C.GoString(&msg[0]), path+": ")}
 	}
 	return l, nil
 }
