@@ -166,7 +166,7 @@ func FuzzImage(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(png.Bytes())
-	r := &imageFolder{br: bufio.NewReaderSize(nil, 1<<16), jpeg: jpegDecoder{maxPixels: 1 << 20}}
+	r := &imageFolder{br: bufio.NewReaderSize(nil, 1<<16), maxPixels: 1 << 20}
 	f.Cleanup(func() { r.Close() })
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var rec Record

@@ -50,8 +50,9 @@ type imageFolder struct {
 	prefix string // root inside the archive, "" or ending in "/"
 	label  map[string]int
 
-	br   *bufio.Reader
-	jpeg jpegDecoder
+	br        *bufio.Reader
+	jpeg      jpegDecoder
+	maxPixels int // the largest image decoded; 0 means MaxImagePixels
 }
 
 // openImageFolderSpec opens "PATH[:SUBDIR]".
@@ -253,8 +254,8 @@ func (r *imageFolder) decode(rec *Record, name string, src io.Reader) error {
 	case strings.HasPrefix(string(magic), "\x89PNG\r\n\x1a\n"):
 		if len(magic) == 24 && string(magic[12:16]) == "IHDR" {
 			w, h := binary.BigEndian.Uint32(magic[16:]), binary.BigEndian.Uint32(magic[20:])
-			if pixels := uint64(w) * uint64(h); pixels > uint64(r.maxPixels()) {
-				return formatError(name, nil, "decoding image: %d×%d is %d pixels, more than the %d PIL decodes (a decompression bomb?)", w, h, pixels, r.maxPixels())
+			if pixels := uint64(w) * uint64(h); pixels > uint64(r.pixelLimit()) {
+				return formatError(name, nil, "decoding image: %d×%d is %d pixels, more than the %d PIL decodes (a decompression bomb?)", w, h, pixels, r.pixelLimit())
 			}
 		}
 		m, err := png.Decode(r.br)
@@ -265,16 +266,16 @@ func (r *imageFolder) decode(rec *Record, name string, src io.Reader) error {
 		rec.Client = ""
 		return nil
 	case strings.HasPrefix(string(magic), "\xff\xd8"):
-		return r.jpeg.decode(rec, name, r.br)
+		return r.jpeg.decode(rec, name, r.br, r.pixelLimit())
 	}
 	return formatError(name, nil, "not a PNG or JPEG image")
 }
 
-// maxPixels returns the pixel limit of the reader's images:
+// pixelLimit returns the largest image the reader decodes, in pixels:
 // MaxImagePixels unless a test lowered it.
-func (r *imageFolder) maxPixels() int {
-	if r.jpeg.maxPixels > 0 {
-		return r.jpeg.maxPixels
+func (r *imageFolder) pixelLimit() int {
+	if r.maxPixels > 0 {
+		return r.maxPixels
 	}
 	return MaxImagePixels
 }

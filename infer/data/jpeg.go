@@ -25,10 +25,6 @@ var ErrJPEGLibrary = turbojpeg.ErrNotFound
 // library path.
 const JPEGLibraryEnv = turbojpeg.LibraryEnv
 
-// LoadJPEGLibrary loads the JPEG decoding library, as decoding the first
-// JPEG does, and returns an error wrapping ErrJPEGLibrary when it cannot.
-func LoadJPEGLibrary() error { return turbojpeg.Load() }
-
 // MaxImagePixels is the largest image, in pixels, that is decoded: PIL's
 // DecompressionBombError threshold, 2·Image.MAX_IMAGE_PIXELS =
 // 2·⌊2³⁰/4/3⌋ = 178,956,970, beyond which PIL, and so torchvision's
@@ -122,10 +118,9 @@ func scanJPEGFrame(b []byte) (jpegFrame, error) {
 // concurrent use. The zero value is ready: the library is loaded and a
 // TurboJPEG handle made at the first JPEG.
 type jpegDecoder struct {
-	dec       *turbojpeg.Decoder
-	buf       []byte // the file being decoded, then jpegSentinel
-	cmyk      []byte // libjpeg's CMYK pixels of the last CMYK JPEG
-	maxPixels int    // 0 means MaxImagePixels
+	dec  *turbojpeg.Decoder
+	buf  []byte // the file being decoded, then jpegSentinel
+	cmyk []byte // libjpeg's CMYK pixels of the last CMYK JPEG
 }
 
 // jpegSentinel is appended to every JPEG given to libjpeg. libjpeg reads
@@ -145,11 +140,12 @@ func (j *jpegDecoder) close() {
 }
 
 // decode reads a JPEG file from br and stores its pixels in rec as 8-bit
-// RGB, as PIL's Image.open(f).convert("RGB") decodes it. name is the file
-// named in errors. Errors caused by the file wrap ErrFormat; an error
-// wrapping ErrJPEGLibrary means the library is missing.
-func (j *jpegDecoder) decode(rec *Record, name string, br *bufio.Reader) error {
-	frame, err := j.read(name, br)
+// RGB, as PIL's Image.open(f).convert("RGB") decodes it, refusing images
+// of more than maxPixels pixels. name is the file named in errors. Errors
+// caused by the file wrap ErrFormat; an error wrapping ErrJPEGLibrary
+// means the library is missing.
+func (j *jpegDecoder) decode(rec *Record, name string, br *bufio.Reader, maxPixels int) error {
+	frame, err := j.read(name, br, maxPixels)
 	if err != nil {
 		return err
 	}
@@ -202,9 +198,9 @@ const jpegSOIError = "Invalid JPEG file structure: two SOI markers"
 const jpegEOFWarning = "Premature end of JPEG file"
 
 // read reads the JPEG file at br into j.buf, followed by jpegSentinel, and
-// returns its frame header, refusing images above the pixel limit and
-// files above the byte limit before reading them whole.
-func (j *jpegDecoder) read(name string, br *bufio.Reader) (jpegFrame, error) {
+// returns its frame header, refusing images of more than maxPixels pixels
+// and files above the byte limit before reading them whole.
+func (j *jpegDecoder) read(name string, br *bufio.Reader, maxPixels int) (jpegFrame, error) {
 	j.buf = j.buf[:0]
 	var frame jpegFrame
 	for {
@@ -226,10 +222,6 @@ func (j *jpegDecoder) read(name string, br *bufio.Reader) (jpegFrame, error) {
 		if n == 0 {
 			return frame, formatError(name, nil, "decoding JPEG: the file is truncated (it ends before the frame header)")
 		}
-	}
-	maxPixels := j.maxPixels
-	if maxPixels == 0 {
-		maxPixels = MaxImagePixels
 	}
 	if pixels := frame.width * frame.height; pixels > maxPixels {
 		return frame, formatError(name, nil, "decoding JPEG: %d×%d is %d pixels, more than the %d PIL decodes (a decompression bomb?)",

@@ -223,7 +223,7 @@ func TestImageLimits(t *testing.T) {
 		{"JPEG at a lowered limit", intact, 17 * 9, ""},
 		{"JPEG of 1×1 and 16 MiB of comments", huge, 0, "larger than the 16777264 bytes a 1×1 image of 3 components can take"},
 	} {
-		r := &imageFolder{br: bufio.NewReaderSize(nil, 1<<16), jpeg: jpegDecoder{maxPixels: tc.maxPixels}}
+		r := &imageFolder{br: bufio.NewReaderSize(nil, 1<<16), maxPixels: tc.maxPixels}
 		var rec Record
 		err := r.decode(&rec, "f", bytes.NewReader(tc.b))
 		r.Close()

@@ -177,13 +177,6 @@ var loaded = sync.OnceValues(func() (*library, error) {
 	return open(path)
 })
 
-// Load loads the TurboJPEG library, as the first NewDecoder does, and
-// reports whether it could; the error wraps ErrNotFound.
-func Load() error {
-	_, err := loaded()
-	return err
-}
-
 // Format is the layout of decoded pixels. The zero value is RGB.
 type Format int
 
