@@ -22,7 +22,7 @@ TURBOJPEG_DEB := libturbojpeg0
 setup:
 	$(GO) run ./cmd/fedcalib setup
 	$(GO) mod download $(GOMNIST)
-	@if [ -n "$$FEDCALIB_LIBTURBOJPEG" ] || { ldconfig -p 2>/dev/null || /sbin/ldconfig -p; } | grep -q 'libturbojpeg\.so\.0 '; then \
+	@if [ -n "$$FEDCALIB_LIBTURBOJPEG" ] || { ldconfig -p 2>/dev/null || /sbin/ldconfig -p; } | grep 'libturbojpeg\.so\.0 ' >/dev/null; then \
 	  :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	  echo "setup: installing $(TURBOJPEG_DEB) (libjpeg-turbo's TurboJPEG library, which decodes JPEG images)"; \

@@ -37,8 +37,9 @@ const MaxImagePixels = 2 * (1 << 30 / 4 / 3)
 // jpegHeaderBytes plus jpegBytesPerSample bytes for each sample (pixel ×
 // component) the header declares: a Huffman-coded 8×8 block takes at most
 // 64 codes of 16 bits plus 11 magnitude bits, 3.4 bytes a sample, and
-// progressive refinement adds at most 13 bits a coefficient, so a file
-// beyond the bound is not an image but a way to exhaust memory.
+// progressive refinement adds at most 13 bits a coefficient, so no
+// encoder writes a file beyond the bound (a file of hundreds of redundant
+// scans could; PIL would decode it, fedcalib refuses it).
 const (
 	jpegHeaderBytes    = 16 << 20
 	jpegBytesPerSample = 16
