@@ -6,7 +6,8 @@
 // else Library from the system's library path (Debian's libturbojpeg0).
 // Building fedcalib therefore needs no JPEG headers or libraries, and a
 // machine without the library fails only when it decodes a JPEG, with an
-// error that wraps ErrNotFound and says how to install it.
+// error that wraps ErrNotFound and says how to install it. Loading needs
+// cgo; in a build without cgo, NewDecoder fails that way too.
 //
 // Only the documented TurboJPEG API is used (turbojpeg.h, version 1.2
 // to 2.x, all opaque handles and plain integers, declared here):
