@@ -130,7 +130,7 @@ type jpegDecoder struct {
 // refuses such truncated files too ("image file is truncated"), whereas
 // libjpeg's own handling of the end of data (a warning, and the missing
 // rows in gray) would accept them.
-var jpegSentinel = []byte{0xff, 0xd8}
+const jpegSentinel = "\xff\xd8"
 
 // close frees the TurboJPEG handle.
 func (j *jpegDecoder) close() {
