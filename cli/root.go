@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fedcalib/fedcalib/infer"
+	"github.com/fedcalib/fedcalib/infer/data"
 	"github.com/fedcalib/fedcalib/internal/fileio"
 	"github.com/fedcalib/fedcalib/network"
 )
@@ -21,7 +22,7 @@ const (
 	ExitOK          = 0   // success
 	ExitFailed      = 1   // a check ran and failed its bar
 	ExitUsage       = 2   // bad usage or bad input
-	ExitEnvironment = 3   // the environment failed: ONNX Runtime missing or unloadable, npm unreachable in setup
+	ExitEnvironment = 3   // the environment failed: ONNX Runtime or libturbojpeg missing or unloadable, npm unreachable in setup
 	ExitRetry       = 4   // serve, join: a failure that running the same command again may cure (network.Retryable)
 	ExitInterrupted = 130 // SIGINT or SIGTERM stopped the command (128 + SIGINT, as shells report it)
 	exitUnknown     = 2
@@ -41,7 +42,8 @@ var ErrCheckFailed = errors.New("check failed")
 // Main runs the fedcalib command line with args (without the program name),
 // writing to stdout and stderr, and returns the process exit status:
 // ExitFailed for errors wrapping ErrCheckFailed, ExitEnvironment for
-// those wrapping infer.ErrRuntimeNotFound or infer.ErrFetch, ExitRetry
+// those wrapping infer.ErrRuntimeNotFound, infer.ErrFetch or
+// data.ErrJPEGLibrary, ExitRetry
 // for those network.Retryable reports (serve and join), ExitUsage for any
 // other. It is MainContext with a context never cancelled.
 func Main(args []string, stdout, stderr io.Writer) int {
@@ -106,7 +108,7 @@ func exitStatus(err error) int {
 		return ExitOK
 	case errors.Is(err, ErrCheckFailed):
 		return ExitFailed
-	case errors.Is(err, infer.ErrRuntimeNotFound), errors.Is(err, infer.ErrFetch):
+	case errors.Is(err, infer.ErrRuntimeNotFound), errors.Is(err, infer.ErrFetch), errors.Is(err, data.ErrJPEGLibrary):
 		return ExitEnvironment
 	case network.Retryable(err):
 		return ExitRetry
@@ -128,7 +130,9 @@ Exit status:
   1    a check ran and failed its bar (fedcalib check)
   2    bad usage or bad input (a flag, a file, a value); nothing was written
   3    the environment failed: ONNX Runtime is missing or cannot be loaded
-       (run "fedcalib setup"), or npm could not fetch it during setup
+       (run "fedcalib setup"), or npm could not fetch it during setup; or
+       a JPEG was read without libjpeg-turbo's TurboJPEG library
+       (apt-get install libturbojpeg0, or set $FEDCALIB_LIBTURBOJPEG)
   4    serve, join: a failure that running the same command again may cure:
        the network (server unreachable, connection lost), too few clients,
        the run given up by its coordinator, or another coordinator holding

@@ -113,24 +113,29 @@
 //
 // # JPEG decoding
 //
-// JPEG images decode to the pixels of libjpeg's default decompression as
-// PIL's Image.open(f).convert("RGB") (and so torchvision's loader) gets
-// them from libjpeg-turbo, so that a model sees the pixels it was trained
-// on. The decoder is Go's image/jpeg (a copy in internal/ljpeg) with
-// libjpeg's accurate integer inverse DCT (jidctint.c, JDCT_ISLOW) and its
-// range limit in place of Go's IDCT; chroma subsampled 2:1 is then
-// upsampled with libjpeg's "fancy" triangle filters (jdsample.c: 4:2:0,
-// 4:2:2 and 4:4:0, each with its rounding biases, the image's edge rows
-// and columns replicated, chroma 2 samples wide or less replicated, 4:1:1
-// replicated), and YCbCr is converted to RGB with libjpeg's 16-bit fixed
-// point arithmetic (jdcolor.c). On the 60,000 JPEGs of the CIFAR-10
-// ImageFolder archive the pixels equal PIL's (libjpeg-turbo 2.1) exactly;
-// with image/jpeg's own decoding 57 % of the values differed (mean
-// |difference| 1.31 levels, at most 94), and with the upsampling and
-// color conversion but Go's IDCT 3.0 % (mean 0.034, at most 3). Adobe
-// CMYK JPEGs also equal PIL's (infer's parity sample). Not matched: YCCK
-// JPEGs (image/jpeg's conversion, not PIL's) and what image/jpeg does not
-// decode (arithmetic coding, 12-bit samples).
+// JPEG images decode to the pixels of PIL's Image.open(f).convert("RGB")
+// (and so torchvision's loader), so that a model sees the pixels it was
+// trained on: they are decoded by libjpeg-turbo, the library PIL uses,
+// with libjpeg's default decompression (accurate integer IDCT, fancy
+// chroma upsampling), through its TurboJPEG API. The library,
+// libturbojpeg.so.0 (Debian's libturbojpeg0) or the file named by
+// JPEGLibraryEnv, is loaded the first time a JPEG is decoded; where it
+// cannot be, decoding fails with an error wrapping ErrJPEGLibrary that
+// says how to install it. Gray is replicated to RGB; a 4-component image
+// is read as Adobe's inverted CMYK (PIL's rule for every CMYK JPEG, YCCK
+// converted to CMYK by libjpeg) and converted to RGB as PIL does. A file
+// libjpeg decodes with a warning (corrupt entropy-coded data, bytes
+// before a marker) gives libjpeg's pixels, as in PIL; a truncated file is
+// refused, as PIL refuses it. On the 60,000 JPEGs of the CIFAR-10
+// ImageFolder archive, and on fixtures of every subsampling, progressive,
+// restart markers, arithmetic coding, CMYK and YCCK, the pixels equal
+// PIL's (libjpeg-turbo 2.1.5) exactly.
+//
+// Images whose header declares more than MaxImagePixels pixels (PIL's
+// decompression-bomb limit) are refused before they are decoded, PNG and
+// JPEG alike. A JPEG file is read into memory whole, up to 16 MiB plus 16
+// bytes per sample its header declares; progressive JPEGs of more than
+// 500 scans are refused.
 //
 // # Errors
 //

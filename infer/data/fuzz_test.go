@@ -1,10 +1,14 @@
 package data
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
+	"image"
+	pngenc "image/png"
 	"io"
 	"os"
+	"path/filepath"
 	"testing"
 	"unicode/utf8"
 )
@@ -137,5 +141,43 @@ func FuzzNPY(f *testing.F) {
 			return
 		}
 		checkRecords(t, r, 100)
+	})
+}
+
+// FuzzImage checks that no PNG or JPEG input makes the image decoder
+// panic or crash libjpeg-turbo, and that every failure wraps ErrFormat;
+// the seeds are the JPEG fixtures. Images are limited to 2²⁰ pixels so
+// that inputs declaring large images stay fast.
+func FuzzImage(f *testing.F) {
+	seeds, _ := filepath.Glob(filepath.Join("testdata", "jpeg", "*.jpg"))
+	for _, p := range seeds {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	var png bytes.Buffer
+	m := image.NewNRGBA(image.Rect(0, 0, 3, 2))
+	for i := range m.Pix {
+		m.Pix[i] = uint8(40 * i)
+	}
+	if err := pngenc.Encode(&png, m); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(png.Bytes())
+	r := &imageFolder{br: bufio.NewReaderSize(nil, 1<<16), maxPixels: 1 << 20}
+	f.Cleanup(func() { r.Close() })
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var rec Record
+		if err := r.decode(&rec, "f", bytes.NewReader(b)); err != nil {
+			if !errors.Is(err, ErrFormat) {
+				t.Fatalf("error %v does not wrap ErrFormat", err)
+			}
+			return
+		}
+		if len(rec.Shape) != 3 || rec.Shape[2] != 3 || len(rec.Image) != rec.Shape[0]*rec.Shape[1]*3 {
+			t.Fatalf("shape %v, %d bytes", rec.Shape, len(rec.Image))
+		}
 	})
 }

@@ -2,6 +2,7 @@ package data
 
 import (
 	"bufio"
+	"encoding/binary"
 	"fmt"
 	"image"
 	"image/color"
@@ -13,8 +14,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-
-	"github.com/fedcalib/fedcalib/infer/data/internal/ljpeg"
 )
 
 // imageKind classifies a file name by extension, following torchvision's
@@ -51,8 +50,9 @@ type imageFolder struct {
 	prefix string // root inside the archive, "" or ending in "/"
 	label  map[string]int
 
-	br      *bufio.Reader
-	scratch []uint8 // upsampled chroma planes of the last JPEG
+	br        *bufio.Reader
+	jpeg      jpegDecoder
+	maxPixels int // the largest image decoded; 0 means MaxImagePixels
 }
 
 // openImageFolderSpec opens "PATH[:SUBDIR]".
@@ -244,51 +244,50 @@ func (r *imageFolder) nextTar(rec *Record) error {
 }
 
 // decode decodes a PNG or JPEG image, recognised by its content, into rec
-// as 8-bit RGB, the way torchvision's loader converts images to RGB. A
-// YCbCr JPEG's chroma is upsampled and converted as libjpeg does (see
-// yccToRGB).
+// as 8-bit RGB, the way torchvision's loader converts images to RGB: JPEG
+// by libjpeg-turbo (jpegDecoder), PNG by image/png and toRGB. Images of
+// more than MaxImagePixels pixels are refused before they are decoded.
 func (r *imageFolder) decode(rec *Record, name string, src io.Reader) error {
 	r.br.Reset(src)
-	magic, _ := r.br.Peek(8)
-	var (
-		m   image.Image
-		err error
-	)
+	magic, _ := r.br.Peek(24)
 	switch {
 	case strings.HasPrefix(string(magic), "\x89PNG\r\n\x1a\n"):
-		m, err = png.Decode(r.br)
-	case strings.HasPrefix(string(magic), "\xff\xd8"):
-		m, err = ljpeg.Decode(r.br)
-	default:
-		return formatError(name, nil, "not a PNG or JPEG image")
-	}
-	if err != nil {
-		return formatError(name, err, "decoding image")
-	}
-	if ycc, ok := m.(*image.YCbCr); ok {
-		b := ycc.Bounds()
-		var done bool
-		r.scratch, done = yccToRGB(rec.setImage(b.Dy(), b.Dx(), 3), ycc, r.scratch)
-		if done {
-			rec.Client = ""
-			return nil
+		if len(magic) == 24 && string(magic[12:16]) == "IHDR" {
+			w, h := binary.BigEndian.Uint32(magic[16:]), binary.BigEndian.Uint32(magic[20:])
+			if pixels := uint64(w) * uint64(h); pixels > uint64(r.pixelLimit()) {
+				return formatError(name, nil, "decoding image: %d×%d is %d pixels, more than the %d PIL decodes (a decompression bomb?)", w, h, pixels, r.pixelLimit())
+			}
 		}
+		m, err := png.Decode(r.br)
+		if err != nil {
+			return formatError(name, err, "decoding image")
+		}
+		toRGB(rec, m)
+		rec.Client = ""
+		return nil
+	case strings.HasPrefix(string(magic), "\xff\xd8"):
+		return r.jpeg.decode(rec, name, r.br, r.pixelLimit())
 	}
-	toRGB(rec, m)
-	rec.Client = ""
-	return nil
+	return formatError(name, nil, "not a PNG or JPEG image")
 }
 
-// toRGB stores m in rec as H×W×3 bytes, as PIL's convert("RGB") turns
-// the image PIL opens into RGB:
+// pixelLimit returns the largest image the reader decodes, in pixels:
+// MaxImagePixels unless a test lowered it.
+func (r *imageFolder) pixelLimit() int {
+	if r.maxPixels > 0 {
+		return r.maxPixels
+	}
+	return MaxImagePixels
+}
+
+// toRGB stores m, a decoded PNG, in rec as H×W×3 bytes, as PIL's
+// convert("RGB") turns the image PIL opens into RGB:
 //
 //   - alpha is dropped without compositing, and a palette image takes its
 //     palette's colours (transparency ignored);
 //   - a 16-bit colour image keeps the high byte of each sample (PIL opens
 //     it as 8-bit RGB or RGBA), but a 16-bit grayscale image is clipped
-//     at 255 (PIL opens it as I;16, whose conversion to RGB clips);
-//   - CMYK becomes RGB by R = (255 − K) − (255 − K)·C/255, rounded as
-//     PIL's MULDIV255, likewise G from M and B from Y.
+//     at 255 (PIL opens it as I;16, whose conversion to RGB clips).
 func toRGB(rec *Record, m image.Image) {
 	b := m.Bounds()
 	w, h := b.Dx(), b.Dy()
@@ -299,13 +298,6 @@ func toRGB(rec *Record, m image.Image) {
 		i += 3
 	}
 	switch m := m.(type) {
-	case *image.YCbCr:
-		for y := b.Min.Y; y < b.Max.Y; y++ {
-			for x := b.Min.X; x < b.Max.X; x++ {
-				yi, ci := m.YOffset(x, y), m.COffset(x, y)
-				put(color.YCbCrToRGB(m.Y[yi], m.Cb[ci], m.Cr[ci]))
-			}
-		}
 	case *image.Gray:
 		for y := b.Min.Y; y < b.Max.Y; y++ {
 			for _, v := range m.Pix[m.PixOffset(b.Min.X, y):][:w] {
@@ -355,14 +347,6 @@ func toRGB(rec *Record, m image.Image) {
 				put(c[0], c[1], c[2])
 			}
 		}
-	case *image.CMYK:
-		for y := b.Min.Y; y < b.Max.Y; y++ {
-			row := m.Pix[m.PixOffset(b.Min.X, y):]
-			for x := range w {
-				c, mg, ye, k := row[4*x], row[4*x+1], row[4*x+2], row[4*x+3]
-				put(cmykChannel(c, k), cmykChannel(mg, k), cmykChannel(ye, k))
-			}
-		}
 	case *image.RGBA:
 		for y := b.Min.Y; y < b.Max.Y; y++ {
 			for x := b.Min.X; x < b.Max.X; x++ {
@@ -396,7 +380,8 @@ func paletteRGB(c color.Color) [3]uint8 {
 	return [3]uint8{n.R, n.G, n.B}
 }
 
-// cmykChannel returns one RGB channel of a CMYK pixel as PIL computes it:
+// cmykChannel returns one RGB channel of a CMYK pixel as PIL's
+// convert("RGB") computes it, R = (255 − K) − (255 − K)·C/255:
 // nk − nk·v/255 with nk = 255 − k, the product divided by 255 with
 // rounding as PIL's MULDIV255 does, (t + t>>8) >> 8 for t = nk·v + 128.
 func cmykChannel(v, k uint8) uint8 {
@@ -409,6 +394,7 @@ func (r *imageFolder) Classes() []string { return classesCopy(r.classes) }
 
 func (r *imageFolder) Close() error {
 	r.pending = nil
+	r.jpeg.close()
 	if r.tar != nil {
 		err := r.tar.Close()
 		r.tar = nil

@@ -1,6 +1,8 @@
 package data
 
 import (
+	"bufio"
+	"fmt"
 	"io"
 	"math"
 	"os"
@@ -246,5 +248,57 @@ func TestRealCIFAR10JPEG(t *testing.T) {
 		if got := sum[c] / float64(pixels) / 255; math.Abs(got-want) > 0.002 {
 			t.Errorf("channel %d mean %.4f, want %.4f ± 0.002", c, got, want)
 		}
+	}
+}
+
+// TestRealCIFAR10JPEGMatchesPIL decodes every JPEG of the CIFAR-10
+// ImageFolder archive (train and test, 60,000 images) with fedcalib and
+// with PIL (testdata/pil_rgb.py, Debian's python3-pil, which links the
+// same libjpeg-turbo) and requires all 184,320,000 values to be equal. It
+// skips where /usr/bin/python3 has no PIL.
+func TestRealCIFAR10JPEGMatchesPIL(t *testing.T) {
+	archive := sharedData(t, "cifar10-jpeg.tar.gz")
+	if err := exec.Command("/usr/bin/python3", "-c", "import PIL, numpy").Run(); err != nil {
+		t.Skipf("/usr/bin/python3 has no PIL or NumPy (apt-get install python3-pil python3-numpy): %v", err)
+	}
+	cmd := exec.Command("/usr/bin/python3", "testdata/pil_rgb.py", archive)
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	pil := bufio.NewReaderSize(stdout, 1<<20)
+	var want []byte
+	images, values, differ := 0, 0, 0
+	scan(t, "imagefolder:"+archive, func(r *Record) {
+		var h, w int
+		if _, err := fmt.Fscanf(pil, "%d %d\n", &h, &w); err != nil {
+			t.Fatalf("image %d: PIL's output: %v", images, err)
+		}
+		want = slices.Grow(want[:0], 3*h*w)[:3*h*w]
+		if _, err := io.ReadFull(pil, want); err != nil {
+			t.Fatalf("image %d: PIL's output: %v", images, err)
+		}
+		if !slices.Equal(r.Shape, []int{h, w, 3}) {
+			t.Fatalf("image %d: shape %v, PIL's %d×%d", images, r.Shape, h, w)
+		}
+		for i, v := range r.Image {
+			if v != want[i] {
+				differ++
+			}
+		}
+		values += len(want)
+		images++
+	})
+	if _, err := pil.ReadByte(); err != io.EOF {
+		t.Errorf("PIL decoded more than fedcalib's %d images", images)
+	}
+	t.Logf("%d images, %d of %d values differ from PIL's", images, differ, values)
+	if images != 60000 || values != 184320000 || differ != 0 {
+		t.Errorf("%d images, %d values, %d differ; want 60000, 184320000, 0", images, values, differ)
 	}
 }
