@@ -152,7 +152,10 @@ func (b *Beta) Fit(s *Set) error {
 	c, n := s.Classes, s.Len()
 	start := NewBeta(c)
 	if b.Classes() != 0 {
-		start.SetParams(b.Params()) //nolint:errcheck // b's parameters are valid
+		if err := b.validate(); err != nil {
+			return fmt.Errorf("beta calibration: starting parameters: %w", err)
+		}
+		start.SetParams(b.Params()) //nolint:errcheck // validated above
 	}
 	probs := make([]float64, len(s.Logits))
 	SoftmaxRows(probs, s.Logits, c)

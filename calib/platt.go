@@ -15,7 +15,9 @@ import (
 // and normalises the C values to sum to 1 (a row whose values sum to 0,
 // which only underflow can make, keeps softmax(z), the rule of the binning
 // calibrators; scikit-learn returns 1/C there). With scikit-learn's sign
-// convention 1/(1 + exp(A·f + B)), A = −a and B = −b.
+// convention 1/(1 + exp(A·f + B)), A = −a and B = −b. For two classes it
+// fits both classes' sigmoids, where scikit-learn fits one, to the
+// positive class's decision value.
 //
 // Fit fits each class's (a_j, b_j) independently, by Newton's method to
 // convergence, minimising Platt's (1999) objective as scikit-learn does:
