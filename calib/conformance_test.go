@@ -47,6 +47,10 @@ var conformanceCases = map[string]conformanceCase{
 	calib.MethodFedCal:    {settings: calib.Settings{Seed: 5}},
 	// Few fine bins, so that rows of the suite land on their edges.
 	calib.MethodScalingBinning: {settings: calib.Settings{Mexp: 6}},
+	// Few fine bins, so that rows of the suite land on their edges.
+	calib.MethodEqualMass: {settings: calib.Settings{Mexp: 6}},
+	calib.MethodPlatt:     {},
+	calib.MethodBeta:      {},
 }
 
 // conformanceAlpha is the weighting of the weighted binning variants: a

@@ -6,10 +6,11 @@
 // with integer labels in [0, c).
 //
 // Every calibrator implements Calibrator. Binning calibrators (Histogram,
-// BBQ, Isotonic) work on softmax probabilities and can be built from
-// aggregated one-vs-all histograms, which is how a federated server builds
-// them; scaling calibrators (Temperature, Vector, Matrix, Dirichlet,
-// OPVector, FedCalMLP) work on logits. ScalingBinning, of the Hybrid
+// BBQ, Isotonic, EqualMass) work on softmax probabilities and can be built
+// from aggregated one-vs-all histograms, which is how a federated server
+// builds them; scaling calibrators (Temperature, Vector, Matrix,
+// Dirichlet, OPVector, FedCalMLP, and the one-vs-rest Platt and Beta)
+// work on logits (Beta on the softmax probabilities of the logits). ScalingBinning, of the Hybrid
 // family, scales the logits (Temperature) and then bins the scaled
 // probabilities into equal-mass bins formed from ValueHistograms. Calibrators are serialised to the
 // versioned JSON sidecar format by Encode and read back by Decode.

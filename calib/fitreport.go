@@ -20,14 +20,17 @@ type FitReport struct {
 	// absolute component of the objective's gradient is at most
 	// Tolerance; for temp the last safeguarded Newton step in log T is
 	// below Tolerance, or T is at a bound where the objective still
-	// decreases outward; for fedcal the full-batch objective changed by
-	// less than Tolerance (relative) over the last epoch; for a federated
+	// decreases outward; for platt and beta the largest absolute
+	// component of any class's gradient (beta's projected onto
+	// a, b ≥ 0) is at most Tolerance; for fedcal the full-batch
+	// objective changed by less than Tolerance (relative) over the last
+	// epoch; for a federated
 	// fit (FedAvg) the server's last update moved the parameters by less
 	// than Tolerance (L2 norm, relative).
 	Converged bool `json:"converged"`
 	// Iterations is the number of iterations run: L-BFGS major
-	// iterations (over every restart), Newton steps, SGD epochs, or
-	// federated rounds.
+	// iterations (over every restart), Newton steps (platt, beta: the
+	// most any one class's run took), SGD epochs, or federated rounds.
 	Iterations int `json:"iterations"`
 	// MaxIterations is the cap the fit ran under.
 	MaxIterations int `json:"max_iterations"`

@@ -23,6 +23,10 @@ const (
 	MethodFedCal    = "fedcal"    // the FedCal order-preserving MLP (FedCalMLP)
 
 	MethodScalingBinning = "scalbin" // scaling-binning, Kumar et al. 2019 (ScalingBinning)
+
+	MethodEqualMass = "eqmass" // one-vs-all histogram binning on equal-mass bins (EqualMass)
+	MethodPlatt     = "platt"  // one-vs-rest Platt (sigmoid) scaling (Platt)
+	MethodBeta      = "beta"   // one-vs-rest beta calibration, Kull et al. 2017 (Beta)
 )
 
 // Family says how a method is fitted, and so how it is federated.
@@ -63,10 +67,10 @@ var ErrUnknownMethod = errors.New("unknown calibrator method")
 type Settings struct {
 	// Mexp sets the bins of the binning methods: 2^Mexp equal-width bins
 	// per class for bin and isotonic, the finest of BBQ's schemes for bbq,
-	// the fine histograms scalbin forms its equal-mass bins from. Zero
-	// means the method's default, Method.DefaultMexp (DefaultMexp,
-	// IsotonicMexp for isotonic, ScalingBinningMexp for scalbin); scaling
-	// methods ignore it.
+	// the fine histograms scalbin and eqmass form their equal-mass bins
+	// from. Zero means the method's default, Method.DefaultMexp
+	// (DefaultMexp, IsotonicMexp for isotonic, ScalingBinningMexp for
+	// scalbin, EqualMassMexp for eqmass); scaling methods ignore it.
 	Mexp int
 	// Seed seeds the methods whose fit is random (fedcal's initial
 	// network and example order, dirichlet's cross-validation folds);
@@ -78,8 +82,8 @@ type Settings struct {
 	// The other methods refuse it.
 	ODIR *ODIR
 	// MaxIterations caps the iterations of the central fits of the
-	// L-BFGS scalers (vector, matrix, dirichlet, opvector) and the epochs
-	// of fedcal's; zero means DefaultMaxIterations and
+	// L-BFGS scalers (vector, matrix, dirichlet, opvector), the Newton
+	// steps of each class of platt and beta, and the epochs of fedcal's; zero means DefaultMaxIterations and
 	// DefaultFedCalMaxEpochs. Temperature's search, which always
 	// converges, and the binning methods ignore it.
 	MaxIterations int
@@ -184,6 +188,17 @@ var methods = [...]Method{
 		size:    histogramSize,
 	},
 	{
+		Name: MethodEqualMass, Protocol: "FedEqMass", Family: Binning,
+		Summary: "one-vs-all histogram binning on 100 equal-mass bins per class, formed from 2^M equal-width fine bins, M = 10 by default",
+		zero:    func() Calibrator { return new(EqualMass) },
+		central: func(s Settings) Calibrator { return &EqualMass{Bins: 1 << s.Mexp} }, // New sets s.Mexp
+		binner: func(h *Histograms) (Binner, error) {
+			return NewEqualMass(h, min(DefaultScalingBinningBins(exponentOf(h.Bins)), h.Bins))
+		},
+		mexp: EqualMassMexp,
+		size: histogramSize,
+	},
+	{
 		Name: MethodTemp, Protocol: "FedTemp", Family: Scaling, KeepsTopClass: true,
 		Summary: "temperature scaling, softmax(z/T)",
 		zero:    func() Calibrator { return new(Temperature) },
@@ -253,6 +268,22 @@ var methods = [...]Method{
 		scaler: func(c int, rng *rand.Rand) Scaler { return NewFedCalMLP(c, int64(rng.Uint64())) },
 		// Two hidden layers of FedCalHidden units: c·h + h + h·h + h + h·c + c.
 		size: func(c, _ float64) float64 { return (2*FedCalHidden+1)*c + FedCalHidden*FedCalHidden + 2*FedCalHidden },
+	},
+	{
+		Name: MethodPlatt, Protocol: "FedPlatt", Family: Scaling,
+		Summary: "one-vs-rest Platt (sigmoid) scaling σ(a_j·z_j + b_j), normalised (scikit-learn's method=\"sigmoid\")",
+		zero:    func() Calibrator { return new(Platt) },
+		central: func(s Settings) Calibrator { return &Platt{Options: s.fitOptions()} },
+		scaler:  func(c int, _ *rand.Rand) Scaler { return NewPlatt(c) },
+		size:    func(c, _ float64) float64 { return 2 * c },
+	},
+	{
+		Name: MethodBeta, Protocol: "FedBeta", Family: Scaling,
+		Summary: "one-vs-rest beta calibration σ(a_j·ln p_j − b_j·ln(1−p_j) + c_j), a, b ≥ 0, normalised (Kull et al. 2017)",
+		zero:    func() Calibrator { return new(Beta) },
+		central: func(s Settings) Calibrator { return &Beta{Options: s.fitOptions()} },
+		scaler:  func(c int, _ *rand.Rand) Scaler { return NewBeta(c) },
+		size:    func(c, _ float64) float64 { return 3 * c },
 	},
 	{
 		Name: MethodScalingBinning, Protocol: "FedScalBin", Family: Hybrid,
@@ -472,7 +503,8 @@ func histogramSize(classes, bins float64) float64 { return 2 * classes * bins }
 
 // DefaultMexp returns the bin exponent M (2^M bins per class) a Binning
 // or Hybrid method uses when Settings.Mexp is zero: IsotonicMexp for
-// isotonic, ScalingBinningMexp for scalbin, DefaultMexp for the others.
+// isotonic, ScalingBinningMexp for scalbin, EqualMassMexp for eqmass,
+// DefaultMexp for the others.
 // It returns 0 for a Scaling method.
 func (m Method) DefaultMexp() int {
 	switch {

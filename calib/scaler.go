@@ -10,8 +10,8 @@ import (
 
 // Scaler is a scaling calibrator whose parameters form one flat vector, so
 // that a federated server can average them (FedAvg, paper Alg. 2; SPEC §6).
-// Temperature, Vector, Matrix, Dirichlet, OPVector and FedCalMLP implement
-// it.
+// Temperature, Vector, Matrix, Dirichlet, OPVector, FedCalMLP, Platt and
+// Beta implement it.
 //
 // Fit warm-starts from the current parameters: a federated client calls
 // SetParams(w) with the server's parameters w, then Fit on its local

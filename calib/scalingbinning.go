@@ -162,16 +162,9 @@ func NewScalingBinning(t float64, h *ValueHistograms, bins int) (*ScalingBinning
 			count[m], sum[m] = max(h.Count[k], 0), max(h.Sum[k], 0)
 			cum[m+1] = cum[m] + count[m]
 		}
-		n := cum[fine]
-		edges[0], edges[bins] = 0, fine
-		e := 0
+		equalMassEdges(edges, cum)
 		for k := 1; k < bins; k++ {
-			target := float64(k) * n / float64(bins)
-			for e+1 < fine && cum[e+1] <= target {
-				e++
-			}
-			edges[k] = e
-			b.Thresholds[j*(bins-1)+k-1] = float64(e) / width
+			b.Thresholds[j*(bins-1)+k-1] = float64(edges[k]) / width
 		}
 		for k := range bins {
 			lo, hi := edges[k], edges[k+1]

@@ -430,7 +430,7 @@ func checkCalibrateFlags(cmd *cobra.Command, fl *calibrateFlags) error {
 // binsExpUsage is the usage of --bins-exp: its range, and the binning
 // methods whose default (calib.Method.DefaultMexp) is not the flag's.
 func binsExpUsage() string {
-	u := fmt.Sprintf("binning methods and scalbin only: use 2^M bins per class (scalbin: the fine bins of its equal-mass bins), M in [1, %d]", calib.MaxMexp)
+	u := fmt.Sprintf("binning methods and scalbin only: use 2^M bins per class (scalbin, eqmass: the fine bins of their equal-mass bins), M in [1, %d]", calib.MaxMexp)
 	for _, m := range calib.Methods() {
 		if m.HasBins() && m.DefaultMexp() != calib.DefaultMexp {
 			u += fmt.Sprintf("; %s defaults to M = %d", m.Name, m.DefaultMexp())

@@ -200,7 +200,7 @@ func TestCalibrateErrors(t *testing.T) {
 	}{
 		{"no --central", []string{"--method", "temp", "--logits", path, "--out", out}, "needs --central"},
 		{"no --method", []string{"--central", "--logits", path, "--out", out}, "needs --method"},
-		{"unknown method", []string{"--central", "--method", "platt", "--logits", path, "--out", out}, `--method "platt"`},
+		{"unknown method", []string{"--central", "--method", "no-such-method", "--logits", path, "--out", out}, `--method "no-such-method"`},
 		{"no --logits", []string{"--central", "--method", "temp", "--out", out}, "needs --logits"},
 		{"no --out", []string{"--central", "--method", "temp", "--logits", path}, "needs --out"},
 		{"bins-exp 0", []string{"--central", "--method", "bbq", "--bins-exp", "0", "--logits", path, "--out", out}, "--bins-exp 0"},

@@ -141,7 +141,7 @@ func TestPrivacyBadInput(t *testing.T) {
 		{[]string{"--epsilon", "+Inf"}, "--epsilon +Inf: want a finite ε > 0"},
 		{[]string{"--noise-multiplier", "NaN"}, "--noise-multiplier NaN"},
 		{[]string{"--method", "temp", "--epsilon", "1", "--clip", "+Inf"}, "--clip +Inf"},
-		{[]string{"--method", "platt", "--epsilon", "1"}, "--method"},
+		{[]string{"--method", "no-such-method", "--epsilon", "1"}, "--method"},
 		{[]string{"--method", "temp", "--epsilon", "1", "--accountant", "pld"}, "--accountant"},
 		{[]string{"--noise-multiplier", "1", "--steps", "0"}, "--steps"},
 		{[]string{"--noise-multiplier", "0"}, "--noise-multiplier"},

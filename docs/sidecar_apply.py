@@ -19,6 +19,7 @@ import numpy as np
 
 FORMAT = "fedcalib.calibrator/v1"
 FLOOR = 1e-12
+BETA_EPS = 2.0 ** -52
 
 
 def softmax(v):
@@ -37,6 +38,16 @@ def softplus(x):
     out = np.empty_like(x)
     out[pos] = x[pos] + np.log1p(np.exp(-x[pos]))
     out[~pos] = np.log1p(np.exp(x[~pos]))
+    return out
+
+
+def sigmoid(u):
+    u = np.asarray(u, dtype=np.float64)
+    out = np.empty_like(u)
+    pos = u >= 0
+    out[pos] = 1 / (1 + np.exp(-u[pos]))
+    e = np.exp(u[~pos])
+    out[~pos] = e / (1 + e)
     return out
 
 
@@ -128,7 +139,18 @@ def calibrate_row(method, c, params, z):
         u = matrix(params["w3"], c, h) @ h2 + np.asarray(params["b3"])
         m = softplus(u)  # by rank: computed once, on z in class order
         return order_preserving(z, lambda y: m)
-    if method in ("bin", "isotonic"):
+    if method == "platt":
+        # one-vs-rest sigmoids of the logits, normalised (SIDECAR.md)
+        a = np.asarray(params["a"], dtype=np.float64)
+        b = np.asarray(params["b"], dtype=np.float64)
+        return normalise_or(sigmoid(a * z + b), softmax(z))
+    if method == "beta":
+        # one-vs-rest beta maps of the clipped probabilities (SIDECAR.md)
+        p = softmax(z)
+        s = np.clip(p, BETA_EPS, 1 - BETA_EPS)
+        u = np.asarray(params["a"]) * np.log(s) - np.asarray(params["b"]) * np.log(1 - s) + np.asarray(params["c"])
+        return normalise_or(sigmoid(u), p)
+    if method in ("bin", "isotonic", "eqmass"):
         return binning(z, params["table"], params["bins"], params)
     if method == "bbq":
         return binning(z, params["table"], 2 ** params["mexp"], params)

@@ -357,6 +357,8 @@ func Probe(c calib.Calibrator, seed uint64) []float32 {
 		bins = 1 << c.Mexp
 	case *calib.Isotonic:
 		bins = c.Bins
+	case *calib.EqualMass:
+		bins = c.Bins
 	}
 	for j := 0; bins > 0 && j < k; j++ {
 		for m := 0; m < bins; m++ {

@@ -87,6 +87,31 @@ func build(c calib.Calibrator, src source, output, prefix string) (*Subgraph, er
 		u := b.op("Gemm", []string{h2, b.tensor("w3", []int64{int64(k), h}, c.W3), b.tensor("b3", []int64{int64(k)}, c.B3)}, onnx.AttrInt("transB", 1))
 		sorted, perm := b.topK(z, k)
 		probs = b.orderPreserving(z, sorted, perm, b.softplus(u), k)
+	case *calib.Platt:
+		// σ(a ⊙ z + b), normalised (softmax(z) where the sum is 0).
+		k := int64(len(c.A))
+		g := b.op("Sigmoid", []string{b.op("Add", []string{
+			b.op("Mul", []string{z, b.tensor("a", []int64{1, k}, c.A)}),
+			b.tensor("b", []int64{1, k}, c.B),
+		})})
+		probs = b.normaliseOr(g, b.softmax(z))
+	case *calib.Beta:
+		// σ(a ⊙ ln s − b ⊙ ln(1 − s) + c) with s = softmax(z) clipped to
+		// [ε, 1 − ε] as Predict clips it, normalised (p where the sum
+		// is 0).
+		k := int64(len(c.A))
+		p := b.softmax(z)
+		s := b.op("Clip", []string{p, b.scalar("lo", calib.BetaEpsilon), b.scalar("hi", 1-calib.BetaEpsilon)})
+		u := b.op("Add", []string{
+			b.op("Sub", []string{
+				b.op("Mul", []string{b.op("Log", []string{s}), b.tensor("a", []int64{1, k}, c.A)}),
+				b.op("Mul", []string{b.op("Log", []string{b.op("Sub", []string{b.scalar("one", 1), s})}), b.tensor("b", []int64{1, k}, c.B)}),
+			}),
+			b.tensor("c", []int64{1, k}, c.C),
+		})
+		probs = b.normaliseOr(b.op("Sigmoid", []string{u}), p)
+	case *calib.EqualMass:
+		probs = b.binning(z, c.Table, c.Bins, &c.Weights)
 	case *calib.Histogram:
 		probs = b.binning(z, c.Table, c.Bins, &c.Weights)
 	case *calib.BBQ:

@@ -366,7 +366,7 @@ func TestNew(t *testing.T) {
 		o      Options
 		want   string
 	}{
-		{"platt", Options{}, "unknown calibrator method"},
+		{"no-such-method", Options{}, "unknown calibrator method"},
 		{"temp", Options{Weighting: calib.WeightAll}, "is scaling"},
 		{"bbq", Options{ServerLR: 0.5}, "is binning"},
 		{"bbq", Options{Bins: 10}, "bin exponent"},

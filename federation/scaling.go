@@ -27,7 +27,8 @@ import (
 //
 // A client without calibration data returns Δ_k = 0. A temperature the
 // noise pushes outside [calib.MinTemperature, calib.MaxTemperature] is
-// clamped to it (post-processing, free of privacy cost).
+// clamped to it, and a calib.Projector's parameters (beta's a, b) are
+// projected onto its constraints (post-processing, free of privacy cost).
 //
 // FedTemp, FedVector, FedMatrix, FedOPVector and FedCal return FedAvg for
 // each scaler of the paper.
@@ -359,10 +360,14 @@ func (s *scaleServer) endRound(t, participants int) error {
 }
 
 // project keeps w where the scaler can take it: a temperature is clamped
-// to [calib.MinTemperature, calib.MaxTemperature].
+// to [calib.MinTemperature, calib.MaxTemperature], a calib.Projector's
+// parameters are projected onto its constraints (beta's a, b ≥ 0).
 func (s *scaleServer) project() {
 	if s.isTemp {
 		s.w[0] = min(max(s.w[0], calib.MinTemperature), calib.MaxTemperature)
+	}
+	if p, ok := s.init.(calib.Projector); ok {
+		p.Project(s.w)
 	}
 }
 

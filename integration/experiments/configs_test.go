@@ -85,7 +85,8 @@ func TestTableSettings(t *testing.T) {
 		}
 		want := len(cfg.Datasets) * 5
 		columns := []string{"FedBBQ", "FedBBQ all weight", "FedCal", "FedOPVector", "FedTemp",
-			"FedIsotonic", "FedIsotonic all weight", "FedDirichlet", "FedScalBin"}
+			"FedIsotonic", "FedIsotonic all weight", "FedDirichlet", "FedScalBin",
+			"FedPlatt", "FedBeta", "FedEqMass", "FedEqMass all weight"}
 		for _, l := range columns {
 			if labels[l] != want {
 				t.Errorf("%s: %d %s cells, want %d (5 seeds per dataset)", tc.path, labels[l], l, want)
