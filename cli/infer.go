@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"runtime"
 	"strings"
 	"time"
 
@@ -47,6 +46,7 @@ func newInferCmd() *cobra.Command {
 		preset     string
 		preConfig  string
 		overrides  = make([]string, len(inferOverrides))
+		readAhead  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "infer --model MODEL.onnx --data SPEC --out LOGITS.npz",
@@ -86,12 +86,22 @@ records that it holds probabilities (its "input" array), and calibrate,
 eval and check read it as --input probabilities does. A progress bar is drawn on stderr when it is a
 terminal, unless --quiet.
 
+Threads: ONNX Runtime runs the model on --threads intra-op threads (one
+per core this process may use) that sleep when idle (--spin makes them
+spin, as ONNX Runtime does by default); one goroutine reads, decodes and
+preprocesses the next batch while the model runs the current one
+(--read-ahead). Spinning threads lose their cores whenever anything else
+runs, the reader included, and then run at a fraction of their speed;
+docs/ARCHITECTURE.md ("The thread plan") says why.
+
 ONNX Runtime is loaded from --ort-lib, else $` + infer.RuntimeEnv + `,
 else the cache "fedcalib setup" fills.
 
 ` + data.SpecHelp,
 		Example: `  fedcalib infer --model mnist_cnn.onnx --data mnist:data/mnist:test --out mnist_test.npz
   fedcalib infer --model femnist.onnx --data leaf:femnist/data:test --out femnist.npz --batch 512 --threads 2
+  # on a dedicated machine, spinning pool threads:
+  fedcalib infer --model mnist_cnn.onnx --data mnist:data/mnist:test --out mnist_test.npz --spin
   # two datasets in order (rows of the first, then of the second):
   fedcalib infer --model cifar.onnx --data imagefolder:cifar10.tar.gz:train --data imagefolder:cifar10.tar.gz:test --out all.npz
   # a model exported without fedcalib metadata:
@@ -147,6 +157,7 @@ else the cache "fedcalib setup" fills.
 			if !quiet && isTerminal(stderr) {
 				opt.Progress, finish = inferBar(stderr)
 			}
+			opt.Sequential = !readAhead
 			opt.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{ReplaceAttr: dropTime}))
 			res, err := runInfer(cmd.Context(), model, strings.Join(specs, " + "), opt, specs...)
 			finish()
@@ -177,7 +188,9 @@ else the cache "fedcalib setup" fills.
 	f.StringArrayVar(&specs, "data", nil, "the dataset spec, FORMAT:PATH[:OPTION] (required; grammar above); repeat it to read several in order, e.g. a train then a test split")
 	f.StringVar(&out, "out", "", "the .npz logits file to write (required; replaced atomically)")
 	f.IntVar(&opt.Batch, "batch", infer.DefaultBatch, "records per model run")
-	f.IntVar(&opt.Threads, "threads", runtime.NumCPU(), "ONNX Runtime intra-op threads, one per CPU by default")
+	f.IntVar(&opt.Threads, "threads", infer.DefaultThreads(), "ONNX Runtime intra-op threads; by default one per core this process may use (GOMAXPROCS), e.g. --threads 1 to leave the other cores to other work")
+	f.BoolVar(&opt.Spin, "spin", false, "let ONNX Runtime's pool threads spin while they wait for work (its own default) instead of sleeping: faster on a machine where nothing else runs, much slower when anything does (e.g. --spin on a dedicated machine)")
+	f.BoolVar(&readAhead, "read-ahead", true, "read, decode and preprocess the next batch on a second goroutine while the model runs the current one; --read-ahead=false reads between runs")
 	f.StringVar(&opt.Input, "input", "", "the model input to feed (default: the first)")
 	f.StringVar(&opt.Output, "output", "", "the model output to collect (default: the first float32 output)")
 	f.StringVar(&labels, "labels", "", "a labels file, one class name a line in output order, stored in the logits file (must agree with the model's "+infer.KeyClasses+", when it has them)")
