@@ -43,9 +43,7 @@ func newInferCmd() *cobra.Command {
 		specs      []string
 		opt        infer.Options
 		quiet      bool
-		preset     string
-		preConfig  string
-		overrides  = make([]string, len(inferOverrides))
+		pre        preprocessFlags
 		readAhead  bool
 	)
 	cmd := &cobra.Command{
@@ -118,29 +116,8 @@ else the cache "fedcalib setup" fills.
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) (err error) {
 			stderr := cmd.ErrOrStderr()
-			opt.Preprocess = map[string]string{}
-			switch {
-			case preset != "" && preConfig != "":
-				return fmt.Errorf("--preprocess and --preprocess-config both give the preprocessing: pass one")
-			case preset != "":
-				if opt.Preprocess, err = infer.Preset(preset); err != nil {
-					return fmt.Errorf("--preprocess: %w", err)
-				}
-			case preConfig != "":
-				if opt.Preprocess, err = infer.ReadConfig(preConfig); err != nil {
-					return fmt.Errorf("--preprocess-config: %w", err)
-				}
-			}
-			for i, o := range inferOverrides {
-				if !cmd.Flags().Changed(o.flag) {
-					continue
-				}
-				if o.key != infer.KeyVocab && o.key != infer.KeyClasses {
-					if _, err := infer.ParsePreprocessing(map[string]string{o.key: overrides[i]}); err != nil {
-						return fmt.Errorf("--%s: %w", o.flag, err)
-					}
-				}
-				opt.Preprocess[o.key] = overrides[i]
+			if opt.Preprocess, err = pre.resolve(cmd); err != nil {
+				return err
 			}
 			// The model, the labels file, the specs, and the paths inside a spec.
 			inputs := append([]string{model}, specs...)
@@ -196,11 +173,7 @@ else the cache "fedcalib setup" fills.
 	f.StringVar(&labels, "labels", "", "a labels file, one class name a line in output order, stored in the logits file (must agree with the model's "+infer.KeyClasses+", when it has them)")
 	f.StringVar(&opt.Runtime, "ort-lib", "", "the ONNX Runtime shared library (default: $"+infer.RuntimeEnv+", then the setup cache)")
 	f.BoolVarP(&quiet, "quiet", "q", false, "draw no progress bar and print no summary")
-	f.StringVar(&preset, "preprocess", "", "a preprocessing preset in place of the model's metadata: "+strings.Join(infer.PresetNames(), ", ")+" (e.g. --preprocess imagenet); the flags below override it")
-	f.StringVar(&preConfig, "preprocess-config", "", "take the preprocessing from a Hugging Face preprocessor_config.json or a timm pretrained_cfg JSON (e.g. --preprocess-config preprocessor_config.json); the flags below override it")
-	for i, o := range inferOverrides {
-		f.StringVar(&overrides[i], o.flag, "", o.usage+" (overrides "+o.key+")")
-	}
+	pre.register(f, "overrides", true)
 	for _, name := range []string{"model", "data", "out"} {
 		if err := cmd.MarkFlagRequired(name); err != nil {
 			panic(err)
