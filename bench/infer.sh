@@ -6,7 +6,7 @@
 #   bench/infer.sh                    # both cases, PAIRS=5, quiet and busy
 #   CASES=mnist PAIRS=9 bench/infer.sh
 #
-# Cases (CASES, space-separated; default "mnist resnet50"):
+# Cases (CASES, space-separated; default "mnist resnet50 batch1"):
 #   mnist     models/mnist-tiny/model.onnx over MNIST's test file (10,000
 #             gzip-compressed IDX images: make -s mnist-dir), batch 256.
 #   resnet50  torchvision's resnet50 with random weights (seed 0, opset 17;
@@ -27,12 +27,19 @@
 # (WORKERS=2 workers, torch.set_num_threads(THREADS or 2)) feeding the same
 # model in PyTorch, once per load, and prints its images/s.
 #
+# Case batch1: export/BenchmarkBatch1Overhead on the resnet50 model, B1 (20)
+# iterations, one intra-op thread: per iteration, in rotating order, one
+# batch-1 run of the plain model and of the model with temp, bbq and
+# opvector appended; it prints the median plain latency and the median
+# share each calibrator adds (goal <= 1 %).
+#
 # Environment: PAIRS (5), THREADS (0: the default), N (64 images), RBATCH (16),
 # WORKERS (2), PYTHON (/usr/bin/python3, with torch and torchvision), DIR
 # (/tmp/fedcalib-infer-bench).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CASES=${CASES:-mnist resnet50}
+CASES=${CASES:-mnist resnet50 batch1}
+B1=${B1:-20}
 LOADS=${LOADS:-as-is busy}
 PAIRS=${PAIRS:-5}
 THREADS=${THREADS:-0}
@@ -52,6 +59,18 @@ start_busy() { (while :; do :; done) & busy_pid=$!; }
 
 for c in $CASES; do
 	case $c in
+	batch1)
+		model=$DIR/resnet50.onnx
+		[ -f "$model" ] || "$PYTHON" bench/resnet50_shaped.py model "$model"
+		go test -c -o "$DIR/export.test" ./export
+		before=$(load)
+		out=$(cd export && FEDCALIB_BENCH_MODEL="$model" /usr/bin/time -f 'peak RSS %M KiB' "$DIR/export.test" \
+			-test.run '^$' -test.bench Batch1Overhead -test.benchtime "${B1}x" 2>&1)
+		echo "-- batch1 (resnet50, one thread, load $before before, $(load) after), $B1 iterations:"
+		echo "$out" | tr '\t' '\n' | sed -n 's/^ *\([0-9.]*\) \([a-z].*\)$/   \2 \1/p' | sort
+		echo "$out" | grep 'peak RSS' | sed 's/^/   /'
+		continue
+		;;
 	mnist)
 		model=$PWD/models/mnist-tiny/model.onnx
 		spec=mnist:$(make -s mnist-dir):test

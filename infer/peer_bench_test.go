@@ -102,9 +102,9 @@ func cpuTime(b *testing.B) time.Duration {
 //
 // All get the same intra-op threads (FEDCALIB_BENCH_THREADS, else
 // DefaultThreads). It reports each variant's median records/s and, against
-// the first variant, the median over iterations of the paired ratios of
-// records/s ("/peer", higher is faster) and of process CPU time
-// ("cpu/peer"). On a shared machine, whose load changes from second to
+// each variant before it, the median over iterations of the paired ratios
+// of records/s ("infer/peer", higher is faster) and of process CPU time
+// ("infer-cpu/peer"). On a shared machine, whose load changes from second to
 // second, the paired ratios are the figures to read.
 func BenchmarkInferOverhead(b *testing.B) {
 	s, spec := benchSession(b)
@@ -166,17 +166,19 @@ func BenchmarkInferOverhead(b *testing.B) {
 	}
 	for k, name := range names {
 		rate := make([]float64, len(wall[k]))
-		speed := make([]float64, len(wall[k]))
-		work := make([]float64, len(wall[k]))
 		for i := range rate {
 			rate[i] = float64(n) / wall[k][i].Seconds()
-			speed[i] = wall[0][i].Seconds() / wall[k][i].Seconds()
-			work[i] = cpu[k][i].Seconds() / cpu[0][i].Seconds()
 		}
 		b.ReportMetric(median(rate), name+"-rec/s")
-		if k > 0 {
-			b.ReportMetric(median(speed), name+"/"+names[0])
-			b.ReportMetric(median(work), name+"-cpu/"+names[0])
+		for j := range k {
+			speed := make([]float64, len(wall[k]))
+			work := make([]float64, len(wall[k]))
+			for i := range speed {
+				speed[i] = wall[j][i].Seconds() / wall[k][i].Seconds()
+				work[i] = cpu[k][i].Seconds() / cpu[j][i].Seconds()
+			}
+			b.ReportMetric(median(speed), name+"/"+names[j])
+			b.ReportMetric(median(work), name+"-cpu/"+names[j])
 		}
 	}
 }
