@@ -166,7 +166,7 @@ else the cache "fedcalib setup" fills.
 	f.StringVar(&out, "out", "", "the .npz logits file to write (required; replaced atomically)")
 	f.IntVar(&opt.Batch, "batch", infer.DefaultBatch, "records per model run")
 	f.IntVar(&opt.Threads, "threads", infer.DefaultThreads(), "ONNX Runtime intra-op threads; by default one per core this process may use (GOMAXPROCS), e.g. --threads 1 to leave the other cores to other work")
-	f.BoolVar(&opt.Spin, "spin", false, "let ONNX Runtime's pool threads spin while they wait for work (its own default) instead of sleeping: faster on a machine where nothing else runs, much slower when anything does (e.g. --spin on a dedicated machine)")
+	f.BoolVar(&opt.Spin, "spin", false, "let ONNX Runtime's pool threads spin while they wait for work (its own default) instead of sleeping: can be faster on a machine where nothing else runs, much slower when anything does (e.g. --spin on a dedicated machine)")
 	f.BoolVar(&readAhead, "read-ahead", true, "read, decode and preprocess the next batch on a second goroutine while the model runs the current one; --read-ahead=false reads between runs")
 	f.StringVar(&opt.Input, "input", "", "the model input to feed (default: the first)")
 	f.StringVar(&opt.Output, "output", "", "the model output to collect (default: the first float32 output)")
