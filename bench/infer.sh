@@ -67,7 +67,7 @@ for c in $CASES; do
 		out=$(cd export && FEDCALIB_BENCH_MODEL="$model" /usr/bin/time -f 'peak RSS %M KiB' "$DIR/export.test" \
 			-test.run '^$' -test.bench Batch1Overhead -test.benchtime "${B1}x" 2>&1)
 		echo "-- batch1 (resnet50, one thread, load $before before, $(load) after), $B1 iterations:"
-		echo "$out" | tr '\t' '\n' | sed -n 's/^ *\([0-9.]*\) \([a-z].*\)$/   \2 \1/p' | sort
+		echo "$out" | tr '\t' '\n' | sed -n 's/^ *\(-\{0,1\}[0-9.]*\) \([a-z].*\)$/   \2 \1/p' | sort
 		echo "$out" | grep 'peak RSS' | sed 's/^/   /'
 		continue
 		;;
@@ -94,7 +94,7 @@ for c in $CASES; do
 			/usr/bin/time -f 'peak RSS %M KiB' "$DIR/infer.test" -test.run '^$' -test.bench InferOverhead \
 			-test.benchtime "${PAIRS}x" 2>&1 | grep -v WARN)
 		echo "-- $c, load $l ($before before, $(load) after), $PAIRS pairs:"
-		echo "$out" | tr '\t' '\n' | sed -n 's/^ *\([0-9.]*\) \([a-z].*\)$/   \2 \1/p' | sort
+		echo "$out" | tr '\t' '\n' | sed -n 's/^ *\(-\{0,1\}[0-9.]*\) \([a-z].*\)$/   \2 \1/p' | sort
 		echo "$out" | grep 'peak RSS' | sed 's/^/   /'
 		if [ "$c" = resnet50 ]; then
 			t=$THREADS; [ "$t" = 0 ] && t=$(nproc)
