@@ -6,7 +6,7 @@
 #   bench/infer.sh                    # both cases, PAIRS=5, quiet and busy
 #   CASES=mnist PAIRS=9 bench/infer.sh
 #
-# Cases (CASES, space-separated; default "mnist resnet50 batch1"):
+# Cases (CASES, space-separated; default "mnist resnet50 batch1 cli"):
 #   mnist     models/mnist-tiny/model.onnx over MNIST's test file (10,000
 #             gzip-compressed IDX images: make -s mnist-dir), batch 256.
 #   resnet50  torchvision's resnet50 with random weights (seed 0, opset 17;
@@ -33,12 +33,17 @@
 # opvector appended; it prints the median plain latency and the median
 # share each calibrator adds (goal <= 1 %).
 #
+# Case cli: the whole `fedcalib infer` process on mnist-tiny over all 70,000
+# MNIST images at its defaults, with --threads 1 and with --spin, PAIRS
+# rounds of the three in turn; it prints each run's wall time, CPU time and
+# peak RSS (the issue's finding was that --threads 1 beat the default).
+#
 # Environment: PAIRS (5), THREADS (0: the default), N (64 images), RBATCH (16),
 # WORKERS (2), PYTHON (/usr/bin/python3, with torch and torchvision), DIR
 # (/tmp/fedcalib-infer-bench).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CASES=${CASES:-mnist resnet50 batch1}
+CASES=${CASES:-mnist resnet50 batch1 cli}
 B1=${B1:-20}
 LOADS=${LOADS:-as-is busy}
 PAIRS=${PAIRS:-5}
@@ -59,6 +64,20 @@ start_busy() { (while :; do :; done) & busy_pid=$!; }
 
 for c in $CASES; do
 	case $c in
+	cli)
+		go build -o "$DIR/fedcalib" ./cmd/fedcalib
+		echo "-- cli: fedcalib infer, mnist-tiny, mnist:all (70,000), load $(load) before"
+		for r in $(seq "$PAIRS"); do
+			for v in default "--threads 1" --spin; do
+				a=(); [ "$v" = default ] || a=($v)
+				/usr/bin/time -f "   $r $v: %e s wall, %U+%S s CPU, peak RSS %M KiB" "$DIR/fedcalib" infer \
+					--model models/mnist-tiny/model.onnx --data "mnist:$(make -s mnist-dir):all" \
+					--out "$DIR/mnist.npz" --quiet "${a[@]}" 2>&1 | tail -1
+			done
+		done
+		echo "   load $(load) after"
+		continue
+		;;
 	batch1)
 		model=$DIR/resnet50.onnx
 		[ -f "$model" ] || "$PYTHON" bench/resnet50_shaped.py model "$model"
