@@ -9,7 +9,7 @@
 # 1. infer/BenchmarkInferOverhead on N images (an .npz of the data set's
 #    first N test rows, uint8 HWC): per iteration, in rotating order, the bare
 #    loop (Session.Run over batches decoded and preprocessed beforehand) and
-#    Infer end to end; it prints the median ratio pipe/session (goal ≥ 0.97).
+#    Infer end to end; it prints the median paired ratios infer/peer (goal ≥ 0.97).
 # 2. PyTorch (bench/resnet18_peer.py): the same weights over the same
 #    preprocessed batches, same threads, interleaved with the Go runs.
 # 3. export/BenchmarkBatch1Latency: batch 1, one thread, the plain model and

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"runtime"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -209,7 +208,7 @@ exceeds it. The report prints each interval. What is checked:
 	f.Var((*seedValue)(&seed), "seed", "with --confidence: seed of the resamples, 0 to 2^64−1")
 	f.IntVar(&bins, "bins", calib.DefaultMetricBins, "equal-width bins of cwECE and ECE")
 	f.IntVar(&batch, "batch", infer.DefaultBatch, "records per model run")
-	f.IntVar(&threads, "threads", runtime.NumCPU(), "ONNX Runtime intra-op threads")
+	f.IntVar(&threads, "threads", infer.DefaultThreads(), "ONNX Runtime intra-op threads; by default one per core this process may use (GOMAXPROCS), as infer")
 	f.StringVar(&ortLib, "ort-lib", "", "the ONNX Runtime shared library (default: $"+infer.RuntimeEnv+", then the setup cache)")
 	f.StringVar(&vectorsDir, "test-vectors", "", `replay the test vectors of "fedcalib export --test-vectors DIR" (with --model, another model)`)
 	f.BoolVar(&asJSON, "json", false, "print a JSON report (pass, failures, before, after, accuracy_drop, cwece_improvement)")

@@ -22,6 +22,7 @@ func newExportCmd() *cobra.Command {
 		sidecar, standalone                                                bool
 		seed                                                               uint64
 		maxBatch, version                                                  int
+		pre                                                                preprocessFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "export --model M.onnx --calibrator C.json --out M.calibrated.onnx",
@@ -95,6 +96,16 @@ first 4 rows of a logits file), and every output ONNX Runtime gave. "fedcalib ch
 --test-vectors DIR" replays them, each value within 1e-5·(1 + |value|).
 DIR must not exist, or be empty.
 
+--preprocess, --preprocess-config and the preprocessing flags (--resize,
+--crop, --interpolation, --scale, --mean, --std, --layout, --dtype,
+--vocab), as infer takes them, are written into the calibrated model's
+metadata_props as the fedcalib.input.* keys infer reads, replacing the
+model's own key by key: pass the ones infer ran with when it made the
+logits the calibrator was fitted on, and infer, check and the test
+vectors then feed the exported model the same pixels with no flags.
+They also preprocess --test-vectors-data. --sidecar and --standalone
+write no model input, so they take none.
+
 --out may be left out when --triton or --test-vectors is given. With
 several forms, each is made and checked in memory first and written only
 when all can be: an export writes all its forms or none. Neither
@@ -106,6 +117,8 @@ external files.`,
   fedcalib export --model mnist.onnx --calibrator temp.json --triton models --name mnist --test-vectors mnist-vectors
   # test vectors of real inputs: the first 4 test images
   fedcalib export --model mnist.onnx --calibrator temp.json --test-vectors mnist-vectors --test-vectors-data mnist:data/mnist:test
+  # a torchvision model calibrated on logits of "infer --preprocess imagenet": record that preprocessing
+  fedcalib export --model resnet50.onnx --calibrator temp.json --out resnet50.calibrated.onnx --preprocess imagenet
   # swap the calibrator: version 2 of the same Triton model
   fedcalib export --model mnist.onnx --calibrator bbq.json --triton models --name mnist --version 2`,
 		Args: cobra.NoArgs,
@@ -152,6 +165,13 @@ external files.`,
 					return err
 				}
 			}
+			keys, err := pre.resolve(cmd)
+			if err != nil {
+				return err
+			}
+			if len(keys) > 0 && (sidecar || standalone) {
+				return fmt.Errorf("the preprocessing flags are written into the calibrated model: --sidecar and --standalone write none")
+			}
 			if inKind != "" && inKind != logits.InputLogits && inKind != logits.InputProbabilities {
 				return fmt.Errorf("--input is %q: want %s or %s (default: what the calibrator file records, else detect a Softmax)", inKind, logits.InputLogits, logits.InputProbabilities)
 			}
@@ -162,7 +182,7 @@ external files.`,
 			ctx := cmd.Context()
 			b := terminalBar(cmd.ErrOrStderr(), "export", "")
 			defer b.finish()
-			opt := export.Options{Logits: logitsOut, Output: probsOut, Input: inKind, Runtime: ortLib, Seed: seed,
+			opt := export.Options{Logits: logitsOut, Output: probsOut, Input: inKind, Runtime: ortLib, Seed: seed, Preprocess: keys,
 				Progress: func(p export.Progress) {
 					b.describe(p.Stage)
 					b.set(p.Done, p.Total)
@@ -267,6 +287,7 @@ external files.`,
 	f.IntVar(&version, "version", 0, "with --triton: the model version to write, REPO/NAME/N/model.onnx (default 1); a model directory that exists gains version N when its config.pbtxt and labels.txt are this model's (e.g. --version 2 to swap the calibrator)")
 	f.StringVar(&vectorsDir, "test-vectors", "", "also write DIR/model.onnx and DIR/test_data_set_0/{input,output}_N.pb for ONNX test runners")
 	f.StringVar(&vectorsData, "test-vectors-data", "", "with --test-vectors: record real inputs instead of random ones, the first 4 records (or the model's fixed batch) of a dataset spec FORMAT:PATH[:OPTION], preprocessed as infer feeds them; with --standalone, the first 4 rows of a logits file (.npz)")
+	pre.register(f, "written as", false)
 	cmd.MarkFlagsMutuallyExclusive("sidecar", "standalone")
 	return cmd
 }

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"runtime"
 	"strings"
 	"time"
 
@@ -44,9 +43,8 @@ func newInferCmd() *cobra.Command {
 		specs      []string
 		opt        infer.Options
 		quiet      bool
-		preset     string
-		preConfig  string
-		overrides  = make([]string, len(inferOverrides))
+		pre        preprocessFlags
+		readAhead  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "infer --model MODEL.onnx --data SPEC --out LOGITS.npz",
@@ -86,12 +84,22 @@ records that it holds probabilities (its "input" array), and calibrate,
 eval and check read it as --input probabilities does. A progress bar is drawn on stderr when it is a
 terminal, unless --quiet.
 
+Threads: ONNX Runtime runs the model on --threads intra-op threads (one
+per core this process may use) that sleep when idle (--spin makes them
+spin, as ONNX Runtime does by default); one goroutine reads, decodes and
+preprocesses the next batch while the model runs the current one
+(--read-ahead). Spinning threads lose their cores whenever anything else
+runs, the reader included, and then run at a fraction of their speed;
+docs/ARCHITECTURE.md ("The thread plan") says why.
+
 ONNX Runtime is loaded from --ort-lib, else $` + infer.RuntimeEnv + `,
 else the cache "fedcalib setup" fills.
 
 ` + data.SpecHelp,
 		Example: `  fedcalib infer --model mnist_cnn.onnx --data mnist:data/mnist:test --out mnist_test.npz
   fedcalib infer --model femnist.onnx --data leaf:femnist/data:test --out femnist.npz --batch 512 --threads 2
+  # on a dedicated machine, spinning pool threads:
+  fedcalib infer --model mnist_cnn.onnx --data mnist:data/mnist:test --out mnist_test.npz --spin
   # two datasets in order (rows of the first, then of the second):
   fedcalib infer --model cifar.onnx --data imagefolder:cifar10.tar.gz:train --data imagefolder:cifar10.tar.gz:test --out all.npz
   # a model exported without fedcalib metadata:
@@ -108,29 +116,8 @@ else the cache "fedcalib setup" fills.
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) (err error) {
 			stderr := cmd.ErrOrStderr()
-			opt.Preprocess = map[string]string{}
-			switch {
-			case preset != "" && preConfig != "":
-				return fmt.Errorf("--preprocess and --preprocess-config both give the preprocessing: pass one")
-			case preset != "":
-				if opt.Preprocess, err = infer.Preset(preset); err != nil {
-					return fmt.Errorf("--preprocess: %w", err)
-				}
-			case preConfig != "":
-				if opt.Preprocess, err = infer.ReadConfig(preConfig); err != nil {
-					return fmt.Errorf("--preprocess-config: %w", err)
-				}
-			}
-			for i, o := range inferOverrides {
-				if !cmd.Flags().Changed(o.flag) {
-					continue
-				}
-				if o.key != infer.KeyVocab && o.key != infer.KeyClasses {
-					if _, err := infer.ParsePreprocessing(map[string]string{o.key: overrides[i]}); err != nil {
-						return fmt.Errorf("--%s: %w", o.flag, err)
-					}
-				}
-				opt.Preprocess[o.key] = overrides[i]
+			if opt.Preprocess, err = pre.resolve(cmd); err != nil {
+				return err
 			}
 			// The model, the labels file, the specs, and the paths inside a spec.
 			inputs := append([]string{model}, specs...)
@@ -147,6 +134,7 @@ else the cache "fedcalib setup" fills.
 			if !quiet && isTerminal(stderr) {
 				opt.Progress, finish = inferBar(stderr)
 			}
+			opt.Sequential = !readAhead
 			opt.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{ReplaceAttr: dropTime}))
 			res, err := runInfer(cmd.Context(), model, strings.Join(specs, " + "), opt, specs...)
 			finish()
@@ -177,17 +165,15 @@ else the cache "fedcalib setup" fills.
 	f.StringArrayVar(&specs, "data", nil, "the dataset spec, FORMAT:PATH[:OPTION] (required; grammar above); repeat it to read several in order, e.g. a train then a test split")
 	f.StringVar(&out, "out", "", "the .npz logits file to write (required; replaced atomically)")
 	f.IntVar(&opt.Batch, "batch", infer.DefaultBatch, "records per model run")
-	f.IntVar(&opt.Threads, "threads", runtime.NumCPU(), "ONNX Runtime intra-op threads, one per CPU by default")
+	f.IntVar(&opt.Threads, "threads", infer.DefaultThreads(), "ONNX Runtime intra-op threads; by default one per core this process may use (GOMAXPROCS), e.g. --threads 1 to leave the other cores to other work")
+	f.BoolVar(&opt.Spin, "spin", false, "let ONNX Runtime's pool threads spin while they wait for work (its own default) instead of sleeping: can be faster on a machine where nothing else runs, much slower when anything does (e.g. --spin on a dedicated machine)")
+	f.BoolVar(&readAhead, "read-ahead", true, "read, decode and preprocess the next batch on a second goroutine while the model runs the current one; --read-ahead=false reads between runs")
 	f.StringVar(&opt.Input, "input", "", "the model input to feed (default: the first)")
 	f.StringVar(&opt.Output, "output", "", "the model output to collect (default: the first float32 output)")
 	f.StringVar(&labels, "labels", "", "a labels file, one class name a line in output order, stored in the logits file (must agree with the model's "+infer.KeyClasses+", when it has them)")
 	f.StringVar(&opt.Runtime, "ort-lib", "", "the ONNX Runtime shared library (default: $"+infer.RuntimeEnv+", then the setup cache)")
 	f.BoolVarP(&quiet, "quiet", "q", false, "draw no progress bar and print no summary")
-	f.StringVar(&preset, "preprocess", "", "a preprocessing preset in place of the model's metadata: "+strings.Join(infer.PresetNames(), ", ")+" (e.g. --preprocess imagenet); the flags below override it")
-	f.StringVar(&preConfig, "preprocess-config", "", "take the preprocessing from a Hugging Face preprocessor_config.json or a timm pretrained_cfg JSON (e.g. --preprocess-config preprocessor_config.json); the flags below override it")
-	for i, o := range inferOverrides {
-		f.StringVar(&overrides[i], o.flag, "", o.usage+" (overrides "+o.key+")")
-	}
+	pre.register(f, "overrides", true)
 	for _, name := range []string{"model", "data", "out"} {
 		if err := cmd.MarkFlagRequired(name); err != nil {
 			panic(err)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"runtime"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -252,7 +251,7 @@ func joinPrecheck(ctx context.Context, fl *joinFlags) (*logits.File, error) {
 // data.
 func joinRows(cmd *cobra.Command, fl *joinFlags, pre *logits.File, w network.Welcome, s federation.Split) (*calib.Set, error) {
 	if fl.model != "" {
-		res, err := runInfer(cmd.Context(), fl.model, fl.data, infer.Options{Batch: infer.DefaultBatch, Threads: runtime.GOMAXPROCS(0)})
+		res, err := runInfer(cmd.Context(), fl.model, fl.data, infer.Options{Batch: infer.DefaultBatch, Threads: infer.DefaultThreads()})
 		if err != nil {
 			return nil, err
 		}

@@ -137,7 +137,7 @@ func (vf *vectorsFrom) input(ctx context.Context, m *onnx.Model, c calib.Calibra
 	if in := m.Inputs()[0]; len(in.Shape) > 0 && in.Shape[0].Known() {
 		rows = int(in.Shape[0].Value)
 	}
-	s, err := openSession(vf.model, infer.Options{Runtime: opt.Runtime, Threads: 1, Batch: rows, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	s, err := openSession(vf.model, infer.Options{Runtime: opt.Runtime, Threads: 1, Batch: rows, Preprocess: opt.Preprocess, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		return nil, err
 	}

@@ -1,24 +1,24 @@
 package export
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/infer"
 	"github.com/fedcalib/fedcalib/onnx"
 )
 
-// BenchmarkBatch1Latency measures the batch-1 latency of an image model
-// with and without an appended calibrator, in the same run, one intra-op
-// thread. The calibrated runs also fetch the probabilities output. The
-// model is $FEDCALIB_BENCH_MODEL (e.g. models/mnist-cnn/model.onnx, the
-// paper's CNN, or models/resnet18-cifar10/model.onnx), by default
-// infer/testdata/cnn.onnx (3.8M multiply-adds); its one float input must
-// have a dynamic batch axis and fixed other dimensions (e.g. [N, 3, 32, 32]).
-func BenchmarkBatch1Latency(b *testing.B) {
+// batch1Models returns the batch-1 benchmarks' models: the plain model
+// ($FEDCALIB_BENCH_MODEL, by default infer/testdata/cnn.onnx; its one
+// float input must have a dynamic batch axis and fixed other dimensions)
+// and the same model with temp, bbq (M = 7) and opvector appended, fitted
+// on random logits; the outputs each run fetches; and one random input.
+func batch1Models(b *testing.B) (names []string, models [][]byte, outputs [][]string, input string, in *infer.Batch) {
+	b.Helper()
 	if _, err := infer.InitRuntime(""); err != nil {
 		b.Skipf("ONNX Runtime not installed (run make setup): %v", err)
 	}
@@ -40,12 +40,6 @@ func BenchmarkBatch1Latency(b *testing.B) {
 	for i := range s.Labels {
 		s.Labels[i] = rng.IntN(classes)
 	}
-	cals := []calib.Calibrator{calib.NewTemperature(classes), &calib.BBQ{Mexp: 7}, calib.NewOPVector(classes)}
-	for _, c := range cals {
-		if err := c.Fit(s); err != nil {
-			b.Fatal(err)
-		}
-	}
 	shape := []int64{1}
 	for _, d := range base.Inputs()[0].Shape[1:] {
 		if d.Value <= 0 {
@@ -61,22 +55,11 @@ func BenchmarkBatch1Latency(b *testing.B) {
 	for i := range x {
 		x[i] = float32(rng.Float64())
 	}
-	bench := func(b *testing.B, model []byte, outputs []string) {
-		g, err := infer.OpenGraph(model, infer.GraphOptions{Threads: 1, Inputs: []string{input}, Outputs: outputs})
-		if err != nil {
+	names, models, outputs = []string{"plain"}, [][]byte{base.Bytes()}, [][]string{{logitsOut}}
+	for _, c := range []calib.Calibrator{calib.NewTemperature(classes), &calib.BBQ{Mexp: 7}, calib.NewOPVector(classes)} {
+		if err := c.Fit(s); err != nil {
 			b.Fatal(err)
 		}
-		defer g.Close()
-		in := &infer.Batch{Shape: shape, Float: x}
-		b.ResetTimer()
-		for range b.N {
-			if _, err := g.Run(in); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-	b.Run("plain", func(b *testing.B) { bench(b, base.Bytes(), []string{logitsOut}) })
-	for _, c := range cals {
 		m, err := onnx.ReadFile(src)
 		if err != nil {
 			b.Fatal(err)
@@ -84,6 +67,84 @@ func BenchmarkBatch1Latency(b *testing.B) {
 		if _, _, err := Append(m, c, nil, Options{}); err != nil {
 			b.Fatal(err)
 		}
-		b.Run(fmt.Sprintf("calibrated-%s", c.Method()), func(b *testing.B) { bench(b, m.Bytes(), []string{logitsOut, DefaultOutput}) })
+		names = append(names, "calibrated-"+c.Method())
+		models = append(models, m.Bytes())
+		outputs = append(outputs, []string{logitsOut, DefaultOutput})
+	}
+	return names, models, outputs, input, &infer.Batch{Shape: shape, Float: x}
+}
+
+// BenchmarkBatch1Latency measures the batch-1 latency of an image model
+// with and without an appended calibrator (batch1Models), one after the
+// other, one intra-op thread. The calibrated runs also fetch the
+// probabilities output. BenchmarkBatch1Overhead pairs them.
+func BenchmarkBatch1Latency(b *testing.B) {
+	names, models, outputs, input, in := batch1Models(b)
+	for k, name := range names {
+		b.Run(name, func(b *testing.B) {
+			g, err := infer.OpenGraph(models[k], infer.GraphOptions{Threads: 1, Inputs: []string{input}, Outputs: outputs[k]})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer g.Close()
+			b.ResetTimer()
+			for range b.N {
+				if _, err := g.Run(in); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkBatch1Overhead runs, in every iteration and in rotating order,
+// one batch-1 run of the plain model and of each calibrated one
+// (batch1Models), one intra-op thread, and reports the median plain
+// latency and, for each calibrated model, the median over iterations of
+// its latency over the plain model's in the same iteration minus 1: the
+// share of latency the calibrator adds (goal ≤ 1 %). Paired, it holds on a
+// machine whose load changes from second to second.
+func BenchmarkBatch1Overhead(b *testing.B) {
+	names, models, outputs, input, in := batch1Models(b)
+	graphs := make([]*infer.Graph, len(models))
+	for k := range models {
+		g, err := infer.OpenGraph(models[k], infer.GraphOptions{Threads: 1, Inputs: []string{input}, Outputs: outputs[k]})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer g.Close()
+		graphs[k] = g
+		if _, err := g.Run(in); err != nil { // warm up
+			b.Fatal(err)
+		}
+	}
+	took := make([][]time.Duration, len(graphs))
+	rotate := 0
+	for b.Loop() {
+		for j := range graphs {
+			k := (rotate + j) % len(graphs)
+			t0 := time.Now()
+			if _, err := graphs[k].Run(in); err != nil {
+				b.Fatal(err)
+			}
+			took[k] = append(took[k], time.Since(t0))
+		}
+		rotate++
+	}
+	median := func(x []float64) float64 {
+		slices.Sort(x)
+		return x[len(x)/2]
+	}
+	plain := make([]float64, len(took[0]))
+	for i, d := range took[0] {
+		plain[i] = float64(d.Microseconds())
+	}
+	b.ReportMetric(median(plain), "plain-µs")
+	for k := 1; k < len(graphs); k++ {
+		r := make([]float64, len(took[k]))
+		for i := range r {
+			r[i] = took[k][i].Seconds()/took[0][i].Seconds() - 1
+		}
+		b.ReportMetric(100*median(r), names[k]+"-added-%")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
@@ -61,6 +62,14 @@ type Options struct {
 	Runtime string
 	// Seed seeds the probe set and the random model inputs of Verify.
 	Seed uint64
+	// Preprocess holds metadata_props to write into the calibrated model:
+	// the fedcalib.input.* keys (infer.IsInputKey) that say how records
+	// become its input, as infer's flags gave them when the logits the
+	// calibrator was fitted on were made (e.g. infer.Preset("imagenet")),
+	// so that infer runs the exported model the same way with no flags.
+	// They replace the model's own values key by key, and the result must
+	// parse (infer.ParsePreprocessing). Nil writes none.
+	Preprocess map[string]string
 	// Progress, when not nil, is called as each stage of ExportContext
 	// or CheckModel begins, and once more when all are done. Nil reports
 	// nothing.
@@ -72,8 +81,8 @@ const prefix = "fedcalib_"
 // Append splices calibrator c (described by file, which may be nil) into
 // m: the nodes computing calibrated probabilities from the logits output
 // are appended to the graph, a float32 [batch, classes] output is added,
-// the metadata_props record the calibrator (the Key* constants), and the
-// default-domain opset is raised to MinOpset when that is safe. The
+// the metadata_props record the calibrator (the Key* constants) and
+// Options.Preprocess, and the default-domain opset is raised to MinOpset when that is safe. The
 // calibrator file's class names must agree with the model's
 // fedcalib.classes (an error wrapping calib.ErrClassNames), and are
 // written there when the model has none. It returns the names of the
@@ -88,6 +97,10 @@ func Append(m *onnx.Model, c calib.Calibrator, file *calib.File, opt Options) (l
 		return "", "", fmt.Errorf("output %q has %d classes but the calibrator has %d: was it fitted on this model's logits?", logitsName, k, c.Classes())
 	}
 	names, err := classNamesMetadata(m, file)
+	if err != nil {
+		return "", "", err
+	}
+	pre, err := preprocessMetadata(m, opt.Preprocess)
 	if err != nil {
 		return "", "", err
 	}
@@ -120,7 +133,7 @@ func Append(m *onnx.Model, c calib.Calibrator, file *calib.File, opt Options) (l
 	if err != nil {
 		return "", "", err
 	}
-	for _, p := range append(props, names...) {
+	for _, p := range slices.Concat(props, names, pre) {
 		m.SetMetadata(p.Key, p.Value)
 	}
 	if file != nil {
@@ -137,6 +150,34 @@ func Append(m *onnx.Model, c calib.Calibrator, file *calib.File, opt Options) (l
 		}
 	}
 	return logitsName, outName, nil
+}
+
+// preprocessMetadata checks the preprocessing keys to write into m
+// (Options.Preprocess) and returns them in key order: each must be an
+// infer input key, and m's own preprocessing with them in place of its
+// values must parse.
+func preprocessMetadata(m *onnx.Model, set map[string]string) ([]onnx.Prop, error) {
+	if len(set) == 0 {
+		return nil, nil
+	}
+	merged := make(map[string]string)
+	for _, p := range m.Metadata() {
+		if infer.IsInputKey(p.Key) {
+			merged[p.Key] = p.Value
+		}
+	}
+	var props []onnx.Prop
+	for _, k := range slices.Sorted(maps.Keys(set)) {
+		if !infer.IsInputKey(k) {
+			return nil, fmt.Errorf("preprocessing key %q: not one of the fedcalib.input.* keys infer reads", k)
+		}
+		merged[k] = set[k]
+		props = append(props, onnx.Prop{Key: k, Value: set[k]})
+	}
+	if _, err := infer.ParsePreprocessing(merged); err != nil {
+		return nil, fmt.Errorf("the preprocessing to record: %w", err)
+	}
+	return props, nil
 }
 
 // fittedInput returns the input kind file records, "" for a nil file.

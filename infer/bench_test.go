@@ -6,34 +6,31 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/klauspost/compress/gzip"
 
 	"github.com/fedcalib/fedcalib/infer/data"
 )
 
-// The benchmarks run a model over a dataset, in batches of DefaultBatch:
-// by default testdata/cnn.onnx (an MNIST-sized CNN) over benchN
-// pseudo-random 28×28 images in a gzip-compressed IDX pair; with
+// The benchmarks run a model over a dataset, in batches of
+// Options.Batch: by default testdata/cnn.onnx (an MNIST-sized CNN) over
+// benchN pseudo-random 28×28 images in a gzip-compressed IDX pair; with
 // FEDCALIB_BENCH_MODEL and FEDCALIB_BENCH_DATA, that model (e.g. one of
-// models/*) over that data spec. Three paths:
+// models/*) over that data spec (benchOptions names the other settings).
+// BenchmarkInfer times three paths:
 //
 //	session:    Session.Run over every record, decoded and preprocessed
-//	            beforehand into batches (benchBatches): the bare ONNX
-//	            Runtime loop over the same input bytes;
+//	            beforehand into batches (benchBatches): the bare loop over
+//	            the same input bytes, with Infer's thread plan;
 //	sequential: data.Open + Session.Infer reading each batch between runs;
 //	pipelined:  the same, reading the next batch on a second goroutine
-//	            while ONNX Runtime runs the current one.
+//	            while ONNX Runtime runs the current one (the default).
 //
-// Each reports logits/s (records per second). BenchmarkInferOverhead runs
-// all three in every iteration, rotating their order, and reports
-// seq/session and pipe/session, the fraction of the bare throughput each
-// full path keeps (target ≥ 0.9 on mnist-tiny, ≥ 0.97 on the largest zoo
-// model). FEDCALIB_BENCH_THREADS, when set, is Options.Threads.
+// Each reports logits/s (records per second). BenchmarkInferOverhead
+// (peer_bench_test.go) compares Infer with the bare loop a user would
+// write with onnxruntime_go, paired and interleaved.
 const benchN = 4096
 
 // benchIDX writes benchN pseudo-random 28×28 images and their labels as
@@ -70,7 +67,6 @@ func writeGzip(b *testing.B, path string, content []byte) {
 func benchSession(b *testing.B) (*Session, string) {
 	b.Helper()
 	requireRuntime(b)
-	threads, _ := strconv.Atoi(os.Getenv("FEDCALIB_BENCH_THREADS"))
 	model, spec := os.Getenv("FEDCALIB_BENCH_MODEL"), os.Getenv("FEDCALIB_BENCH_DATA")
 	if (model == "") != (spec == "") {
 		b.Fatal("set both FEDCALIB_BENCH_MODEL and FEDCALIB_BENCH_DATA, or neither")
@@ -78,12 +74,30 @@ func benchSession(b *testing.B) (*Session, string) {
 	if model == "" {
 		model, spec = "testdata/cnn.onnx", benchIDX(b)
 	}
-	s, err := OpenSession(model, Options{Threads: threads})
+	s, err := OpenSession(model, benchOptions(b))
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { s.Close() })
 	return s, spec
+}
+
+// benchOptions returns the Options the benchmarks open sessions with:
+// FEDCALIB_BENCH_THREADS, when set, is Options.Threads, FEDCALIB_BENCH_BATCH
+// Options.Batch, and FEDCALIB_BENCH_PREPROCESS names a Preset (e.g.
+// imagenet) for models without preprocessing metadata.
+func benchOptions(b *testing.B) Options {
+	b.Helper()
+	var opt Options
+	opt.Threads, _ = strconv.Atoi(os.Getenv("FEDCALIB_BENCH_THREADS"))
+	opt.Batch, _ = strconv.Atoi(os.Getenv("FEDCALIB_BENCH_BATCH"))
+	if p := os.Getenv("FEDCALIB_BENCH_PREPROCESS"); p != "" {
+		var err error
+		if opt.Preprocess, err = Preset(p); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return opt
 }
 
 // benchBatches decodes every record of spec, as Infer would, into
@@ -100,7 +114,7 @@ func benchBatches(b *testing.B, s *Session, spec string) ([]*Batch, int) {
 		rd:      rd,
 		enc:     newEncoder(s.pre, s.dtype, s.in.Name, s.in.Dimensions[1:]),
 		dtype:   s.dtype,
-		size:    DefaultBatch,
+		size:    s.opt.Batch,
 		clients: make(map[string]int32),
 	}
 	var out []*Batch
@@ -142,13 +156,6 @@ func runInfer(b *testing.B, s *Session, spec string, n int) {
 	}
 }
 
-// withPipeline runs f with Infer reading ahead (pipelined) or not.
-func withPipeline(on bool, f func()) {
-	defer func(old bool) { pipelined = old }(pipelined)
-	pipelined = on
-	f()
-}
-
 func BenchmarkInfer(b *testing.B) {
 	s, spec := benchSession(b)
 	batches, n := benchBatches(b, s, spec)
@@ -159,65 +166,18 @@ func BenchmarkInfer(b *testing.B) {
 		}
 		b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "logits/s")
 	})
-	for _, pipe := range []bool{false, true} {
-		name := "infer-sequential"
-		if pipe {
-			name = "infer-pipelined"
+	for _, seq := range []bool{false, true} {
+		name := "infer-pipelined"
+		if seq {
+			name = "infer-sequential"
 		}
 		b.Run(name, func(b *testing.B) {
-			withPipeline(pipe, func() {
-				for b.Loop() {
-					runInfer(b, s, spec, n)
-				}
-			})
+			s.opt.Sequential = seq
+			defer func() { s.opt.Sequential = false }()
+			for b.Loop() {
+				runInfer(b, s, spec, n)
+			}
 			b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "logits/s")
 		})
-	}
-}
-
-// BenchmarkInferOverhead runs, in every iteration, the bare loop over the
-// pre-decoded batches (session), Infer reading between runs (sequential)
-// and Infer reading one batch ahead (pipelined), rotating their order so
-// that none gains from it. It reports each path's throughput over all
-// iterations and, for each full path, the median over iterations of its
-// throughput relative to the session run of the same iteration: on a
-// shared machine, whose load changes from second to second, the paired
-// ratio is the figure to read.
-func BenchmarkInferOverhead(b *testing.B) {
-	s, spec := benchSession(b)
-	batches, n := benchBatches(b, s, spec)
-	var (
-		took   [3][]time.Duration // session, sequential, pipelined
-		dst    []float32
-		rotate int
-	)
-	for b.Loop() {
-		for j := range 3 {
-			k := (rotate + j) % 3
-			t0 := time.Now()
-			switch k {
-			case 0:
-				dst = runBare(b, s, batches, dst)
-			default:
-				withPipeline(k == 2, func() { runInfer(b, s, spec, n) })
-			}
-			took[k] = append(took[k], time.Since(t0))
-		}
-		rotate++
-	}
-	for k, unit := range []string{"session-logits/s", "seq-logits/s", "pipe-logits/s"} {
-		var sum time.Duration
-		for _, d := range took[k] {
-			sum += d
-		}
-		b.ReportMetric(float64(n*len(took[k]))/sum.Seconds(), unit)
-	}
-	for k, unit := range map[int]string{1: "seq/session", 2: "pipe/session"} {
-		r := make([]float64, len(took[k]))
-		for i := range r {
-			r[i] = took[0][i].Seconds() / took[k][i].Seconds()
-		}
-		slices.Sort(r)
-		b.ReportMetric(r[len(r)/2], unit)
 	}
 }

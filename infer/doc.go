@@ -31,6 +31,33 @@
 // in one pass), returned in Result.Extra. Session.Run runs one batch that
 // is already a tensor.
 //
+// # The thread plan
+//
+// How a session shares the machine's cores between ONNX Runtime and the Go
+// code that feeds it is decided in one place (threads.go), for every
+// Session and Graph:
+//
+//   - ONNX Runtime runs each model on Options.Threads intra-op threads (the
+//     calling thread and Threads-1 pool threads; zero means
+//     DefaultThreads, one per core this process may use) and one
+//     inter-op thread;
+//   - its pool threads sleep when they run out of work instead of
+//     spinning (Options.Spin false). A spinning pool thread holds its
+//     core between the operators of a run and between runs, so anything
+//     else that runs (Infer's reader, the Go runtime, another process)
+//     preempts it in the middle of a parallel operator, and every
+//     barrier of the run then waits for a thread that is off its core:
+//     on a shared 2-core machine a spinning pool ran mnist-tiny at
+//     0.4–0.7× the speed of a sleeping one (docs/BENCHMARKS.md). Spin
+//     restores ONNX Runtime's default, for a machine where nothing else
+//     runs;
+//   - Session.Infer reads, decodes and preprocesses batch i+1 on one
+//     goroutine while ONNX Runtime runs batch i (Options.Sequential
+//     false): two batch buffers, at most one batch ahead, no copies. With
+//     sleeping pool threads the reader runs in the gaps they leave (the
+//     serial parts of a run, the end of each parallel operator) and takes
+//     from the model no more than its own CPU time.
+//
 // The package prints nothing: Infer reports how far it is through
 // Options.Progress, and warnings go to Options.Logger.
 //

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"slices"
 
 	ort "github.com/yalue/onnxruntime_go"
@@ -12,15 +11,18 @@ import (
 
 // GraphOptions configures OpenGraph and OpenGraphFile. The zero value feeds
 // every model input and collects every float32 output, on
-// runtime.NumCPU() intra-op threads, with the ONNX Runtime that
-// ResolveRuntime finds.
+// DefaultThreads() intra-op threads that sleep when idle, with the ONNX
+// Runtime that ResolveRuntime finds.
 type GraphOptions struct {
 	// Runtime is the ONNX Runtime shared library to load. Empty means
 	// ResolveRuntime's search.
 	Runtime string
 	// Threads is the number of intra-op threads. Zero means
-	// runtime.NumCPU().
+	// DefaultThreads().
 	Threads int
+	// Spin lets ONNX Runtime's idle pool threads spin, as Options.Spin.
+	// False (the zero value) makes them sleep.
+	Spin bool
 	// Inputs names the model inputs Run feeds, in the order of its
 	// arguments. Nil means every input, in the model's order.
 	Inputs []string
@@ -120,7 +122,7 @@ func openGraph(ins, outs []ort.InputOutputInfo, opt GraphOptions, open sessionOp
 		return nil, fmt.Errorf("model has no float32 output (outputs: %s)", names(outs))
 	}
 	var err error
-	g.sess, err = newORTSession(open, infoNames(g.ins), infoNames(g.outs), opt.Threads)
+	g.sess, err = newORTSession(open, infoNames(g.ins), infoNames(g.outs), threadPlan{opt.Threads, opt.Spin})
 	if err != nil {
 		return nil, err
 	}
@@ -131,23 +133,17 @@ func openGraph(ins, outs []ort.InputOutputInfo, opt GraphOptions, open sessionOp
 // memory or in a file.
 type sessionOpener func(inputs, outputs []string, so *ort.SessionOptions) (*ort.DynamicAdvancedSession, error)
 
-// newORTSession opens a session feeding inputs and collecting outputs on
-// threads intra-op threads (0: runtime.NumCPU()) and one inter-op thread.
-// It is the one place fedcalib creates ONNX Runtime sessions.
-func newORTSession(open sessionOpener, inputs, outputs []string, threads int) (*ort.DynamicAdvancedSession, error) {
-	if threads == 0 {
-		threads = runtime.NumCPU()
-	}
+// newORTSession opens a session feeding inputs and collecting outputs
+// with the thread plan p. It is the one place fedcalib creates ONNX
+// Runtime sessions.
+func newORTSession(open sessionOpener, inputs, outputs []string, p threadPlan) (*ort.DynamicAdvancedSession, error) {
 	so, err := ort.NewSessionOptions()
 	if err != nil {
 		return nil, fmt.Errorf("ONNX Runtime session options: %w", err)
 	}
 	defer so.Destroy()
-	if err := so.SetIntraOpNumThreads(threads); err != nil {
-		return nil, fmt.Errorf("setting %d threads: %w", threads, err)
-	}
-	if err := so.SetInterOpNumThreads(1); err != nil {
-		return nil, fmt.Errorf("setting inter-op threads: %w", err)
+	if err := p.apply(so); err != nil {
+		return nil, err
 	}
 	sess, err := open(inputs, outputs, so)
 	if err != nil {

@@ -73,16 +73,13 @@ func (r *Result) File() *logits.File {
 // labels and client ids. It does not close rd. Errors name the record
 // (counting from 0) that caused them; ctx cancels between batches.
 //
-// Reading and preprocessing run one batch ahead, on a second goroutine:
-// while ONNX Runtime runs batch i, batch i+1 is read into the other of two
-// reused batch buffers, so nothing is copied and at most one batch is
-// read ahead. Batches run in order, so the result is the same as reading
-// between runs. ONNX Runtime's thread pool is busy on every core during a
-// run, so the overlap gains only where reading is a large share of the
-// work (small models): on 2 cores mnist-tiny kept 0.92–1.05 of the bare
-// loop's throughput (medians of paired runs) against 0.85–0.94 reading
-// between runs; on the Shakespeare LSTM, 0.99 against 0.98
-// (docs/BENCHMARKS.md).
+// Reading and preprocessing run one batch ahead, on a second goroutine
+// (unless Options.Sequential): while ONNX Runtime runs batch i, batch i+1
+// is read into the other of two reused batch buffers, so nothing is
+// copied and at most one batch is read ahead. Batches run in order, so
+// the result is the same as reading between runs. The package
+// documentation ("The thread plan") says how this shares the cores with
+// ONNX Runtime.
 func (s *Session) Infer(ctx context.Context, rd data.Reader) (*Result, error) {
 	progress := Progress{Total: -1}
 	if sz, ok := rd.(data.Sized); ok {
@@ -101,7 +98,7 @@ func (s *Session) Infer(ctx context.Context, rd data.Reader) (*Result, error) {
 	}
 	res := &Result{}
 	var extra [][]float32
-	batches, stop := b.batches(ctx, pipelined)
+	batches, stop := b.batches(ctx, !s.opt.Sequential)
 	defer stop()
 	for fb := range batches {
 		if fb.err != nil {
@@ -169,10 +166,6 @@ func (s *Session) Infer(ctx context.Context, rd data.Reader) (*Result, error) {
 	}
 	return res, nil
 }
-
-// pipelined says whether Infer reads the next batch on a second goroutine
-// while ONNX Runtime runs the current one (see batcher.batches).
-var pipelined = true
 
 // A batcher reads records into batch slots, reused.
 type batcher struct {

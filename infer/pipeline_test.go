@@ -40,7 +40,8 @@ func TestPipelineEqualsSequential(t *testing.T) {
 			s := openTest(t, "testdata/tiny.onnx", Options{Batch: batch, Threads: 1})
 			var got [2]*Result
 			for k, pipe := range []bool{false, true} {
-				withPipeline(pipe, func() {
+				s.opt.Sequential = !pipe
+				func() {
 					var done []int
 					s.opt.Progress = func(p Progress) { done = append(done, p.Done) }
 					res, err := s.Infer(context.Background(), &sliceReader{recs: recs})
@@ -51,7 +52,7 @@ func TestPipelineEqualsSequential(t *testing.T) {
 						t.Errorf("pipelined %t: progress %v, want %d calls ending at %d", pipe, done, want+1, len(recs))
 					}
 					got[k] = res
-				})
+				}()
 			}
 			if !reflect.DeepEqual(got[0], got[1]) {
 				t.Errorf("pipelined result differs:\n%+v\nsequential:\n%+v", got[1], got[0])
@@ -72,8 +73,8 @@ func TestPipelineStops(t *testing.T) {
 	}
 	recs[5].Float = nan // batch 2 of 2-record batches fails in the model
 	for _, pipe := range []bool{false, true} {
-		withPipeline(pipe, func() {
-			s := openTest(t, "testdata/tiny.onnx", Options{Batch: 2, Threads: 1})
+		func() {
+			s := openTest(t, "testdata/tiny.onnx", Options{Batch: 2, Threads: 1, Sequential: !pipe})
 			rd := &countingReader{sliceReader: sliceReader{recs: recs}}
 			_, err := s.Infer(context.Background(), rd)
 			if err == nil || !strings.Contains(err.Error(), "records 4 to 5") {
@@ -87,16 +88,14 @@ func TestPipelineStops(t *testing.T) {
 			if max := int64(6 + 2*btoi(pipe)); n > max {
 				t.Errorf("pipelined %t: %d records read, want at most %d (one batch ahead)", pipe, n, max)
 			}
-		})
+		}()
 	}
 	fail := errors.New("disk on fire")
-	withPipeline(true, func() {
-		s := openTest(t, "testdata/tiny.onnx", Options{Batch: 2, Threads: 1})
-		_, err := s.Infer(context.Background(), &sliceReader{recs: recs[:4], err: fail, failAt: 3})
-		if !errors.Is(err, fail) || !strings.Contains(err.Error(), "reading record 3") {
-			t.Errorf("reader error: %v", err)
-		}
-	})
+	s := openTest(t, "testdata/tiny.onnx", Options{Batch: 2, Threads: 1})
+	_, err := s.Infer(context.Background(), &sliceReader{recs: recs[:4], err: fail, failAt: 3})
+	if !errors.Is(err, fail) || !strings.Contains(err.Error(), "reading record 3") {
+		t.Errorf("reader error: %v", err)
+	}
 }
 
 func btoi(b bool) int {

@@ -52,6 +52,11 @@ const (
 // inputKeys are the metadata keys that describe preprocessing.
 var inputKeys = []string{KeyScale, KeyMean, KeyStd, KeyLayout, KeyDType, KeyVocab, KeyResize, KeyCrop, KeyInterpolation}
 
+// IsInputKey reports whether key is one of the metadata keys that describe
+// how records become model input (the fedcalib.input.* keys above; not
+// KeyClasses).
+func IsInputKey(key string) bool { return slices.Contains(inputKeys, key) }
+
 // Layout is the memory order of a model's input tensor.
 type Layout string
 

@@ -25,16 +25,28 @@ const DefaultBatch = 256
 const MaxThreads = 1024
 
 // Options configures a Session. The zero value runs the first input and
-// first float32 output of the model on runtime.NumCPU() threads, 256
-// records at a time, with the preprocessing recorded in the model.
+// first float32 output of the model on DefaultThreads() threads that
+// sleep when idle, 256 records at a time, reading one batch ahead, with
+// the preprocessing recorded in the model (the thread plan: threads.go).
 type Options struct {
 	// Runtime is the ONNX Runtime shared library to load. Empty means
 	// ResolveRuntime's search: $ONNXRUNTIME_SHARED_LIBRARY_PATH, then the
 	// cache that Setup fills.
 	Runtime string
 	// Threads is the number of intra-op threads. Zero means
-	// runtime.NumCPU().
+	// DefaultThreads(), one per core this process may use.
 	Threads int
+	// Spin lets ONNX Runtime's pool threads spin while they wait for
+	// work, as ONNX Runtime does by default, instead of sleeping. False
+	// (the zero value) makes them sleep, so that they do not fight the
+	// reader, the Go runtime or other processes for the cores; spinning
+	// gains only on a machine where nothing else runs.
+	Spin bool
+	// Sequential makes Infer read each batch between model runs, on its
+	// own goroutine. False (the zero value) reads, decodes and
+	// preprocesses the next batch on a second goroutine while ONNX
+	// Runtime runs the current one.
+	Sequential bool
 	// Input names the model input to feed. Empty means the first input.
 	Input string
 	// Output names the model output to collect. Empty means the first
@@ -122,7 +134,7 @@ func OpenSession(path string, opt Options) (*Session, error) {
 	outs := append([]string{s.out.Name}, infoNames(s.extra)...)
 	s.sess, err = newORTSession(func(in, out []string, so *ort.SessionOptions) (*ort.DynamicAdvancedSession, error) {
 		return ort.NewDynamicAdvancedSessionWithONNXData(model, in, out, so)
-	}, []string{s.in.Name}, outs, opt.Threads)
+	}, []string{s.in.Name}, outs, threadPlan{opt.Threads, opt.Spin})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# bench/infer.sh — fedcalib infer against the bare onnxruntime_go loop a user
+# would write, and against PyTorch's DataLoader (issues #29, #32; results in
+# docs/BENCHMARKS.md, "infer against a bare ONNX Runtime loop").
+#
+#   bench/infer.sh                    # both cases, PAIRS=5, quiet and busy
+#   CASES=mnist PAIRS=9 bench/infer.sh
+#
+# Cases (CASES, space-separated; default "mnist resnet50 batch1 cli"):
+#   mnist     models/mnist-tiny/model.onnx over MNIST's test file (10,000
+#             gzip-compressed IDX images: make -s mnist-dir), batch 256.
+#   resnet50  torchvision's resnet50 with random weights (seed 0, opset 17;
+#             built by bench/resnet50_shaped.py into DIR, not committed) over
+#             N generated JPEG photos (500×375 and 375×500, quality 90) in an
+#             ImageFolder, --preprocess imagenet (resize 256 bilinear, crop
+#             224), batch RBATCH.
+# For each case and each load (LOADS, default "as-is busy": the machine as it
+# is, then with one extra busy-looping process beside it), it runs
+# infer/BenchmarkInferOverhead for PAIRS iterations: per iteration, in
+# rotating order, the bare loop at ONNX Runtime's defaults ("peer", spinning
+# pool threads), the same with spinning off ("peer-nospin"), and Infer end to
+# end at its defaults ("infer": reading, decoding, preprocessing, runs),
+# all on THREADS intra-op threads (default: GOMAXPROCS). It prints the median
+# records/s of each, the medians of the paired ratios (records/s; process CPU
+# time), the test process's peak RSS and the 1-minute load average before and
+# after. For resnet50 it then runs torchvision's ImageFolder + DataLoader
+# (WORKERS=2 workers, torch.set_num_threads(THREADS or 2)) feeding the same
+# model in PyTorch, once per load, and prints its images/s.
+#
+# Case batch1: export/BenchmarkBatch1Overhead on the resnet50 model, B1 (20)
+# iterations, one intra-op thread: per iteration, in rotating order, one
+# batch-1 run of the plain model and of the model with temp, bbq and
+# opvector appended; it prints the median plain latency and the median
+# share each calibrator adds (goal <= 1 %).
+#
+# Case cli: the whole `fedcalib infer` process on mnist-tiny over all 70,000
+# MNIST images at its defaults, with --threads 1 and with --spin, PAIRS
+# rounds of the three in turn; it prints each run's wall time, CPU time and
+# peak RSS (the issue's finding was that --threads 1 beat the default).
+#
+# Environment: PAIRS (5), THREADS (0: the default), N (64 images), RBATCH (16),
+# WORKERS (2), PYTHON (/usr/bin/python3, with torch and torchvision), DIR
+# (/tmp/fedcalib-infer-bench).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CASES=${CASES:-mnist resnet50 batch1 cli}
+B1=${B1:-20}
+LOADS=${LOADS:-as-is busy}
+PAIRS=${PAIRS:-5}
+THREADS=${THREADS:-0}
+N=${N:-64}
+RBATCH=${RBATCH:-16}
+WORKERS=${WORKERS:-2}
+PYTHON=${PYTHON:-/usr/bin/python3}
+DIR=${DIR:-/tmp/fedcalib-infer-bench}
+mkdir -p "$DIR"
+load() { cut -d' ' -f1 /proc/loadavg; }
+echo "== $(date -u +%FT%TZ) $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); PAIRS=$PAIRS THREADS=$THREADS"
+go test -c -o "$DIR/infer.test" ./infer
+busy_pid=
+stop_busy() { if [ -n "$busy_pid" ]; then kill "$busy_pid" 2>/dev/null || true; wait "$busy_pid" 2>/dev/null || true; busy_pid=; fi; }
+trap stop_busy EXIT
+start_busy() { (while :; do :; done) & busy_pid=$!; }
+
+for c in $CASES; do
+	case $c in
+	cli)
+		go build -o "$DIR/fedcalib" ./cmd/fedcalib
+		echo "-- cli: fedcalib infer, mnist-tiny, mnist:all (70,000), load $(load) before"
+		for r in $(seq "$PAIRS"); do
+			for v in default "--threads 1" --spin; do
+				a=(); [ "$v" = default ] || a=($v)
+				/usr/bin/time -f "   $r $v: %e s wall, %U+%S s CPU, peak RSS %M KiB" "$DIR/fedcalib" infer \
+					--model models/mnist-tiny/model.onnx --data "mnist:$(make -s mnist-dir):all" \
+					--out "$DIR/mnist.npz" --quiet "${a[@]}" 2>&1 | tail -1
+			done
+		done
+		echo "   load $(load) after"
+		continue
+		;;
+	batch1)
+		model=$DIR/resnet50.onnx
+		[ -f "$model" ] || "$PYTHON" bench/resnet50_shaped.py model "$model"
+		go test -c -o "$DIR/export.test" ./export
+		before=$(load)
+		out=$(cd export && FEDCALIB_BENCH_MODEL="$model" /usr/bin/time -f 'peak RSS %M KiB' "$DIR/export.test" \
+			-test.run '^$' -test.bench Batch1Overhead -test.benchtime "${B1}x" 2>&1)
+		echo "-- batch1 (resnet50, one thread, load $before before, $(load) after), $B1 iterations:"
+		echo "$out" | tr '\t' '\n' | sed -n 's/^ *\(-\{0,1\}[0-9.]*\) \([a-z].*\)$/   \2 \1/p' | sort
+		echo "$out" | grep 'peak RSS' | sed 's/^/   /'
+		continue
+		;;
+	mnist)
+		model=$PWD/models/mnist-tiny/model.onnx
+		spec=mnist:$(make -s mnist-dir):test
+		env=()
+		;;
+	resnet50)
+		model=$DIR/resnet50.onnx
+		[ -f "$model" ] || "$PYTHON" bench/resnet50_shaped.py model "$model"
+		imgs=$DIR/jpeg-$N
+		[ -d "$imgs" ] || "$PYTHON" bench/resnet50_shaped.py images "$imgs" "$N"
+		spec=imagefolder:$imgs
+		env=(FEDCALIB_BENCH_PREPROCESS=imagenet FEDCALIB_BENCH_BATCH=$RBATCH)
+		;;
+	*) echo "bench/infer.sh: unknown case $c" >&2; exit 2 ;;
+	esac
+	for l in $LOADS; do
+		[ "$l" = busy ] && start_busy
+		before=$(load)
+		out=$(cd infer && env "${env[@]}" FEDCALIB_BENCH_MODEL="$model" FEDCALIB_BENCH_DATA="$spec" \
+			FEDCALIB_BENCH_THREADS="$THREADS" FEDCALIB_BENCH_VARIANTS=peer,peer-nospin,infer \
+			/usr/bin/time -f 'peak RSS %M KiB' "$DIR/infer.test" -test.run '^$' -test.bench InferOverhead \
+			-test.benchtime "${PAIRS}x" 2>&1 | grep -v WARN)
+		echo "-- $c, load $l ($before before, $(load) after), $PAIRS pairs:"
+		echo "$out" | tr '\t' '\n' | sed -n 's/^ *\(-\{0,1\}[0-9.]*\) \([a-z].*\)$/   \2 \1/p' | sort
+		echo "$out" | grep 'peak RSS' | sed 's/^/   /'
+		if [ "$c" = resnet50 ]; then
+			t=$THREADS; [ "$t" = 0 ] && t=$(nproc)
+			echo "   $("$PYTHON" bench/resnet50_shaped.py torch "$imgs" "$t" "$WORKERS" "$RBATCH")"
+		fi
+		stop_busy
+	done
+done

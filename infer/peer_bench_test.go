@@ -1,0 +1,184 @@
+package infer
+
+import (
+	"os"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	ort "github.com/yalue/onnxruntime_go"
+)
+
+// A peer is the bare loop a user would write with onnxruntime_go: one
+// session with the intra-op threads set and every other option at ONNX
+// Runtime's defaults (spinning on) unless spin says otherwise, run over
+// input tensors built beforehand (the records decoded and preprocessed
+// as Infer feeds them) into output tensors allocated beforehand.
+type peer struct {
+	sess *ort.DynamicAdvancedSession
+	ins  []ort.Value
+	outs []ort.Value
+}
+
+// newPeer opens model as a peer on threads intra-op threads (0:
+// DefaultThreads), with spinning at ONNX Runtime's default (spin "") or
+// set to spin ("0" or "1"), over batches; s gives the input and output
+// names and the classes.
+func newPeer(b *testing.B, model string, s *Session, batches []*Batch, threads int, spin string) *peer {
+	b.Helper()
+	so, err := ort.NewSessionOptions()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer so.Destroy()
+	if threads == 0 {
+		threads = DefaultThreads()
+	}
+	if err := so.SetIntraOpNumThreads(threads); err != nil {
+		b.Fatal(err)
+	}
+	if spin != "" {
+		if err := so.AddSessionConfigEntry(intraSpinKey, spin); err != nil {
+			b.Fatal(err)
+		}
+	}
+	sess, err := ort.NewDynamicAdvancedSession(model, []string{s.in.Name}, []string{s.out.Name}, so)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := &peer{sess: sess}
+	b.Cleanup(func() {
+		destroyAll(p.ins)
+		destroyAll(p.outs)
+		sess.Destroy()
+	})
+	for _, bt := range batches {
+		in, err := ort.NewTensor(ort.Shape(slices.Clone(bt.Shape)), bt.Float)
+		if err != nil {
+			b.Fatal(err)
+		}
+		p.ins = append(p.ins, in)
+		out, err := ort.NewEmptyTensor[float32](ort.NewShape(bt.Shape[0], int64(s.classes)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		p.outs = append(p.outs, out)
+	}
+	return p
+}
+
+func (p *peer) run(b *testing.B) {
+	for i := range p.ins {
+		if err := p.sess.Run(p.ins[i:i+1], p.outs[i:i+1]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// cpuTime returns the CPU time (user + system) this process has used.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkInferOverhead runs, in every iteration and in rotating order,
+// the variants named by FEDCALIB_BENCH_VARIANTS (comma-separated; default
+// "peer,peer-nospin,infer"):
+//
+//	peer         the bare onnxruntime_go loop (newPeer) at ONNX Runtime's
+//	             defaults, spinning pool threads included: the loop a user
+//	             would write, over the records decoded beforehand;
+//	peer-nospin  the same with spinning off (session.intra_op.allow_spinning 0);
+//	infer        data.Open + Session.Infer end to end at the default thread
+//	             plan (threads.go): reading, decoding, preprocessing, runs,
+//	             labels, checks;
+//	infer-spin   the same with Options.Spin;
+//	infer-seq    the same with Options.Sequential.
+//
+// All get the same intra-op threads (FEDCALIB_BENCH_THREADS, else
+// DefaultThreads). It reports each variant's median records/s and, against
+// each variant before it, the median over iterations of the paired ratios
+// of records/s ("infer/peer", higher is faster) and of process CPU time
+// ("infer-cpu/peer"). On a shared machine, whose load changes from second to
+// second, the paired ratios are the figures to read.
+func BenchmarkInferOverhead(b *testing.B) {
+	s, spec := benchSession(b)
+	batches, n := benchBatches(b, s, spec)
+	model := os.Getenv("FEDCALIB_BENCH_MODEL")
+	if model == "" {
+		model = "testdata/cnn.onnx"
+	}
+	names := strings.Split(os.Getenv("FEDCALIB_BENCH_VARIANTS"), ",")
+	if names[0] == "" {
+		names = []string{"peer", "peer-nospin", "infer"}
+	}
+	infer := func(opt Options) func() {
+		o := benchOptions(b)
+		o.Spin, o.Sequential = opt.Spin, opt.Sequential
+		si, err := OpenSession(model, o)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { si.Close() })
+		return func() { runInfer(b, si, spec, n) }
+	}
+	threads := s.opt.Threads
+	run := make([]func(), len(names))
+	for k, name := range names {
+		switch name {
+		case "peer", "peer-nospin", "peer-spin":
+			p := newPeer(b, model, s, batches, threads, map[string]string{"peer": "", "peer-nospin": "0", "peer-spin": "1"}[name])
+			run[k] = func() { p.run(b) }
+		case "infer":
+			run[k] = infer(Options{})
+		case "infer-spin":
+			run[k] = infer(Options{Spin: true})
+		case "infer-seq":
+			run[k] = infer(Options{Sequential: true})
+		default:
+			b.Fatalf("FEDCALIB_BENCH_VARIANTS: unknown variant %q", name)
+		}
+	}
+	wall := make([][]time.Duration, len(names))
+	cpu := make([][]time.Duration, len(names))
+	rotate := 0
+	for b.Loop() {
+		for j := range names {
+			k := (rotate + j) % len(names)
+			t0, c0 := time.Now(), cpuTime(b)
+			run[k]()
+			wall[k] = append(wall[k], time.Since(t0))
+			cpu[k] = append(cpu[k], cpuTime(b)-c0)
+		}
+		rotate++
+	}
+	median := func(x []float64) float64 {
+		slices.Sort(x)
+		if len(x)%2 == 0 {
+			return (x[len(x)/2-1] + x[len(x)/2]) / 2
+		}
+		return x[len(x)/2]
+	}
+	for k, name := range names {
+		rate := make([]float64, len(wall[k]))
+		for i := range rate {
+			rate[i] = float64(n) / wall[k][i].Seconds()
+		}
+		b.ReportMetric(median(rate), name+"-rec/s")
+		for j := range k {
+			speed := make([]float64, len(wall[k]))
+			work := make([]float64, len(wall[k]))
+			for i := range speed {
+				speed[i] = wall[j][i].Seconds() / wall[k][i].Seconds()
+				work[i] = cpu[k][i].Seconds() / cpu[j][i].Seconds()
+			}
+			b.ReportMetric(median(speed), name+"/"+names[j])
+			b.ReportMetric(median(work), name+"-cpu/"+names[j])
+		}
+	}
+}
