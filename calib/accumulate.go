@@ -42,6 +42,12 @@ type Accumulator struct {
 	// (packTop) in tops, for TopLabel's adaptive ECE.
 	keepTops bool
 	tops     []uint64
+
+	// classKeys[j−keepLo] records, for each class j in [keepLo, keepHi),
+	// each example's packed class-j probability (packTop) for
+	// ClassErrors.
+	keepLo, keepHi int
+	classKeys      [][]uint64
 }
 
 // KeepTopConfidences makes a record, from now on, each example's top
@@ -51,6 +57,35 @@ type Accumulator struct {
 // accumulator's records. An accumulator that saw examples it did not
 // record reports no adaptive ECE.
 func (a *Accumulator) KeepTopConfidences() { a.keepTops = true }
+
+// KeepClassConfidences makes Add record, from now on, each example's
+// class-j probability and whether its label is j in 8 bytes, for each
+// class j in [lo, hi), so that ClassErrors computes their equal-mass
+// errors (Classwise). Call it before the first Add; Merge appends
+// another accumulator's records of the same classes. It panics when
+// [lo, hi) is not a range of classes.
+func (a *Accumulator) KeepClassConfidences(lo, hi int) {
+	if lo < 0 || hi < lo || hi > a.classes {
+		panic("calib: KeepClassConfidences outside the classes")
+	}
+	a.keepLo, a.keepHi = lo, hi
+	a.classKeys = make([][]uint64, hi-lo)
+}
+
+// ClassErrors returns the equal-mass errors of each class kept
+// (KeepClassConfidences), lo to hi−1 in order, or nil when none was kept
+// or not every example was. It sorts the records in place, so it must not
+// run concurrently with another use of a.
+func (a *Accumulator) ClassErrors() []ClassErrors {
+	if len(a.classKeys) == 0 || a.n == 0 || int64(len(a.classKeys[0])) != a.n {
+		return nil
+	}
+	out := make([]ClassErrors, len(a.classKeys))
+	for k, s := range a.classKeys {
+		out[k] = classErrors(s, a.bins)
+	}
+	return out
+}
 
 // Fixed-point scales of the accumulated sums.
 const (
@@ -143,6 +178,9 @@ func (a *Accumulator) Add(probs []float64, labels []int) error {
 		if a.keepTops {
 			a.tops = append(a.tops, packTop(top, arg == y))
 		}
+		for j := a.keepLo; j < a.keepHi; j++ {
+			a.classKeys[j-a.keepLo] = append(a.classKeys[j-a.keepLo], packTop(row[j], j == y))
+		}
 		m := Bin(top, a.bins)
 		a.topConf[m].add(uint64(top * probScale))
 		a.topCount[m]++
@@ -158,10 +196,14 @@ func (a *Accumulator) Add(probs []float64, labels []int) error {
 }
 
 // Merge adds the statistics of o, accumulated over other examples, to a.
-// It returns an error when the two have different classes or bins.
+// It returns an error, leaving a unchanged, when the two have different
+// classes or bins, or keep the records of different classes.
 func (a *Accumulator) Merge(o *Accumulator) error {
 	if a.classes != o.classes || a.bins != o.bins {
 		return fmt.Errorf("cannot merge statistics of %d classes × %d bins into %d classes × %d bins", o.classes, o.bins, a.classes, a.bins)
+	}
+	if len(a.classKeys) > 0 && (o.keepLo != a.keepLo || o.keepHi != a.keepHi) {
+		return fmt.Errorf("cannot merge the records of classes [%d, %d) into those of [%d, %d)", o.keepLo, o.keepHi, a.keepLo, a.keepHi)
 	}
 	for k := range a.conf {
 		a.conf[k].addU(o.conf[k])
@@ -178,6 +220,11 @@ func (a *Accumulator) Merge(o *Accumulator) error {
 			a.tops = o.tops[:len(o.tops):len(o.tops)] // shared, not copied: a's appends reallocate
 		} else {
 			a.tops = append(a.tops, o.tops...)
+		}
+	}
+	if len(a.classKeys) > 0 {
+		for k := range a.classKeys {
+			a.classKeys[k] = append(a.classKeys[k], o.classKeys[k]...)
 		}
 	}
 	a.n += o.n
