@@ -87,6 +87,14 @@ func (a *Accumulator) ClassErrors() []ClassErrors {
 	return out
 }
 
+// Forget drops the records that KeepTopConfidences and
+// KeepClassConfidences made, freeing their memory, and stops recording:
+// TopLabel and ClassErrors then compute no equal-mass errors.
+func (a *Accumulator) Forget() {
+	a.keepTops, a.tops = false, nil
+	a.keepLo, a.keepHi, a.classKeys = 0, 0, nil
+}
+
 // Fixed-point scales of the accumulated sums.
 const (
 	probScale  = 0x1p62 // probability ∈ [0, 1]

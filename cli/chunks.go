@@ -323,14 +323,22 @@ func measure(ctx context.Context, f *logits.File, sel rowSel, cals []calib.Calib
 
 // measureChunks is measure of the rows of src.
 func measureChunks(ctx context.Context, src chunkSource, cals []calib.Calibrator, bins int) ([]*calib.Accumulator, error) {
-	return measureChunksTops(ctx, src, cals, bins, false)
+	return measureChunksKeep(ctx, src, cals, bins, keepSpec{})
 }
 
-// measureChunksTops is measureChunks whose accumulators, with keepTops,
-// also keep each row's top confidence (calib.Accumulator.
-// KeepTopConfidences, 8 bytes a row and calibrator) for the adaptive
-// ECE.
-func measureChunksTops(ctx context.Context, src chunkSource, cals []calib.Calibrator, bins int, keepTops bool) ([]*calib.Accumulator, error) {
+// keepSpec is what the accumulators of measureChunksKeep record beyond
+// their statistics, 8 bytes a row and calibrator for each: each row's top
+// confidence (calib.Accumulator.KeepTopConfidences) when tops is set, for
+// the adaptive ECE and the KS error, and its probabilities of the classes
+// [lo, hi) (KeepClassConfidences), for the classwise equal-mass errors.
+type keepSpec struct {
+	tops   bool
+	lo, hi int
+}
+
+// measureChunksKeep is measureChunks whose accumulators also keep what
+// keep says.
+func measureChunksKeep(ctx context.Context, src chunkSource, cals []calib.Calibrator, bins int, keep keepSpec) ([]*calib.Accumulator, error) {
 	c := src.numClasses()
 	for _, cal := range cals {
 		if cal != nil && cal.Classes() != c {
@@ -353,8 +361,11 @@ func measureChunksTops(ctx context.Context, src chunkSource, cals []calib.Calibr
 			if accs[w][a], err = calib.NewAccumulator(c, bins); err != nil {
 				return nil, err
 			}
-			if keepTops {
+			if keep.tops {
 				accs[w][a].KeepTopConfidences()
+			}
+			if keep.hi > keep.lo {
+				accs[w][a].KeepClassConfidences(keep.lo, keep.hi)
 			}
 		}
 	}
