@@ -98,7 +98,7 @@ with the file only by 8 bytes a row and calibrator beyond a few MiB per
 core and 64 MiB: each row's top confidence (for the adaptive ECE and KS
 error), and its class probabilities for the classwise equal-mass errors,
 as many classes a pass over the file as fit in 64 MiB (one pass for
-10,000 rows of 400 classes or 800,000 rows of 10 classes, with a
+10,000 rows of 400 classes or 380,000 rows of 10 classes, with a
 calibrator), and down to one class a pass beyond. --bootstrap and
 --partition read the file whole, as they need every row.
 
