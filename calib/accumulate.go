@@ -45,9 +45,11 @@ type Accumulator struct {
 
 	// classKeys[j−keepLo] records, for each class j in [keepLo, keepHi),
 	// each example's packed class-j probability (packTop) for
-	// ClassErrors.
+	// ClassErrors, in segments: Add fills the last one or starts one of
+	// keySegment records, Merge appends another accumulator's, uncopied
+	// and capped so that Add never writes to them.
 	keepLo, keepHi int
-	classKeys      [][]uint64
+	classKeys      [][][]uint64
 }
 
 // KeepTopConfidences makes a record, from now on, each example's top
@@ -69,19 +71,34 @@ func (a *Accumulator) KeepClassConfidences(lo, hi int) {
 		panic("calib: KeepClassConfidences outside the classes")
 	}
 	a.keepLo, a.keepHi = lo, hi
-	a.classKeys = make([][]uint64, hi-lo)
+	a.classKeys = make([][][]uint64, hi-lo)
+	for k := range a.classKeys {
+		a.classKeys[k] = [][]uint64{nil} // a full segment: Add starts one
+	}
 }
 
 // ClassErrors returns the equal-mass errors of each class kept
 // (KeepClassConfidences), lo to hi−1 in order, or nil when none was kept
-// or not every example was. It sorts the records in place, so it must not
-// run concurrently with another use of a.
+// or not every example was. It replaces the records by sorted ones, so it
+// must not run concurrently with another use of a.
 func (a *Accumulator) ClassErrors() []ClassErrors {
-	if len(a.classKeys) == 0 || a.n == 0 || int64(len(a.classKeys[0])) != a.n {
+	if len(a.classKeys) == 0 || a.n == 0 {
+		return nil
+	}
+	var kept int64
+	for _, seg := range a.classKeys[0] {
+		kept += int64(len(seg))
+	}
+	if kept != a.n {
 		return nil
 	}
 	out := make([]ClassErrors, len(a.classKeys))
-	for k, s := range a.classKeys {
+	for k, segs := range a.classKeys {
+		// One class at a time, its segments sorted into one slice and
+		// then dropped, so that the records take at most one class more
+		// than they did.
+		s := sortPacked(segs...)
+		a.classKeys[k] = [][]uint64{s}
 		out[k] = classErrors(s, a.bins)
 	}
 	return out
@@ -94,6 +111,11 @@ func (a *Accumulator) Forget() {
 	a.keepTops, a.tops = false, nil
 	a.keepLo, a.keepHi, a.classKeys = 0, 0, nil
 }
+
+// keySegment is the number of records of a segment of
+// Accumulator.classKeys: large enough that its header costs nothing,
+// small enough that a segment not filled wastes little.
+const keySegment = 1 << 16
 
 // Fixed-point scales of the accumulated sums.
 const (
@@ -186,9 +208,6 @@ func (a *Accumulator) Add(probs []float64, labels []int) error {
 		if a.keepTops {
 			a.tops = append(a.tops, packTop(top, arg == y))
 		}
-		for j := a.keepLo; j < a.keepHi; j++ {
-			a.classKeys[j-a.keepLo] = append(a.classKeys[j-a.keepLo], packTop(row[j], j == y))
-		}
 		m := Bin(top, a.bins)
 		a.topConf[m].add(uint64(top * probScale))
 		a.topCount[m]++
@@ -198,6 +217,19 @@ func (a *Accumulator) Add(probs []float64, labels []int) error {
 		}
 		a.nll.add(uint64(-math.Log(max(min(max(row[y], 0), 1), nllFloor)) * nllScale))
 		a.brier.add(uint64(min(sq, 2) * brierScale))
+	}
+	for j := a.keepLo; j < a.keepHi; j++ {
+		segs := a.classKeys[j-a.keepLo]
+		if last := segs[len(segs)-1]; cap(last)-len(last) < len(labels) {
+			// A new segment, never a copy of the old ones.
+			segs = append(segs, make([]uint64, 0, max(len(labels), keySegment)))
+		}
+		k := segs[len(segs)-1]
+		for i, y := range labels {
+			k = append(k, packTop(probs[i*c+j], j == y))
+		}
+		segs[len(segs)-1] = k
+		a.classKeys[j-a.keepLo] = segs
 	}
 	a.n += int64(len(labels))
 	return nil
@@ -232,7 +264,11 @@ func (a *Accumulator) Merge(o *Accumulator) error {
 	}
 	if len(a.classKeys) > 0 {
 		for k := range a.classKeys {
-			a.classKeys[k] = append(a.classKeys[k], o.classKeys[k]...)
+			for _, seg := range o.classKeys[k] {
+				if len(seg) > 0 {
+					a.classKeys[k] = append(a.classKeys[k], seg[:len(seg):len(seg)])
+				}
+			}
 		}
 	}
 	a.n += o.n

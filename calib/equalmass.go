@@ -2,6 +2,7 @@ package calib
 
 import (
 	"math"
+	"math/bits"
 	"slices"
 )
 
@@ -125,12 +126,66 @@ type ClassErrors struct {
 	KS float64
 }
 
-// classErrors returns the part of the class whose packed examples are s,
-// which it sorts in place.
+// classErrors returns the part of the class whose packed examples are
+// s, sorted.
 func classErrors(s []uint64, bins int) ClassErrors {
-	slices.Sort(s)
 	e := equalMass(s, bins, nil)
 	return ClassErrors{N: len(s), Gap: e.gap, Debiased: e.debiased, KS: e.ks}
+}
+
+// sortPacked returns the packed keys of the segments segs, together, in
+// increasing order, as slices.Sort would sort them: a
+// most-significant-digit bucket pass on the 16 bits below those that
+// every key shares, into a new slice, then a comparison sort of each
+// bucket, small enough to sit in cache. It reads segs without changing
+// them, except that it sorts a lone segment of fewer than 1024 keys in
+// place and returns it.
+func sortPacked(segs ...[]uint64) []uint64 {
+	n := 0
+	for _, seg := range segs {
+		n += len(seg)
+	}
+	if n < 1024 {
+		var s []uint64
+		if len(segs) == 1 {
+			s = segs[0]
+		} else {
+			s = slices.Concat(segs...)
+		}
+		slices.Sort(s)
+		return s
+	}
+	lo, hi := ^uint64(0), uint64(0)
+	for _, seg := range segs {
+		for _, u := range seg {
+			lo, hi = min(lo, u), max(hi, u)
+		}
+	}
+	shift := max(0, bits.Len64(lo^hi)-16)
+	count := make([]int, 1<<16+1)
+	for _, seg := range segs {
+		for _, u := range seg {
+			count[1+int(u>>shift)&0xffff]++
+		}
+	}
+	for b := 1; b < len(count); b++ {
+		count[b] += count[b-1]
+	}
+	next := slices.Clone(count[:1<<16])
+	dst := make([]uint64, n)
+	for _, seg := range segs {
+		for _, u := range seg {
+			b := int(u>>shift) & 0xffff
+			dst[next[b]] = u
+			next[b]++
+		}
+	}
+	for b := range 1 << 16 {
+		if count[b+1]-count[b] > 1 {
+			slices.Sort(dst[count[b]:count[b+1]])
+		}
+	}
+	return dst
 }
 
 // CombineClasswise returns the Classwise errors of the parts of every
@@ -168,7 +223,7 @@ func ClasswiseErrors(probs []float64, labels []int, classes, bins int) (Classwis
 		for i, y := range labels {
 			s[i] = packTop(probs[i*classes+j], y == j)
 		}
-		parts[j] = classErrors(s, bins)
+		parts[j] = classErrors(sortPacked(s), bins)
 	}
 	return CombineClasswise(parts), nil
 }

@@ -139,3 +139,29 @@ func TestBootstrapSortsOnce(t *testing.T) {
 		t.Errorf("intervals\n%v\nwant\n%v", got, want)
 	}
 }
+
+// TestSortPacked compares the radix sort with slices.Sort on keys that
+// share bytes, tie, and span the whole range.
+func TestSortPacked(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, n := range []int{0, 1, 255, 256, 1000, 70000} {
+		for kind := range 3 {
+			s := make([]uint64, n)
+			for i := range s {
+				switch kind {
+				case 0:
+					s[i] = rng.Uint64()
+				case 1:
+					s[i] = packTop(rng.Float64(), rng.IntN(2) == 0)
+				case 2:
+					s[i] = 0xabcd_0000_0000_0000 | uint64(rng.IntN(40))<<8 // shared and tied bytes
+				}
+			}
+			want := slices.Clone(s)
+			slices.Sort(want)
+			if got := sortPacked(s[:n/3], s[n/3:]); !slices.Equal(got, want) {
+				t.Fatalf("n %d, kind %d: not sorted as slices.Sort sorts", n, kind)
+			}
+		}
+	}
+}

@@ -116,10 +116,10 @@ func (a *Accumulator) TopLabel() TopLabel {
 }
 
 // setMass sets the adaptive ECE and the KS error of t from the packed
-// top confidences s of every example, which it sorts in place.
+// top confidences s of every example (sortPacked: sorted in place or
+// copied).
 func (t *TopLabel) setMass(s []uint64, bins int) {
-	slices.Sort(s)
-	e := equalMass(s, bins, nil)
+	e := equalMass(sortPacked(s), bins, nil)
 	n := float64(len(s))
 	ece, ks := e.gap/n, e.ks/n
 	t.AdaptiveECE, t.KS = &ece, &ks
