@@ -27,13 +27,19 @@ import (
 // collector does not scan them, and collecting once every 16 MiB of
 // allocation costs little (a few milliseconds a cycle at 10^7 rows).
 func boundHeap(f *logits.File) {
+	boundHeapHeld(int64(4*len(f.Logits) + 4*len(f.Labels) + 4*len(f.Client) + len(f.Split)))
+}
+
+// boundHeapHeld lowers the garbage collector's heap target, as boundHeap
+// does, while held bytes without pointers are live: eval's records for
+// the equal-mass errors too.
+func boundHeapHeld(held int64) {
 	if _, set := os.LookupEnv("GOGC"); set {
 		return
 	}
-	held := 4*len(f.Logits) + 4*len(f.Labels) + 4*len(f.Client) + len(f.Split)
 	const garbage = 16 << 20
 	if held > garbage {
-		debug.SetGCPercent(max(1, 100*garbage/held))
+		debug.SetGCPercent(int(max(1, 100*garbage/held)))
 	}
 }
 

@@ -412,6 +412,12 @@ func (in *evalInput) measure(ctx context.Context, cals []calib.Calibrator, bins 
 	if classwise {
 		first, per = classwisePlan(in.rows, len(cals), in.classes, cmp.Or(in.keepBytes, classwiseBytes))
 	}
+	// The records of a pass, and the file when it is held.
+	held := 8 * int64(in.rows) * int64(len(cals)) * int64(1+max(first, per))
+	if in.f != nil {
+		held += int64(4 * len(in.f.Logits))
+	}
+	boundHeapHeld(held)
 	accs, err := measureChunksKeep(ctx, in.src, cals, bins, keepSpec{tops: true, hi: first})
 	if err != nil {
 		return nil, fail(err)
