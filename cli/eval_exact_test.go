@@ -16,7 +16,7 @@ import (
 // exactGolden holds eval's --json output, to the last digit, on the file
 // TestEvalBitForBit writes: work that makes eval cheaper must leave it
 // unchanged bit for bit (rewrite it, after review, with -update).
-const exactGolden = "testdata/golden/eval-exact.json"
+const exactGolden = "testdata/eval-exact.json"
 
 // updateExact rewrites exactGolden: go test ./cli -run TestEvalBitForBit -update-exact.
 var updateExact = flag.Bool("update-exact", false, "rewrite "+exactGolden)
