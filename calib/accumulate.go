@@ -1,6 +1,7 @@
 package calib
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/bits"
@@ -45,10 +46,11 @@ type Accumulator struct {
 
 	// classKeys[j−keepLo] records, for each class j in [keepLo, keepHi),
 	// each example's packed class-j probability (packTop) for
-	// ClassErrors, in segments: Add fills the last one or starts one of
-	// keySegment records, Merge appends another accumulator's, uncopied
+	// ClassErrors, in segments: Add fills the last one or starts one as
+	// large as the records so far, up to keySegment, Merge appends another accumulator's, uncopied
 	// and capped so that Add never writes to them.
 	keepLo, keepHi int
+	expect         int // room for the first records (KeepClassConfidences)
 	classKeys      [][][]uint64
 }
 
@@ -63,25 +65,29 @@ func (a *Accumulator) KeepTopConfidences() { a.keepTops = true }
 // KeepClassConfidences makes Add record, from now on, each example's
 // class-j probability and whether its label is j in 8 bytes, for each
 // class j in [lo, hi), so that ClassErrors computes their equal-mass
-// errors (Classwise). Call it before the first Add; Merge appends
-// another accumulator's records of the same classes. It panics when
-// [lo, hi) is not a range of classes.
-func (a *Accumulator) KeepClassConfidences(lo, hi int) {
-	if lo < 0 || hi < lo || hi > a.classes {
+// errors (Classwise). expect is the number of examples the caller
+// expects to add, the room reserved for each class when the first Add
+// comes (0 when it does not know: the records then grow as Add needs
+// them); with many classes, a close guess saves memory. Call it before
+// the first Add; Merge appends another accumulator's records of the same
+// classes. It panics when [lo, hi) is not a range of classes or expect
+// is negative.
+func (a *Accumulator) KeepClassConfidences(lo, hi, expect int) {
+	if lo < 0 || hi < lo || hi > a.classes || expect < 0 {
 		panic("calib: KeepClassConfidences outside the classes")
 	}
-	a.keepLo, a.keepHi = lo, hi
+	a.keepLo, a.keepHi, a.expect = lo, hi, expect
 	a.classKeys = make([][][]uint64, hi-lo)
 	for k := range a.classKeys {
-		a.classKeys[k] = [][]uint64{nil} // a full segment: Add starts one
+		a.classKeys[k] = make([][]uint64, 1, 2) // a full segment: Add starts one
 	}
 }
 
-// ClassErrors returns the equal-mass errors of each class kept
-// (KeepClassConfidences), lo to hi−1 in order, or nil when none was kept
+// ClassErrors returns the errors over bins equal-mass bins (0: a's
+// bins) of each class kept (KeepClassConfidences), lo to hi−1 in order, or nil when none was kept
 // or not every example was. It replaces the records by sorted ones, so it
 // must not run concurrently with another use of a.
-func (a *Accumulator) ClassErrors() []ClassErrors {
+func (a *Accumulator) ClassErrors(bins int) []ClassErrors {
 	if len(a.classKeys) == 0 || a.n == 0 {
 		return nil
 	}
@@ -99,7 +105,7 @@ func (a *Accumulator) ClassErrors() []ClassErrors {
 		// than they did.
 		s := sortPacked(segs...)
 		a.classKeys[k] = [][]uint64{s}
-		out[k] = classErrors(s, a.bins)
+		out[k] = classErrors(s, cmp.Or(bins, a.bins))
 	}
 	return out
 }
@@ -221,8 +227,18 @@ func (a *Accumulator) Add(probs []float64, labels []int) error {
 	for j := a.keepLo; j < a.keepHi; j++ {
 		segs := a.classKeys[j-a.keepLo]
 		if last := segs[len(segs)-1]; cap(last)-len(last) < len(labels) {
-			// A new segment, never a copy of the old ones.
-			segs = append(segs, make([]uint64, 0, max(len(labels), keySegment)))
+			// A new segment, never a copy of the old ones, as large as
+			// the records so far (up to keySegment): geometric growth, so
+			// that few examples of many classes take little.
+			held := 0
+			for _, seg := range segs {
+				held += len(seg)
+			}
+			room := min(held, keySegment)
+			if held == 0 {
+				room = a.expect
+			}
+			segs = append(segs, make([]uint64, 0, max(len(labels), room)))
 		}
 		k := segs[len(segs)-1]
 		for i, y := range labels {

@@ -111,7 +111,7 @@ func streamed(t *testing.T, probs []float64, labels []int, c, bins int) (calib.T
 		accs := make([]*calib.Accumulator, 3)
 		for i := range accs {
 			accs[i], _ = calib.NewAccumulator(c, bins)
-			accs[i].KeepClassConfidences(gr[0], gr[1])
+			accs[i].KeepClassConfidences(gr[0], gr[1], 7*i) // no guess, a small one, and more
 			if g == 0 {
 				accs[i].KeepTopConfidences()
 			}
@@ -123,7 +123,7 @@ func streamed(t *testing.T, probs []float64, labels []int, c, bins int) (calib.T
 			}
 		}
 		total, _ := calib.NewAccumulator(c, bins)
-		total.KeepClassConfidences(gr[0], gr[1])
+		total.KeepClassConfidences(gr[0], gr[1], 0)
 		if g == 0 {
 			total.KeepTopConfidences()
 		}
@@ -132,7 +132,7 @@ func streamed(t *testing.T, probs []float64, labels []int, c, bins int) (calib.T
 				t.Fatal(err)
 			}
 		}
-		parts = append(parts, total.ClassErrors()...)
+		parts = append(parts, total.ClassErrors(0)...)
 		if g == 0 {
 			tl = total.TopLabel()
 		}

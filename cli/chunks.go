@@ -337,9 +337,13 @@ func measureChunks(ctx context.Context, src chunkSource, cals []calib.Calibrator
 // confidence (calib.Accumulator.KeepTopConfidences) when tops is set, for
 // the adaptive ECE and the KS error, and its probabilities of the classes
 // [lo, hi) (KeepClassConfidences), for the classwise equal-mass errors.
+//
+// rows, when not 0, is the number of rows the source holds, so that each
+// goroutine's records reserve their share at once.
 type keepSpec struct {
 	tops   bool
 	lo, hi int
+	rows   int
 }
 
 // measureChunksKeep is measureChunks whose accumulators also keep what
@@ -371,7 +375,11 @@ func measureChunksKeep(ctx context.Context, src chunkSource, cals []calib.Calibr
 				accs[w][a].KeepTopConfidences()
 			}
 			if keep.hi > keep.lo {
-				accs[w][a].KeepClassConfidences(keep.lo, keep.hi)
+				expect := 0
+				if keep.rows > 0 && w < workers {
+					expect = keep.rows/workers + src.chunkRows()
+				}
+				accs[w][a].KeepClassConfidences(keep.lo, keep.hi, expect)
 			}
 		}
 	}

@@ -310,6 +310,8 @@ type evalInput struct {
 	reopen func() (chunkSource, func() error, error)
 	// keepBytes, when not 0, replaces classwiseBytes (tests).
 	keepBytes int64
+	// hasSplit is whether the file has a split column.
+	hasSplit bool
 }
 
 // openEvalInput opens the logits file at path, holding input, for
@@ -346,7 +348,8 @@ func openEvalInput(ctx context.Context, path string, input inputKind, partPath, 
 	}
 	in.close = a.Close
 	a.SetMemoryBudget(memoryBudget(ctx))
-	if in.split, in.want, err = evalSplit(a.Has("split"), split, path); err == nil {
+	in.hasSplit = a.Has("split")
+	if in.split, in.want, err = evalSplit(in.hasSplit, split, path); err == nil {
 		in.names, err = a.ClassNames()
 	}
 	var recorded string
@@ -390,7 +393,8 @@ const classwiseBytes = 64 << 20
 // classwiseBytes at 8 bytes a row, class and set, and at least one a
 // pass.
 func classwisePlan(rows, sets, classes int, budget int64) (first, per int) {
-	fit := budget / max(1, 8*int64(rows)*int64(sets))
+	// 8 bytes a row, and about 128 for the headers of a class's records.
+	fit := budget / max(1, (8*int64(rows)+128)*int64(sets))
 	return int(min(int64(classes), max(0, fit-1))), int(min(int64(classes), max(1, fit)))
 }
 
@@ -413,12 +417,20 @@ func (in *evalInput) measure(ctx context.Context, cals []calib.Calibrator, bins 
 		first, per = classwisePlan(in.rows, len(cals), in.classes, cmp.Or(in.keepBytes, classwiseBytes))
 	}
 	// The records of a pass, and the file when it is held.
-	held := 8 * int64(in.rows) * int64(len(cals)) * int64(1+max(first, per))
+	held := (8*int64(in.rows) + 128) * int64(len(cals)) * int64(1+max(first, per))
 	if in.f != nil {
 		held += int64(4 * len(in.f.Logits))
 	}
 	boundHeapHeld(held)
-	accs, err := measureChunksKeep(ctx, in.src, cals, bins, keepSpec{tops: true, hi: first})
+	// The rows the split selects, when known without a pass: a guess
+	// that is too large would reserve memory for nothing.
+	rows := 0
+	if in.f != nil {
+		rows = in.sel.count(in.f)
+	} else if in.want == logits.AllRows || !in.hasSplit {
+		rows = in.rows
+	}
+	accs, err := measureChunksKeep(ctx, in.src, cals, bins, keepSpec{tops: true, hi: first, rows: rows})
 	if err != nil {
 		return nil, fail(err)
 	}
@@ -430,7 +442,7 @@ func (in *evalInput) measure(ctx context.Context, cals []calib.Calibrator, bins 
 	for a, acc := range accs {
 		m.top[a] = acc.TopLabel()
 		if classwise {
-			parts[a] = acc.ClassErrors()
+			parts[a] = acc.ClassErrors(0)
 		}
 		acc.Forget() // before the records of another pass
 	}
@@ -442,12 +454,14 @@ func (in *evalInput) measure(ctx context.Context, cals []calib.Calibrator, bins 
 		if err != nil {
 			return nil, err
 		}
-		more, err := measureChunksKeep(ctx, src, cals, bins, keepSpec{lo: lo, hi: min(lo+per, in.classes)})
+		// One equal-width bin: these passes want the records, not the
+		// statistics, whose memory follows classes × bins.
+		more, err := measureChunksKeep(ctx, src, cals, 1, keepSpec{lo: lo, hi: min(lo+per, in.classes), rows: accs[0].N()})
 		if err := errors.Join(err, closeSrc()); err != nil {
 			return nil, fail(err)
 		}
 		for a := range more {
-			parts[a] = append(parts[a], more[a].ClassErrors()...)
+			parts[a] = append(parts[a], more[a].ClassErrors(accs[0].Bins())...)
 		}
 	}
 	m.classwise = make([]calib.Classwise, len(cals))
