@@ -1,6 +1,7 @@
 package calib
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/bits"
@@ -42,6 +43,15 @@ type Accumulator struct {
 	// (packTop) in tops, for TopLabel's adaptive ECE.
 	keepTops bool
 	tops     []uint64
+
+	// classKeys[j−keepLo] records, for each class j in [keepLo, keepHi),
+	// each example's packed class-j probability (packTop) for
+	// ClassErrors, in segments: Add fills the last one or starts one as
+	// large as the records so far, up to keySegment, Merge appends another accumulator's, uncopied
+	// and capped so that Add never writes to them.
+	keepLo, keepHi int
+	expect         int // room for the first records (KeepClassConfidences)
+	classKeys      [][][]uint64
 }
 
 // KeepTopConfidences makes a record, from now on, each example's top
@@ -51,6 +61,67 @@ type Accumulator struct {
 // accumulator's records. An accumulator that saw examples it did not
 // record reports no adaptive ECE.
 func (a *Accumulator) KeepTopConfidences() { a.keepTops = true }
+
+// KeepClassConfidences makes Add record, from now on, each example's
+// class-j probability and whether its label is j in 8 bytes, for each
+// class j in [lo, hi), so that ClassErrors computes their equal-mass
+// errors (Classwise). expect is the number of examples the caller
+// expects to add, the room reserved for each class when the first Add
+// comes (0 when it does not know: the records then grow as Add needs
+// them); with many classes, a close guess saves memory. Call it before
+// the first Add; Merge appends another accumulator's records of the same
+// classes. It panics when [lo, hi) is not a range of classes or expect
+// is negative.
+func (a *Accumulator) KeepClassConfidences(lo, hi, expect int) {
+	if lo < 0 || hi < lo || hi > a.classes || expect < 0 {
+		panic("calib: KeepClassConfidences outside the classes")
+	}
+	a.keepLo, a.keepHi, a.expect = lo, hi, expect
+	a.classKeys = make([][][]uint64, hi-lo)
+	for k := range a.classKeys {
+		a.classKeys[k] = make([][]uint64, 1, 2) // a full segment: Add starts one
+	}
+}
+
+// ClassErrors returns the errors over bins equal-mass bins (0: a's
+// bins) of each class kept (KeepClassConfidences), lo to hi−1 in order, or nil when none was kept
+// or not every example was. It replaces the records by sorted ones, so it
+// must not run concurrently with another use of a.
+func (a *Accumulator) ClassErrors(bins int) []ClassErrors {
+	if len(a.classKeys) == 0 || a.n == 0 {
+		return nil
+	}
+	var kept int64
+	for _, seg := range a.classKeys[0] {
+		kept += int64(len(seg))
+	}
+	if kept != a.n {
+		return nil
+	}
+	out := make([]ClassErrors, len(a.classKeys))
+	for k, segs := range a.classKeys {
+		// One class at a time, its segments sorted into one slice and
+		// then dropped, so that the records take at most one class more
+		// than they did.
+		s := sortPacked(segs...)
+		a.classKeys[k] = [][]uint64{s}
+		out[k] = classErrors(s, cmp.Or(bins, a.bins))
+	}
+	return out
+}
+
+// Forget drops the records that KeepTopConfidences and
+// KeepClassConfidences made, freeing their memory, and stops recording:
+// TopLabel and ClassErrors then compute no equal-mass errors.
+func (a *Accumulator) Forget() {
+	a.keepTops, a.tops = false, nil
+	a.keepLo, a.keepHi, a.classKeys = 0, 0, nil
+}
+
+// keySegment is the number of records of a segment of
+// Accumulator.classKeys: large enough that its header costs nothing,
+// small enough that a segment not filled wastes little.
+const keySegment = 1 << 16
 
 // Fixed-point scales of the accumulated sums.
 const (
@@ -153,15 +224,42 @@ func (a *Accumulator) Add(probs []float64, labels []int) error {
 		a.nll.add(uint64(-math.Log(max(min(max(row[y], 0), 1), nllFloor)) * nllScale))
 		a.brier.add(uint64(min(sq, 2) * brierScale))
 	}
+	for j := a.keepLo; j < a.keepHi; j++ {
+		segs := a.classKeys[j-a.keepLo]
+		if last := segs[len(segs)-1]; cap(last)-len(last) < len(labels) {
+			// A new segment, never a copy of the old ones, as large as
+			// the records so far (up to keySegment): geometric growth, so
+			// that few examples of many classes take little.
+			held := 0
+			for _, seg := range segs {
+				held += len(seg)
+			}
+			room := min(held, keySegment)
+			if held == 0 {
+				room = a.expect
+			}
+			segs = append(segs, make([]uint64, 0, max(len(labels), room)))
+		}
+		k := segs[len(segs)-1]
+		for i, y := range labels {
+			k = append(k, packTop(probs[i*c+j], j == y))
+		}
+		segs[len(segs)-1] = k
+		a.classKeys[j-a.keepLo] = segs
+	}
 	a.n += int64(len(labels))
 	return nil
 }
 
 // Merge adds the statistics of o, accumulated over other examples, to a.
-// It returns an error when the two have different classes or bins.
+// It returns an error, leaving a unchanged, when the two have different
+// classes or bins, or keep the records of different classes.
 func (a *Accumulator) Merge(o *Accumulator) error {
 	if a.classes != o.classes || a.bins != o.bins {
 		return fmt.Errorf("cannot merge statistics of %d classes × %d bins into %d classes × %d bins", o.classes, o.bins, a.classes, a.bins)
+	}
+	if len(a.classKeys) > 0 && (o.keepLo != a.keepLo || o.keepHi != a.keepHi) {
+		return fmt.Errorf("cannot merge the records of classes [%d, %d) into those of [%d, %d)", o.keepLo, o.keepHi, a.keepLo, a.keepHi)
 	}
 	for k := range a.conf {
 		a.conf[k].addU(o.conf[k])
@@ -178,6 +276,15 @@ func (a *Accumulator) Merge(o *Accumulator) error {
 			a.tops = o.tops[:len(o.tops):len(o.tops)] // shared, not copied: a's appends reallocate
 		} else {
 			a.tops = append(a.tops, o.tops...)
+		}
+	}
+	if len(a.classKeys) > 0 {
+		for k := range a.classKeys {
+			for _, seg := range o.classKeys[k] {
+				if len(seg) > 0 {
+					a.classKeys[k] = append(a.classKeys[k], seg[:len(seg):len(seg)])
+				}
+			}
 		}
 	}
 	a.n += o.n

@@ -1,6 +1,7 @@
 package calib
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -27,6 +28,15 @@ type TopLabel struct {
 	// order. Nil (and left out of JSON) where it was not computed: see
 	// Accumulator.KeepTopConfidences; an exact 0 is kept.
 	AdaptiveECE *float64 `json:"adaptive_ece,omitempty"`
+	// KS is the Kolmogorov–Smirnov calibration error of Gupta et al.
+	// (2021, "Calibration of neural networks using splines"): with the
+	// examples sorted by c_i, the largest gap between the cumulative sums
+	// of confidence and accuracy, max_t |Σ_{c_i ≤ t} (c_i − a_i)| / N. It
+	// is read only where the confidence changes (t runs over the distinct
+	// c_i), so that it does not depend on the order of tied confidences.
+	// It needs no bins. Nil (and left out of JSON) where it was not
+	// computed, as AdaptiveECE.
+	KS *float64 `json:"ks,omitempty"`
 	// MCE is the maximum calibration error max_m |acc_m − conf_m| over
 	// the non-empty bins (Naeini et al. 2015).
 	MCE float64 `json:"mce"`
@@ -61,8 +71,7 @@ func TopLabelErrors(probs []float64, labels []int, classes, bins int) (TopLabel,
 		return TopLabel{}, err
 	}
 	t := a.TopLabel()
-	v := adaptiveECE(topConfidences(probs, labels, classes), a.bins)
-	t.AdaptiveECE = &v
+	t.setMass(topConfidences(probs, labels, classes), a.bins)
 	return t, nil
 }
 
@@ -79,8 +88,7 @@ func (a *Accumulator) TopLabel() TopLabel {
 	}
 	var t TopLabel
 	if a.keepTops && int64(len(a.tops)) == a.n {
-		v := adaptiveECE(a.tops, a.bins)
-		t.AdaptiveECE = &v
+		t.setMass(a.tops, a.bins)
 	}
 	n := float64(a.n)
 	var sq, debiased, confSum float64
@@ -107,8 +115,18 @@ func (a *Accumulator) TopLabel() TopLabel {
 	return t
 }
 
+// setMass sets the adaptive ECE and the KS error of t from the packed
+// top confidences s of every example (sortPacked: sorted in place or
+// copied).
+func (t *TopLabel) setMass(s []uint64, bins int) {
+	e := equalMass(sortPacked(s), bins, nil)
+	n := float64(len(s))
+	ece, ks := e.gap/n, e.ks/n
+	t.AdaptiveECE, t.KS = &ece, &ks
+}
+
 // packTop packs an example's top confidence c ∈ [0, 1] and whether it is
-// right into 8 bytes whose unsigned order is that of adaptiveECE's sort:
+// right into 8 bytes whose unsigned order is that of equalMass's sort:
 // by c (the bits of a non-negative float64 increase with it), then wrong
 // (0) before right (1).
 func packTop(conf float64, correct bool) uint64 {
@@ -141,28 +159,6 @@ func topConfidences(probs []float64, labels []int, classes int) []uint64 {
 	return out
 }
 
-// adaptiveECE returns the ECE over min(bins, N) equal-mass bins of the
-// packed examples s (see TopLabel.AdaptiveECE), which it sorts in place.
-func adaptiveECE(s []uint64, bins int) float64 {
-	slices.Sort(s)
-	n := len(s)
-	bins = min(bins, n)
-	var e float64
-	for m := range bins {
-		lo, hi := m*n/bins, (m+1)*n/bins
-		var conf, acc float64
-		for _, u := range s[lo:hi] {
-			c, right := unpackTop(u)
-			conf += c
-			if right {
-				acc++
-			}
-		}
-		e += math.Abs(acc - conf)
-	}
-	return e / float64(n)
-}
-
 // Interval is a bootstrap confidence interval [Lo, Hi]. The zero value is
 // the point interval at 0.
 type Interval struct {
@@ -171,7 +167,7 @@ type Interval struct {
 }
 
 // Bootstrap holds percentile bootstrap confidence intervals for every
-// metric of Metrics and TopLabel, keyed by their JSON names ("cwece",
+// metric of Metrics, TopLabel and Classwise, keyed by their JSON names ("cwece",
 // "accuracy", "mce", ...).
 type Bootstrap map[string]Interval
 
@@ -186,8 +182,10 @@ const MaxBootstrap = 100000
 // BootstrapIntervals returns percentile bootstrap intervals at level (0
 // means DefaultBootstrapLevel) for every metric of probs against labels:
 // resamples resamples of the examples drawn with replacement from a PCG
-// stream seeded by seed, each evaluated as Evaluate and TopLabelErrors do
-// with bins bins; the interval of a metric is its (1−level)/2 and
+// stream seeded by seed, each evaluated as Evaluate, TopLabelErrors and
+// ClasswiseErrors do with bins bins (the equal-mass errors from the
+// examples sorted once, walked with each resample's multiplicities, which
+// is the resample's sorted order); the interval of a metric is its (1−level)/2 and
 // (1+level)/2 empirical quantiles over the resamples. The same seed gives
 // the same intervals. It returns an error for resamples outside
 // [1, MaxBootstrap], a level outside (0, 1), or the errors of Evaluate.
@@ -204,26 +202,57 @@ func BootstrapIntervals(probs []float64, labels []int, classes, bins, resamples 
 	if _, err := Evaluate(probs, labels, classes, bins); err != nil {
 		return nil, err
 	}
+	if bins == 0 {
+		bins = DefaultMetricBins
+	}
 	n := len(labels)
+	// The equal-mass errors of a resample walk the examples sorted once
+	// (the top confidences, then each class's probabilities), each
+	// example counted as often as it was drawn: the resample's own sorted
+	// order, without sorting it.
+	sorted := make([]sortedKeys, 1+classes)
+	sorted[0] = sortKeys(topConfidences(probs, labels, classes))
+	for j := range classes {
+		s := make([]uint64, n)
+		for i, y := range labels {
+			s[i] = packTop(probs[i*classes+j], y == j)
+		}
+		sorted[1+j] = sortKeys(s)
+	}
 	rng := rand.New(rand.NewPCG(seed, 0x626f6f74)) // "boot"
 	draws := map[string][]float64{}
 	rp := make([]float64, n*classes)
 	rl := make([]int, n)
+	drawn := make([]int, n)
+	parts := make([]ClassErrors, classes)
 	for range resamples {
+		clear(drawn)
 		for i := range n {
 			k := rng.IntN(n)
 			copy(rp[i*classes:(i+1)*classes], probs[k*classes:(k+1)*classes])
 			rl[i] = labels[k]
+			drawn[k]++
 		}
-		m, err := Evaluate(rp, rl, classes, bins)
+		a, err := NewAccumulator(classes, bins)
 		if err != nil {
 			return nil, err
 		}
-		t, err := TopLabelErrors(rp, rl, classes, bins)
+		if err := a.Add(rp, rl); err != nil {
+			return nil, err
+		}
+		m, err := a.Metrics()
 		if err != nil {
 			return nil, err
 		}
-		for name, v := range metricValues(m, t) {
+		t := a.TopLabel()
+		e := sorted[0].equalMass(bins, drawn)
+		ece, ks := e.gap/float64(n), e.ks/float64(n)
+		t.AdaptiveECE, t.KS = &ece, &ks
+		for j := range parts {
+			e := sorted[1+j].equalMass(bins, drawn)
+			parts[j] = ClassErrors{N: n, Gap: e.gap, Debiased: e.debiased, KS: e.ks}
+		}
+		for name, v := range metricValues(m, t, CombineClasswise(parts)) {
 			draws[name] = append(draws[name], v)
 		}
 	}
@@ -236,11 +265,40 @@ func BootstrapIntervals(probs []float64, labels []int, classes, bins, resamples 
 }
 
 // metricValues names every metric by its JSON key.
-func metricValues(m Metrics, t TopLabel) map[string]float64 {
+func metricValues(m Metrics, t TopLabel, cw Classwise) map[string]float64 {
 	return map[string]float64{
 		"accuracy": m.Accuracy, "cwece": m.CWECE, "ece": m.ECE, "nll": m.NLL, "brier": m.Brier,
-		"adaptive_ece": *t.AdaptiveECE, "mce": t.MCE, "rmsce": t.RMSCE, "debiased_ce": t.DebiasedCE, "signed_gap": t.SignedGap,
+		"adaptive_ece": *t.AdaptiveECE, "ks": *t.KS, "mce": t.MCE, "rmsce": t.RMSCE, "debiased_ce": t.DebiasedCE, "signed_gap": t.SignedGap,
+		"adaptive_cwece": cw.AdaptiveCWECE, "debiased_cwce": cw.DebiasedCWCE, "cw_ks": cw.KS,
 	}
+}
+
+// sortedKeys are packed examples (packTop) sorted, with the index of
+// each in the original order.
+type sortedKeys struct {
+	keys []uint64
+	idx  []int
+}
+
+// sortKeys sorts the packed examples s, keeping their indices; equal
+// keys are identical examples, so their order does not matter.
+func sortKeys(s []uint64) sortedKeys {
+	idx := make([]int, len(s))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(s[a], s[b]) })
+	keys := make([]uint64, len(s))
+	for r, i := range idx {
+		keys[r] = s[i]
+	}
+	return sortedKeys{keys, idx}
+}
+
+// equalMass returns the equal-mass errors of the resample that drew
+// example i drawn[i] times.
+func (sk sortedKeys) equalMass(bins int, drawn []int) massErrors {
+	return equalMass(sk.keys, bins, func(r int) int { return drawn[sk.idx[r]] })
 }
 
 // quantile returns the q-quantile of sorted v by linear interpolation

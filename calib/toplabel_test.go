@@ -27,7 +27,9 @@ func TestTopLabelByHand(t *testing.T) {
 	}
 	// Debiased: ½(0.35² − ½·½/1) + ½(0.35² − 0) = −0.0025 → 0.
 	// Adaptive, 4 equal-mass bins of one: (0.4 + 0.3 + 0.8 + 0.1)/4.
-	want := TopLabel{ECE: 0.35, AdaptiveECE: ptr(0.4), MCE: 0.35, RMSCE: 0.35, DebiasedCE: 0, SignedGap: 0}
+	// KS: sorted 0.6 ✓, 0.7 ✓, 0.8 ✗, 0.9 ✓ give running Σ (c − a) of
+	// −0.4, −0.7, 0.1, 0: max 0.7, over 4.
+	want := TopLabel{ECE: 0.35, AdaptiveECE: ptr(0.4), KS: ptr(0.175), MCE: 0.35, RMSCE: 0.35, DebiasedCE: 0, SignedGap: 0}
 	assertTopLabel(t, got, want, 1e-12)
 	// 2 equal-mass bins: {0.6, 0.7} (2 right, Σ conf 1.3), {0.8, 0.9}
 	// (1 right, Σ conf 1.7): (0.7 + 0.7)/4.
@@ -153,7 +155,7 @@ func TestTopLabelMatchesNaive(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := naiveTopLabel(p, s.Labels, tc.c, tc.bins)
-		want.AdaptiveECE = got.AdaptiveECE // checked by hand above and in TestAdaptiveECETies
+		want.AdaptiveECE, want.KS = got.AdaptiveECE, got.KS // checked by hand above, in TestAdaptiveECETies and against NumPy
 		assertTopLabel(t, got, want, 1e-12)
 		m, _ := Evaluate(p, s.Labels, tc.c, tc.bins)
 		if got.ECE != m.ECE {
@@ -240,7 +242,7 @@ func TestBootstrapDeterministicAndErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := BootstrapIntervals(p, y, 3, 15, 50, 0.95, 9)
-	if !reflect.DeepEqual(a, b) || len(a) != 10 {
+	if !reflect.DeepEqual(a, b) || len(a) != 14 {
 		t.Errorf("same seed and level, different intervals (%d metrics)", len(a))
 	}
 	m, _ := Evaluate(p, y, 3, 15)

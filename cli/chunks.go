@@ -27,13 +27,19 @@ import (
 // collector does not scan them, and collecting once every 16 MiB of
 // allocation costs little (a few milliseconds a cycle at 10^7 rows).
 func boundHeap(f *logits.File) {
+	boundHeapHeld(int64(4*len(f.Logits) + 4*len(f.Labels) + 4*len(f.Client) + len(f.Split)))
+}
+
+// boundHeapHeld lowers the garbage collector's heap target, as boundHeap
+// does, while held bytes without pointers are live: eval's records for
+// the equal-mass errors too.
+func boundHeapHeld(held int64) {
 	if _, set := os.LookupEnv("GOGC"); set {
 		return
 	}
-	held := 4*len(f.Logits) + 4*len(f.Labels) + 4*len(f.Client) + len(f.Split)
 	const garbage = 16 << 20
 	if held > garbage {
-		debug.SetGCPercent(max(1, 100*garbage/held))
+		debug.SetGCPercent(int(max(1, 100*garbage/held)))
 	}
 }
 
@@ -323,14 +329,26 @@ func measure(ctx context.Context, f *logits.File, sel rowSel, cals []calib.Calib
 
 // measureChunks is measure of the rows of src.
 func measureChunks(ctx context.Context, src chunkSource, cals []calib.Calibrator, bins int) ([]*calib.Accumulator, error) {
-	return measureChunksTops(ctx, src, cals, bins, false)
+	return measureChunksKeep(ctx, src, cals, bins, keepSpec{})
 }
 
-// measureChunksTops is measureChunks whose accumulators, with keepTops,
-// also keep each row's top confidence (calib.Accumulator.
-// KeepTopConfidences, 8 bytes a row and calibrator) for the adaptive
-// ECE.
-func measureChunksTops(ctx context.Context, src chunkSource, cals []calib.Calibrator, bins int, keepTops bool) ([]*calib.Accumulator, error) {
+// keepSpec is what the accumulators of measureChunksKeep record beyond
+// their statistics, 8 bytes a row and calibrator for each: each row's top
+// confidence (calib.Accumulator.KeepTopConfidences) when tops is set, for
+// the adaptive ECE and the KS error, and its probabilities of the classes
+// [lo, hi) (KeepClassConfidences), for the classwise equal-mass errors.
+//
+// rows, when not 0, is the number of rows the source holds, so that each
+// goroutine's records reserve their share at once.
+type keepSpec struct {
+	tops   bool
+	lo, hi int
+	rows   int
+}
+
+// measureChunksKeep is measureChunks whose accumulators also keep what
+// keep says.
+func measureChunksKeep(ctx context.Context, src chunkSource, cals []calib.Calibrator, bins int, keep keepSpec) ([]*calib.Accumulator, error) {
 	c := src.numClasses()
 	for _, cal := range cals {
 		if cal != nil && cal.Classes() != c {
@@ -353,8 +371,15 @@ func measureChunksTops(ctx context.Context, src chunkSource, cals []calib.Calibr
 			if accs[w][a], err = calib.NewAccumulator(c, bins); err != nil {
 				return nil, err
 			}
-			if keepTops {
+			if keep.tops {
 				accs[w][a].KeepTopConfidences()
+			}
+			if keep.hi > keep.lo {
+				expect := 0
+				if keep.rows > 0 && w < workers {
+					expect = keep.rows/workers + src.chunkRows()
+				}
+				accs[w][a].KeepClassConfidences(keep.lo, keep.hi, expect)
 			}
 		}
 	}

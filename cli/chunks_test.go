@@ -223,16 +223,46 @@ func TestStreamedEqualsWhole(t *testing.T) {
 	for input, path := range paths {
 		for _, split := range []string{"", "all", "test", "calibration"} {
 			var got [2][]*calib.Accumulator
-			for k, whole := range []bool{false, true} {
+			var cws [4][]calib.Classwise
+			for k, whole := range []bool{false, true, false, true} {
 				in, err := openEvalInput(context.Background(), path, input, "", split, whole)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got[k], err = in.measure(context.Background(), cals, 0); err != nil {
+				if k >= 2 { // one class a pass: every class in a pass of its own
+					in.keepBytes = (8*int64(in.rows) + 128) * int64(len(cals))
+				}
+				m, err := in.measure(context.Background(), cals, 0, true)
+				if err != nil {
 					t.Fatal(err)
+				}
+				cws[k] = m.classwise
+				if k < 2 {
+					got[k] = m.accs
 				}
 				if err := in.close(); err != nil {
 					t.Fatal(err)
+				}
+			}
+			// The classwise equal-mass errors: the same streamed or whole,
+			// in one pass or one a class, and as calib computes them from
+			// the selection's probabilities.
+			in, _ := openEvalInput(context.Background(), path, input, "", split, true)
+			s := setOf(in.f, in.sel)
+			in.close()
+			for a, cal := range cals {
+				p, err := calib.Probabilities(s, cal)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, err := calib.ClasswiseErrors(p, s.Labels, c, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for k := range cws {
+					if cws[k][a] != want || want.AdaptiveCWECE == 0 {
+						t.Errorf("%s, split %q, calibrator %d, way %d: classwise %+v, want %+v", input, split, a, k, cws[k][a], want)
+					}
 				}
 			}
 			for a := range cals {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -37,12 +38,19 @@ type evalReport struct {
 	Before *calib.Metrics `json:"before,omitempty"`
 	// TopLabel holds the top-label calibration errors beyond ECE of the
 	// evaluated (calibrated, with a calibrator) probabilities; the
-	// adaptive ECE (from each row's top confidence, 8 bytes a row) in
-	// every eval but a federated one.
+	// adaptive ECE and the KS error (from each row's top confidence, 8
+	// bytes a row) in every eval but a federated one.
 	TopLabel calib.TopLabel `json:"top_label"`
 	// BeforeTopLabel is TopLabel of the uncalibrated probabilities; nil
 	// without a calibrator.
 	BeforeTopLabel *calib.TopLabel `json:"before_top_label,omitempty"`
+	// Classwise holds the classwise errors over equal-mass bins of the
+	// evaluated probabilities; nil where they were not computed (a
+	// federated eval).
+	Classwise *calib.Classwise `json:"classwise,omitempty"`
+	// BeforeClasswise is Classwise of the uncalibrated probabilities; nil
+	// without a calibrator.
+	BeforeClasswise *calib.Classwise `json:"before_classwise,omitempty"`
 	// Bootstrap holds --bootstrap's intervals of every metric of the
 	// evaluated probabilities; nil without --bootstrap.
 	Bootstrap *bootstrapReport `json:"bootstrap,omitempty"`
@@ -86,9 +94,13 @@ calibrate --partition" does), so --split test evaluates on the union of the
 clients' test splits.
 
 eval reads the logits file a block of rows at a time, so its memory grows
-with the file only by 8 bytes a row and calibrator (each row's top
-confidence, for the adaptive ECE) beyond a few MiB per core; --bootstrap
-and --partition read it whole, as they need every row.
+with the file only by 8 bytes a row and calibrator beyond a few MiB per
+core and 64 MiB: each row's top confidence (for the adaptive ECE and KS
+error), and its class probabilities for the classwise equal-mass errors,
+as many classes a pass over the file as fit in 64 MiB (one pass for
+10,000 rows of 400 classes or 380,000 rows of 10 classes, with a
+calibrator), and down to one class a pass beyond. --bootstrap and
+--partition read the file whole, as they need every row.
 
 Given --calibrator more than once, eval compares the calibrators in one
 table: one row each, with the ε they spent, and "*" marking an accuracy
@@ -97,11 +109,18 @@ drop of more than 1 point (the paper's asterisk); --json then prints
 
 Every eval but a federated one prints the adaptive ECE, the top-label ECE
 over equal-mass bins (tied confidences ordered wrong before right, so it
-does not depend on the row order). --json also gives the top-label errors
+does not depend on the row order), and the Kolmogorov–Smirnov error
+(Gupta et al. 2021: the largest gap between the cumulative sums of
+confidence and accuracy, read where the confidence changes); and, over
+each class's equal-mass bins (ties: rows not of the class first), the
+adaptive cwECE, the debiased classwise error of Kumar et al. (2019) and
+the mean classwise KS error. --json also gives the top-label errors
 beyond ECE (key top_label, and before_top_label with a calibrator):
-adaptive_ece, maximum (mce), root-mean-square (rmsce) and debiased
-(debiased_ce, Kumar et al. 2019) calibration error and the signed gap,
-mean confidence − accuracy (> 0: over-confident). --bootstrap N resamples
+adaptive_ece, ks, maximum (mce), root-mean-square (rmsce) and debiased
+(debiased_ce, equal-width bins) calibration error and the signed gap,
+mean confidence − accuracy (> 0: over-confident); and the classwise ones
+(key classwise, and before_classwise): adaptive_cwece, debiased_cwce and
+cw_ks. --bootstrap N resamples
 the examples N times (seeded by --seed) and gives percentile intervals at
 --level for every metric; docs/CALIBRATION.md has every formula.`,
 		Example: `  fedcalib eval --logits cifar10.npz
@@ -167,11 +186,11 @@ the examples N times (seeded by --seed) and gives percentile intervals at
 				}
 				cals = append(cals, c)
 			}
-			accs, err := in.measure(cmd.Context(), cals, bins)
+			m, err := in.measure(cmd.Context(), cals, bins, true)
 			if err != nil {
 				return err
 			}
-			rep, err := evaluate(accs, cals)
+			rep, err := evaluate(m, cals)
 			if err != nil {
 				return fmt.Errorf("%s: %w", logitsPath, err)
 			}
@@ -187,7 +206,7 @@ the examples N times (seeded by --seed) and gives percentile intervals at
 			out := cmd.OutOrStdout()
 			if plotDir != "" {
 				b.describe("eval: plotting")
-				paths, err := plotReliability(plotDir, accs, cals)
+				paths, err := plotReliability(plotDir, m.accs, cals)
 				if err != nil {
 					return err
 				}
@@ -286,6 +305,13 @@ type evalInput struct {
 	// kind is what the rows are read as: --input, or what the file
 	// records (recordedInput).
 	kind inputKind
+	// reopen returns a new source of the same rows, from the start, and
+	// the function that closes it, for another pass over them.
+	reopen func() (chunkSource, func() error, error)
+	// keepBytes, when not 0, replaces classwiseBytes (tests).
+	keepBytes int64
+	// hasSplit is whether the file has a split column.
+	hasSplit bool
 }
 
 // openEvalInput opens the logits file at path, holding input, for
@@ -311,6 +337,9 @@ func openEvalInput(ctx context.Context, path string, input inputKind, partPath, 
 		}
 		in.f, in.sel, in.classes, in.names, in.kind, in.rows = f, selectSplit(in.want), f.Classes, f.ClassNames, inputKind(f.Input), f.Len()
 		in.src = newFileChunks(f, in.sel)
+		in.reopen = func() (chunkSource, func() error, error) {
+			return newFileChunks(f, in.sel), func() error { return nil }, nil
+		}
 		return in, nil
 	}
 	a, err := logits.Open(path)
@@ -319,7 +348,8 @@ func openEvalInput(ctx context.Context, path string, input inputKind, partPath, 
 	}
 	in.close = a.Close
 	a.SetMemoryBudget(memoryBudget(ctx))
-	if in.split, in.want, err = evalSplit(a.Has("split"), split, path); err == nil {
+	in.hasSplit = a.Has("split")
+	if in.split, in.want, err = evalSplit(in.hasSplit, split, path); err == nil {
 		in.names, err = a.ClassNames()
 	}
 	var recorded string
@@ -341,38 +371,139 @@ func openEvalInput(ctx context.Context, path string, input inputKind, partPath, 
 	in.classes, in.rows = a.NumClasses(), a.Len()
 	in.kind = input
 	in.src = &streamChunks{blocks: blocks, classes: in.classes, split: in.want, input: input, rows: a.Len()}
+	in.reopen = func() (chunkSource, func() error, error) {
+		b, err := a.Blocks()
+		if err != nil {
+			return nil, nil, err
+		}
+		return &streamChunks{blocks: b, classes: in.classes, split: in.want, input: input, rows: a.Len()}, b.Close, nil
+	}
 	return in, nil
 }
 
-// measure is measureChunks of the input's rows; it fails when the split
-// has none.
-func (in *evalInput) measure(ctx context.Context, cals []calib.Calibrator, bins int) ([]*calib.Accumulator, error) {
-	accs, err := measureChunksTops(ctx, in.src, cals, bins, true)
-	if err != nil {
+// classwiseBytes is the memory that eval's records of class
+// probabilities, for the classwise equal-mass errors, may take in one
+// pass over the rows before it takes more passes; past it, memory grows
+// by 8 bytes a row and calibrator, one class a pass (classwisePlan).
+const classwiseBytes = 64 << 20
+
+// classwisePlan returns how many classes the first pass over rows rows
+// keeps the probabilities of for sets sets of probabilities (beside their
+// top confidences) and how many each later pass keeps: as many as fit in
+// classwiseBytes at 8 bytes a row, class and set, and at least one a
+// pass.
+func classwisePlan(rows, sets, classes int, budget int64) (first, per int) {
+	// 8 bytes a row, and about 128 for the headers of a class's records.
+	fit := budget / max(1, (8*int64(rows)+128)*int64(sets))
+	return int(min(int64(classes), max(0, fit-1))), int(min(int64(classes), max(1, fit)))
+}
+
+// measure is measureChunks of the input's rows, keeping their top
+// confidences (for the adaptive ECE and KS error); it fails when the
+// split has none. With classwise, it also returns the classwise
+// equal-mass errors of each calibrator, from the rows' class
+// probabilities kept a group of classes at a time (classwisePlan), the
+// first group in the same pass, each other group in another pass over
+// the rows.
+func (in *evalInput) measure(ctx context.Context, cals []calib.Calibrator, bins int, classwise bool) (*measured, error) {
+	fail := func(err error) error {
 		if named := (namedFile{}); errors.As(err, &named) {
-			return nil, named.error
+			return named.error
 		}
-		return nil, fmt.Errorf("%s: %w", in.path, err)
+		return fmt.Errorf("%s: %w", in.path, err)
+	}
+	first, per := 0, 0
+	if classwise {
+		first, per = classwisePlan(in.rows, len(cals), in.classes, cmp.Or(in.keepBytes, classwiseBytes))
+	}
+	// The records of a pass, and the file when it is held.
+	held := (8*int64(in.rows) + 128) * int64(len(cals)) * int64(1+max(first, per))
+	if in.f != nil {
+		held += int64(4 * len(in.f.Logits))
+	}
+	boundHeapHeld(held)
+	// The rows the split selects, when known without a pass: a guess
+	// that is too large would reserve memory for nothing.
+	rows := 0
+	if in.f != nil {
+		rows = in.sel.count(in.f)
+	} else if in.want == logits.AllRows || !in.hasSplit {
+		rows = in.rows
+	}
+	accs, err := measureChunksKeep(ctx, in.src, cals, bins, keepSpec{tops: true, hi: first, rows: rows})
+	if err != nil {
+		return nil, fail(err)
 	}
 	if accs[0].N() == 0 {
 		return nil, noRows(in.path, in.split, in.want, in.rows)
 	}
-	return accs, nil
+	m := &measured{accs: accs, top: make([]calib.TopLabel, len(cals))}
+	parts := make([][]calib.ClassErrors, len(cals))
+	for a, acc := range accs {
+		m.top[a] = acc.TopLabel()
+		if classwise {
+			parts[a] = acc.ClassErrors(0)
+		}
+		acc.Forget() // before the records of another pass
+	}
+	if !classwise {
+		return m, nil
+	}
+	for lo := first; lo < in.classes; lo += per {
+		src, closeSrc, err := in.reopen()
+		if err != nil {
+			return nil, err
+		}
+		// One equal-width bin: these passes want the records, not the
+		// statistics, whose memory follows classes × bins.
+		more, err := measureChunksKeep(ctx, src, cals, 1, keepSpec{lo: lo, hi: min(lo+per, in.classes), rows: accs[0].N()})
+		if err := errors.Join(err, closeSrc()); err != nil {
+			return nil, fail(err)
+		}
+		for a := range more {
+			parts[a] = append(parts[a], more[a].ClassErrors(accs[0].Bins())...)
+		}
+	}
+	m.classwise = make([]calib.Classwise, len(cals))
+	for a := range cals {
+		for _, p := range parts[a] {
+			if len(parts[a]) != in.classes || p.N != accs[a].N() {
+				return nil, fmt.Errorf("%s changed while it was read: another pass over its rows found other rows", in.path)
+			}
+		}
+		m.classwise[a] = calib.CombineClasswise(parts[a])
+	}
+	return m, nil
 }
 
-// evaluate returns the report of accs, accumulated by measure for cals:
-// the uncalibrated metrics (cals[0] is nil) and, when cals has a
-// calibrator, the calibrated ones.
-func evaluate(accs []*calib.Accumulator, cals []calib.Calibrator) (*evalReport, error) {
-	ms, err := metricsOf(accs)
+// measured is what evalInput.measure returns for each calibrator: the
+// statistics of its probabilities, their top-label errors (with the
+// adaptive ECE and KS error) and, when asked for, their classwise
+// equal-mass errors (else nil).
+type measured struct {
+	accs      []*calib.Accumulator
+	top       []calib.TopLabel
+	classwise []calib.Classwise
+}
+
+// evaluate returns the report of m, measured for cals: the uncalibrated
+// metrics (cals[0] is nil) and, when cals has a calibrator, the
+// calibrated ones.
+func evaluate(m *measured, cals []calib.Calibrator) (*evalReport, error) {
+	ms, err := metricsOf(m.accs)
 	if err != nil {
 		return nil, err
 	}
-	rep := &evalReport{Metrics: ms[0], Bins: accs[0].Bins(), TopLabel: accs[0].TopLabel()}
+	rep := &evalReport{Metrics: ms[0], Bins: m.accs[0].Bins(), TopLabel: m.top[0]}
+	if m.classwise != nil {
+		rep.Classwise = &m.classwise[0]
+	}
 	if len(cals) > 1 {
-		before := rep.TopLabel
 		rep.Metrics, rep.Before, rep.Method = ms[1], &ms[0], cals[1].Method()
-		rep.TopLabel, rep.BeforeTopLabel = accs[1].TopLabel(), &before
+		rep.TopLabel, rep.BeforeTopLabel = m.top[1], &m.top[0]
+		if m.classwise != nil {
+			rep.Classwise, rep.BeforeClasswise = &m.classwise[1], &m.classwise[0]
+		}
 	}
 	return rep, nil
 }
@@ -429,11 +560,11 @@ func compareCalibrators(ctx context.Context, w io.Writer, b *bar, in *evalInput,
 			rows[i].Epsilon = &eps
 		}
 	}
-	accs, err := in.measure(ctx, cals, bins)
+	m, err := in.measure(ctx, cals, bins, false)
 	if err != nil {
 		return err
 	}
-	ms, err := metricsOf(accs)
+	ms, err := metricsOf(m.accs)
 	if err != nil {
 		return fmt.Errorf("%s: %w", logitsPath, err)
 	}
@@ -487,17 +618,12 @@ func plotReliability(dir string, accs []*calib.Accumulator, cals []calib.Calibra
 }
 
 // bootstrapEval adds to rep the bootstrap intervals of the probabilities
-// that c (nil: softmax) predicts for s, and their adaptive ECE.
+// that c (nil: softmax) predicts for s.
 func bootstrapEval(rep *evalReport, s *calib.Set, c calib.Calibrator, bins, resamples int, level float64, seed uint64) error {
 	p, err := calib.Probabilities(s, c)
 	if err != nil {
 		return err
 	}
-	t, err := calib.TopLabelErrors(p, s.Labels, s.Classes, bins)
-	if err != nil {
-		return err
-	}
-	rep.TopLabel.AdaptiveECE = t.AdaptiveECE
 	iv, err := calib.BootstrapIntervals(p, s.Labels, s.Classes, bins, resamples, level, seed)
 	if err != nil {
 		return err
@@ -533,21 +659,51 @@ func printEval(w io.Writer, path string, rep *evalReport) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	// pct prints a fraction in %, with its value before calibration
+	// first when there is one.
+	pct := func(before *float64, v float64) string {
+		if before != nil {
+			return fmt.Sprintf("%.3f%% → %.3f%%", 100**before, 100*v)
+		}
+		return fmt.Sprintf("%.3f%%", 100*v)
+	}
 	if a := rep.TopLabel.AdaptiveECE; a != nil {
-		line := fmt.Sprintf("adaptive ECE (%d equal-mass bins) %.3f%%", min(rep.Bins, rep.N), 100**a)
-		if b := rep.BeforeTopLabel; b != nil && b.AdaptiveECE != nil {
-			line = fmt.Sprintf("adaptive ECE (%d equal-mass bins) %.3f%% → %.3f%%", min(rep.Bins, rep.N), 100**b.AdaptiveECE, 100**a)
+		var ba, bk *float64
+		if b := rep.BeforeTopLabel; b != nil {
+			ba, bk = b.AdaptiveECE, b.KS
+		}
+		line := fmt.Sprintf("adaptive ECE (%d equal-mass bins) %s", min(rep.Bins, rep.N), pct(ba, *a))
+		if k := rep.TopLabel.KS; k != nil {
+			line += ", KS error " + pct(bk, *k)
 		}
 		if _, err := fmt.Fprintln(w, line); err != nil {
+			return err
+		}
+	}
+	if cw := rep.Classwise; cw != nil {
+		var b calib.Classwise
+		have := rep.BeforeClasswise != nil
+		if have {
+			b = *rep.BeforeClasswise
+		}
+		at := func(v float64) *float64 {
+			if !have {
+				return nil
+			}
+			return &v
+		}
+		if _, err := fmt.Fprintf(w, "classwise, %d equal-mass bins: adaptive cwECE %s, debiased (Kumar et al.) %s, KS error %s\n",
+			min(rep.Bins, rep.N), pct(at(b.AdaptiveCWECE), cw.AdaptiveCWECE), pct(at(b.DebiasedCWCE), cw.DebiasedCWCE), pct(at(b.KS), cw.KS)); err != nil {
 			return err
 		}
 	}
 	if bs := rep.Bootstrap; bs != nil {
 		iv := bs.Intervals
 		pct := func(k string) string { return fmt.Sprintf("[%.3f%%, %.3f%%]", 100*iv[k].Lo, 100*iv[k].Hi) }
-		_, err := fmt.Fprintf(w, "\n%g%% bootstrap intervals (%d resamples, seed %d): cwECE %s, ECE %s, accuracy [%.2f%%, %.2f%%], NLL [%.4f, %.4f]\nadaptive ECE %s, signed gap %+.3f%% (> 0: over-confident) %s\n",
+		_, err := fmt.Fprintf(w, "\n%g%% bootstrap intervals (%d resamples, seed %d): cwECE %s, ECE %s, accuracy [%.2f%%, %.2f%%], NLL [%.4f, %.4f]\nadaptive ECE %s, KS error %s, signed gap %+.3f%% (> 0: over-confident) %s\nadaptive cwECE %s, debiased cwCE %s, classwise KS error %s\n",
 			100*bs.Level, bs.Resamples, bs.Seed, pct("cwece"), pct("ece"), 100*iv["accuracy"].Lo, 100*iv["accuracy"].Hi,
-			iv["nll"].Lo, iv["nll"].Hi, pct("adaptive_ece"), 100*rep.TopLabel.SignedGap, pct("signed_gap"))
+			iv["nll"].Lo, iv["nll"].Hi, pct("adaptive_ece"), pct("ks"), 100*rep.TopLabel.SignedGap, pct("signed_gap"),
+			pct("adaptive_cwece"), pct("debiased_cwce"), pct("cw_ks"))
 		return err
 	}
 	return nil

@@ -78,6 +78,27 @@ func TestEvalJSON(t *testing.T) {
 	if m["split"] != "test" || m["before"] != nil || m["method"] != nil {
 		t.Errorf("split %v, before %v, method %v", m["split"], m["before"], m["method"])
 	}
+	// The equal-mass and KS errors, by hand. Top label, sorted: 0.5 ✓,
+	// 0.7 ✓ | 0.8 ✗, 0.9 ✓: adaptive (|2 − 1.2| + |1 − 1.7|)/4 = 0.375;
+	// running Σ(c − a) −0.5, −0.8, 0, −0.1: KS 0.8/4. Class 0 sorted:
+	// 0.3 ✗, 0.5 ✓ | 0.8 ✗, 0.9 ✓: gaps 0.2 + 0.7, running 0.3, −0.2,
+	// 0.6, 0.5; class 1: 0.1 ✗, 0.2 ✓ | 0.5 ✗, 0.7 ✓: gaps 0.7 + 0.2,
+	// running 0.1, −0.7, −0.2, −0.5. Debiased: every d_j < 0 (e.g. class
+	// 0's first bin, ½(0.1² − ½·½/1)), so 0.
+	top, _ := m["top_label"].(map[string]any)
+	cw, _ := m["classwise"].(map[string]any)
+	if top == nil || cw == nil {
+		t.Fatalf("top_label %v, classwise %v", m["top_label"], m["classwise"])
+	}
+	assertNear(t, top, "adaptive_ece", 0.375)
+	assertNear(t, top, "ks", 0.2)
+	assertNear(t, cw, "adaptive_cwece", 1.8/4/2)
+	assertNear(t, cw, "debiased_cwce", 0)
+	assertNear(t, cw, "cw_ks", 1.3/4/2)
+	code, out, errs = fedcalib("eval", "--logits", path, "--bins", "2")
+	if want := "adaptive ECE (2 equal-mass bins) 37.500%, KS error 20.000%\nclasswise, 2 equal-mass bins: adaptive cwECE 22.500%, debiased (Kumar et al.) 0.000%, KS error 16.250%\n"; code != ExitOK || !strings.Contains(out, want) {
+		t.Errorf("exit %d, stderr %q; the table\n%s\nlacks\n%s", code, errs, out, want)
+	}
 }
 
 func TestEvalSplits(t *testing.T) {
@@ -139,12 +160,25 @@ func TestEvalWithCalibrator(t *testing.T) {
 	}
 	assertNear(t, before, "cwece", 0.175)
 	assertNear(t, before, "accuracy", 0.75)
+	// Every probability 0.5: each class's equal-mass bins hold its two
+	// "not j" then its two "j" rows, |0 − 1| + |2 − 1|, so the adaptive
+	// cwECE is (2 + 2)/4/2; the KS sums are read only at the end of the
+	// tied run, 2 − 2 = 0. Before: as in TestEvalJSON.
+	cw, _ := m["classwise"].(map[string]any)
+	bcw, _ := m["before_classwise"].(map[string]any)
+	if cw == nil || bcw == nil {
+		t.Fatalf("classwise %v, before_classwise %v", m["classwise"], m["before_classwise"])
+	}
+	assertNear(t, cw, "adaptive_cwece", 0.5)
+	assertNear(t, cw, "cw_ks", 0)
+	assertNear(t, bcw, "adaptive_cwece", 0.225)
 
 	code, out, errs = fedcalib("eval", "--logits", path, "--calibrator", cpath, "--bins", "2")
 	if code != ExitOK {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	for _, want := range []string{"4 test examples, 2 classes, 2 bins", "cwECE", "uncalibrated", "17.500%", "2.500%", "75.00%", "bin", "0.000%", "50.00%"} {
+	for _, want := range []string{"4 test examples, 2 classes, 2 bins", "cwECE", "uncalibrated", "17.500%", "2.500%", "75.00%", "bin", "0.000%", "50.00%",
+		"adaptive cwECE 22.500% → 50.000%", "KS error 16.250% → 0.000%"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
@@ -307,7 +341,7 @@ func TestEvalBootstrap(t *testing.T) {
 		t.Errorf("bootstrap record %v", bs)
 	}
 	iv := bs["intervals"].(map[string]any)
-	if len(iv) != 10 {
+	if len(iv) != 14 {
 		t.Errorf("%d intervals, want one per metric", len(iv))
 	}
 	top := a["top_label"].(map[string]any)

@@ -39,8 +39,9 @@ partition file) and each --calibrator, it shows:
 
   the CI gate's verdict on the first calibrator (the bars of "fedcalib
       check": --max-accuracy-drop, --min-cwece-improvement);
-  the metrics (cwECE, ECE, adaptive ECE, smooth ECE, accuracy, NLL, Brier,
-      the ε a private fit spent) with percentile bootstrap intervals at
+  the metrics (cwECE, ECE, adaptive ECE, KS error, adaptive cwECE,
+      debiased cwCE, smooth ECE, accuracy, NLL, Brier, the ε a private fit
+      spent) with percentile bootstrap intervals at
       --level from --bootstrap resamples seeded by --seed;
   reliability diagrams as the field draws them, uncalibrated and calibrated
       side by side: per-bin accuracy bars with the gap to the diagonal

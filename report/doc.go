@@ -4,7 +4,8 @@
 //
 // Build computes what the report shows from the evaluated rows and the
 // calibrators' probabilities on them: the metrics (cwECE, ECE, adaptive
-// ECE, smooth ECE, accuracy, NLL, Brier) with percentile bootstrap
+// ECE, KS error, adaptive cwECE, debiased cwCE, smooth ECE, accuracy,
+// NLL, Brier) with percentile bootstrap
 // intervals, the CI gate's verdict on the first calibrator, the
 // reliability diagrams of package diagram (top label with equal-width and
 // equal-mass bins, smoothed with its bootstrap band, per class; before and

@@ -153,6 +153,11 @@ type MetricsRow struct {
 	SmECE float64
 	// AdaptiveECE is the top-label ECE over equal-mass bins.
 	AdaptiveECE float64
+	// KS is the top-label Kolmogorov–Smirnov calibration error
+	// (calib.TopLabel.KS).
+	KS float64
+	// Classwise holds the classwise errors over equal-mass bins.
+	Classwise calib.Classwise
 	// Intervals holds the bootstrap intervals by metric ("cwece", ...);
 	// nil without resamples.
 	Intervals calib.Bootstrap
@@ -303,8 +308,9 @@ func Build(in Input) (*Report, error) {
 			return nil, fmt.Errorf("report: %s: %w", c.label, err)
 		}
 		row := MetricsRow{Label: c.label, Metrics: m}
-		if tl.AdaptiveECE != nil {
-			row.AdaptiveECE = *tl.AdaptiveECE
+		row.AdaptiveECE, row.KS = *tl.AdaptiveECE, *tl.KS // TopLabelErrors computes both
+		if row.Classwise, err = calib.ClasswiseErrors(c.probs, s.Labels, s.Classes, bins); err != nil {
+			return nil, fmt.Errorf("report: %s: %w", c.label, err)
 		}
 		if resamples > 0 {
 			if row.Intervals, err = calib.BootstrapIntervals(c.probs, s.Labels, s.Classes, bins, resamples, level, in.Seed); err != nil {

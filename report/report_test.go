@@ -92,6 +92,11 @@ func TestBuild(t *testing.T) {
 		if !(row.SmECE > 0 && row.SmECE < 1) {
 			t.Errorf("%s: smECE %v", row.Label, row.SmECE)
 		}
+		tl, _ := calib.TopLabelErrors(p, in.Set.Labels, 4, calib.DefaultMetricBins)
+		cw, _ := calib.ClasswiseErrors(p, in.Set.Labels, 4, calib.DefaultMetricBins)
+		if row.KS != *tl.KS || row.Classwise != cw || !(cw.AdaptiveCWECE > 0) {
+			t.Errorf("%s: KS %v, classwise %+v; want %v, %+v", row.Label, row.KS, row.Classwise, *tl.KS, cw)
+		}
 	}
 	if e := r.Metrics[1].Epsilon; e == nil || *e != 1 {
 		t.Errorf("ε of the private fit: %v", e)

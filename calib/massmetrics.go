@@ -1,0 +1,229 @@
+package calib
+
+import (
+	"math"
+	"math/bits"
+	"slices"
+)
+
+// Equal-mass (adaptive) binning and the Kolmogorov–Smirnov error, over
+// one sequence of examples at a time: the top probability of each example
+// (TopLabel) or the class-j probability of each (Classwise). Each
+// example is packed into 8 bytes by packTop: its probability v and
+// whether it is right (for class j: whether the label is j). One rule for
+// ties, everywhere: the examples are sorted by v, equal values not right
+// before right, so the packed keys sort as unsigned integers and equal
+// keys are identical examples.
+
+// massErrors are the errors of one sorted sequence of packed examples
+// over its equal-mass bins, as sums not yet divided by N.
+type massErrors struct {
+	// gap is Σ_m |Σ_{i∈B_m} a_i − Σ_{i∈B_m} v_i|, the adaptive ECE times N.
+	gap float64
+	// debiased is Σ_m (n_m/N)·[(acc_m − conf_m)² − acc_m(1 − acc_m)/(n_m − 1)]
+	// over bins with n_m ≥ 2 (Kumar et al.'s debiased squared error).
+	debiased float64
+	// ks is max_t |Σ_{v_i ≤ t} (v_i − a_i)|, the KS error times N.
+	ks float64
+}
+
+// equalMass returns the errors of the packed examples s, sorted (as
+// slices.Sort sorts them), over min(bins, N) equal-mass bins: bin m
+// holds the sorted positions ⌊mN/M⌋ to ⌊(m+1)N/M⌋ − 1. weight, when not
+// nil, gives the multiplicity of each sorted example (a bootstrap
+// resample); the positions then count each example weight(i) times, and
+// N is the sum of the weights. It returns the zero massErrors for N = 0.
+func equalMass(s []uint64, bins int, weight func(i int) int) massErrors {
+	n := len(s)
+	if weight != nil {
+		n = 0
+		for i := range s {
+			n += weight(i)
+		}
+	}
+	var e massErrors
+	if n == 0 {
+		return e
+	}
+	bins = min(bins, n)
+	nf := float64(n)
+	m, end := 0, n/bins // the bin being filled and its end position
+	var conf, acc, cnt float64
+	var d float64 // Σ (v_i − a_i) so far
+	pos := 0
+	closeBin := func() {
+		e.gap += math.Abs(acc - conf)
+		if cnt >= 2 {
+			a, c := acc/cnt, conf/cnt
+			e.debiased += cnt / nf * ((a-c)*(a-c) - a*(1-a)/(cnt-1))
+		}
+		conf, acc, cnt = 0, 0, 0
+		m++
+		end = (m + 1) * n / bins
+	}
+	for i, u := range s {
+		w := 1
+		if weight != nil {
+			w = weight(i)
+		}
+		v, right := unpackTop(u)
+		for range w {
+			conf += v
+			d += v
+			if right {
+				acc++
+				d--
+			}
+			cnt++
+			pos++
+			if pos == end && m < bins {
+				closeBin()
+			}
+		}
+		// The KS sum is read where the value changes (or at the end), so
+		// that it does not depend on the order of tied values.
+		if i == len(s)-1 || s[i+1]>>1 != u>>1 {
+			e.ks = max(e.ks, math.Abs(d))
+		}
+	}
+	return e
+}
+
+// Classwise holds the classwise calibration errors over equal-mass bins:
+// for each class j, the examples are sorted by their class-j probability
+// p̂_ij (equal probabilities not labelled j before labelled j) and cut
+// into M = min(bins, N) bins of sorted positions ⌊mN/M⌋ to
+// ⌊(m+1)N/M⌋ − 1, each with n_jm examples, mean probability conf_jm and
+// fraction labelled j acc_jm. All are fractions. The zero value is a
+// perfectly calibrated report on no data.
+type Classwise struct {
+	// AdaptiveCWECE is the classwise ECE over these equal-mass bins,
+	// (1/C) Σ_j Σ_m (n_jm/N)·|acc_jm − conf_jm|.
+	AdaptiveCWECE float64 `json:"adaptive_cwece"`
+	// DebiasedCWCE is the debiased estimator of the classwise (marginal)
+	// ℓ2 calibration error of Kumar, Liang and Ma (2019) on these
+	// equal-mass bins, their default: √((1/C) Σ_j max(0, d_j)) with
+	// d_j = Σ_m (n_jm/N)·[(acc_jm − conf_jm)² − acc_jm(1 − acc_jm)/(n_jm − 1)]
+	// over the bins with n_jm ≥ 2.
+	DebiasedCWCE float64 `json:"debiased_cwce"`
+	// KS is the mean over classes of the Kolmogorov–Smirnov calibration
+	// error of the class-j probabilities (TopLabel.KS with p̂_ij for the
+	// top probability and 1{y_i = j} for whether it is right).
+	KS float64 `json:"cw_ks"`
+}
+
+// ClassErrors is one class's part of Classwise, as sums over its
+// examples; CombineClasswise turns the parts of every class into a
+// Classwise. The zero value is the part of a class on no data.
+type ClassErrors struct {
+	// N is the number of examples.
+	N int
+	// Gap is Σ_m |Σ_{i∈B_jm} 1{y_i = j} − Σ_{i∈B_jm} p̂_ij|.
+	Gap float64
+	// Debiased is d_j (see Classwise.DebiasedCWCE).
+	Debiased float64
+	// KS is max_t |Σ_{p̂_ij ≤ t} (p̂_ij − 1{y_i = j})|.
+	KS float64
+}
+
+// classErrors returns the part of the class whose packed examples are
+// s, sorted.
+func classErrors(s []uint64, bins int) ClassErrors {
+	e := equalMass(s, bins, nil)
+	return ClassErrors{N: len(s), Gap: e.gap, Debiased: e.debiased, KS: e.ks}
+}
+
+// sortPacked returns the packed keys of the segments segs, together, in
+// increasing order, as slices.Sort would sort them: a
+// most-significant-digit bucket pass on the 16 bits below those that
+// every key shares, into a new slice, then a comparison sort of each
+// bucket, small enough to sit in cache. It reads segs without changing
+// them, except that it sorts a lone segment of fewer than 1024 keys in
+// place and returns it.
+func sortPacked(segs ...[]uint64) []uint64 {
+	n := 0
+	for _, seg := range segs {
+		n += len(seg)
+	}
+	if n < 1024 {
+		var s []uint64
+		if len(segs) == 1 {
+			s = segs[0]
+		} else {
+			s = slices.Concat(segs...)
+		}
+		slices.Sort(s)
+		return s
+	}
+	lo, hi := ^uint64(0), uint64(0)
+	for _, seg := range segs {
+		for _, u := range seg {
+			lo, hi = min(lo, u), max(hi, u)
+		}
+	}
+	shift := max(0, bits.Len64(lo^hi)-16)
+	count := make([]int, 1<<16+1)
+	for _, seg := range segs {
+		for _, u := range seg {
+			count[1+int(u>>shift)&0xffff]++
+		}
+	}
+	for b := 1; b < len(count); b++ {
+		count[b] += count[b-1]
+	}
+	next := slices.Clone(count[:1<<16])
+	dst := make([]uint64, n)
+	for _, seg := range segs {
+		for _, u := range seg {
+			b := int(u>>shift) & 0xffff
+			dst[next[b]] = u
+			next[b]++
+		}
+	}
+	for b := range 1 << 16 {
+		if count[b+1]-count[b] > 1 {
+			slices.Sort(dst[count[b]:count[b+1]])
+		}
+	}
+	return dst
+}
+
+// CombineClasswise returns the Classwise errors of the parts of every
+// class, one each, in any order. The parts must count the same examples;
+// it returns the zero Classwise for no parts or no examples.
+func CombineClasswise(parts []ClassErrors) Classwise {
+	if len(parts) == 0 || parts[0].N == 0 {
+		return Classwise{}
+	}
+	var gap, deb, ks float64
+	for _, p := range parts {
+		gap += p.Gap
+		deb += max(0, p.Debiased)
+		ks += p.KS
+	}
+	n, c := float64(parts[0].N), float64(len(parts))
+	return Classwise{AdaptiveCWECE: gap / n / c, DebiasedCWCE: math.Sqrt(deb / c), KS: ks / n / c}
+}
+
+// ClasswiseErrors computes the classwise equal-mass errors of probs (an
+// n×classes row-major matrix of class probabilities) against labels, with
+// bins bins (0 means DefaultMetricBins). Its errors are those of
+// Evaluate. It holds one class's probabilities, 8 bytes an example, at a
+// time.
+func ClasswiseErrors(probs []float64, labels []int, classes, bins int) (Classwise, error) {
+	if _, err := Evaluate(probs, labels, classes, bins); err != nil {
+		return Classwise{}, err
+	}
+	if bins == 0 {
+		bins = DefaultMetricBins
+	}
+	parts := make([]ClassErrors, classes)
+	s := make([]uint64, len(labels))
+	for j := range classes {
+		for i, y := range labels {
+			s[i] = packTop(probs[i*classes+j], y == j)
+		}
+		parts[j] = classErrors(sortPacked(s), bins)
+	}
+	return CombineClasswise(parts), nil
+}
