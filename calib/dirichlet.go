@@ -415,7 +415,7 @@ func (d *Dirichlet) crossValidate(ls *Set, folds int, choice *DirichletChoice) e
 						errs[f] = fmt.Errorf("cross-validation fold %d, λ = %v, μ = %v: %w", f+1, lambda, mu, err)
 						break
 					}
-					nll[(i*len(mus)+j)*folds+f] = matrixNLL(g, x, test[f]) * float64(test[f].Len())
+					nll[(i*len(mus)+j)*folds+f] = matrixNLL(g, x, test[f], nil) * float64(test[f].Len())
 				}
 			}
 		})
@@ -450,9 +450,10 @@ func dirichletFit(ls *Set, x0 []float64, v string, lambda, mu float64, o FitOpti
 	c := ls.Classes
 	full := make([]float64, c*c+c)
 	gfull := make([]float64, c*c+c)
+	r := newRowSums(ls.Len())
 	f := func(g, u []float64) float64 {
 		dirichletExpand(full, u, v, c)
-		val := dirichletLoss(gfull, full, ls, lambda, mu)
+		val := dirichletLoss(gfull, full, ls, lambda, mu, r)
 		dirichletProject(g, gfull, v, c)
 		return val
 	}
@@ -535,9 +536,10 @@ func dirichletProject(gu, g []float64, v string, c int) {
 
 // dirichletLoss returns the mean NLL of softmax(Wx + b) on the
 // log-probability set ls at x = [W, b] plus the ODIR penalty
-// λ/(C(C−1))·Σ_{i≠j} W_ij² + μ/C·Σ_j b_j², and writes its gradient into g.
-func dirichletLoss(g, x []float64, ls *Set, lambda, mu float64) float64 {
-	f := matrixNLL(g, x, ls)
+// λ/(C(C−1))·Σ_{i≠j} W_ij² + μ/C·Σ_j b_j², and writes its gradient into g,
+// summing the rows by r.
+func dirichletLoss(g, x []float64, ls *Set, lambda, mu float64, r *rowSums) float64 {
+	f := matrixNLL(g, x, ls, r)
 	c := ls.Classes
 	kw, kb := lambda/float64(c*(c-1)), mu/float64(c)
 	for i := range c {

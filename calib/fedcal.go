@@ -236,16 +236,17 @@ func (f *FedCalMLP) Fit(s *Set) error {
 	if tol == 0 {
 		rep.Tolerance = DefaultFedCalTolerance
 	}
-	scratch := newMLPNet(c, make([]float64, len(w)))
 	// The full-batch mean NLL, before the last fixed epoch (to report on
-	// it) or every epoch (to stop on it).
+	// it) or every epoch (to stop on it): a forward pass over all rows,
+	// summed in parallel.
+	sums := newRowSums(s.Len())
 	prev := math.NaN()
 	if tol > 0 || maxEpochs == 1 {
-		prev = net.lossGrad(scratch, s, d, order, work)
+		prev = net.loss(s, d, sums)
 	}
 	for e := range maxEpochs {
 		if tol == 0 && e == maxEpochs-1 && e > 0 {
-			prev = net.lossGrad(scratch, s, d, order, work)
+			prev = net.loss(s, d, sums)
 		}
 		rep.Iterations++
 		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
@@ -261,7 +262,7 @@ func (f *FedCalMLP) Fit(s *Set) error {
 			}
 		}
 		if tol > 0 || e == maxEpochs-1 {
-			cur := net.lossGrad(scratch, s, d, order, work)
+			cur := net.loss(s, d, sums)
 			rep.Objective = cur
 			rep.Gradient = math.Abs(prev-cur) / math.Max(math.Abs(cur), math.SmallestNonzeroFloat64)
 			rep.Converged = rep.Gradient < rep.Tolerance
@@ -407,6 +408,24 @@ func (n *mlpNet) forward(w *mlpWork, z []float64) {
 	mlpAffine(w.h2, n.w2, n.b2, w.h1)
 	mlpRelu(w.h2)
 	mlpAffine(w.u, n.w3, n.b3, w.h2)
+}
+
+// loss returns the mean NLL of the rows of s (sorted as d), summing
+// them by r: the forward pass of lossGrad without its gradient.
+func (n *mlpNet) loss(s *Set, d *opData, r *rowSums) float64 {
+	f := r.sum(nil, func(lo, hi int, _ []float64) float64 {
+		w := newMLPWork(n.c)
+		var f float64
+		for i := lo; i < hi; i++ {
+			n.forward(w, s.Row(i))
+			for j, u := range w.u {
+				w.m[j] = softplus(u)
+			}
+			f += d.rowNLL(i, w.m, w.o, w.dm)
+		}
+		return f
+	})
+	return f / float64(s.Len())
 }
 
 // lossGrad writes into g (a view of the gradient vector) the gradient of

@@ -89,7 +89,8 @@ func (m *Matrix) Fit(s *Set) error {
 	if m.Classes() != 0 {
 		x0 = m.Params()
 	}
-	x, rep, err := minimizeScaled(withPrior(func(g, x []float64) float64 { return matrixNLL(g, x, s) }, NewMatrix(s.Classes).Params(), s.Len(), m.Options), x0, matrixScales(s), m.Options)
+	r := newRowSums(s.Len())
+	x, rep, err := minimizeScaled(withPrior(func(g, x []float64) float64 { return matrixNLL(g, x, s, r) }, NewMatrix(s.Classes).Params(), s.Len(), m.Options), x0, matrixScales(s), m.Options)
 	if err != nil {
 		return fmt.Errorf("matrix scaler: %w", err)
 	}
@@ -164,35 +165,42 @@ func matrixLogits(dst, a, b, z []float64) {
 }
 
 // matrixNLL returns the mean NLL of softmax(Az + b) on s at x = [A, b] and
-// writes its gradient into g.
-func matrixNLL(g, x []float64, s *Set) float64 {
+// writes its gradient into g, summing the rows by r (newRowSums(s.Len())
+// when nil).
+func matrixNLL(g, x []float64, s *Set, r *rowSums) float64 {
 	c := s.Classes
 	cc := c * c
 	a, b := x[:cc], x[cc:]
-	ga, gb := g[:cc], g[cc:]
-	clear(g)
-	zh := make([]float64, c)
-	var f float64
-	for i, y := range s.Labels {
-		z := s.Logits[i*c : (i+1)*c]
-		matrixLogits(zh, a, b, z)
-		lse := LogSumExp(zh)
-		f += lse - zh[y]
-		for j := range zh {
-			p := math.Exp(zh[j] - lse)
-			if j == y {
-				p--
-			}
-			gb[j] += p
-			if p == 0 {
-				continue
-			}
-			row := ga[j*c : (j+1)*c]
-			for k, zk := range z {
-				row[k] += p * zk
+	if r == nil {
+		r = newRowSums(s.Len())
+	}
+	f := r.sum(g, func(lo, hi int, acc []float64) float64 {
+		ga, gb := acc[:cc], acc[cc:]
+		zh := make([]float64, c)
+		var f float64
+		for i := lo; i < hi; i++ {
+			y := s.Labels[i]
+			z := s.Logits[i*c : (i+1)*c]
+			matrixLogits(zh, a, b, z)
+			lse := LogSumExp(zh)
+			f += lse - zh[y]
+			for j := range zh {
+				p := math.Exp(zh[j] - lse)
+				if j == y {
+					p--
+				}
+				gb[j] += p
+				if p == 0 {
+					continue
+				}
+				row := ga[j*c : (j+1)*c]
+				for k, zk := range z {
+					row[k] += p * zk
+				}
 			}
 		}
-	}
+		return f
+	})
 	n := float64(s.Len())
 	for j := range g {
 		g[j] /= n

@@ -131,7 +131,8 @@ func (o *OPVector) Fit(s *Set) error {
 		}
 	}
 	scale := append(featureScales(sorted, s.Classes), ones(s.Classes)...)
-	x, rep, err := minimizeScaled(withPrior(func(g, x []float64) float64 { return opVectorNLL(g, x, s, d) }, NewOPVector(s.Classes).Params(), s.Len(), o.Options), x0, scale, o.Options)
+	r := newRowSums(s.Len())
+	x, rep, err := minimizeScaled(withPrior(func(g, x []float64) float64 { return opVectorNLL(g, x, s, d, r) }, NewOPVector(s.Classes).Params(), s.Len(), o.Options), x0, scale, o.Options)
 	if err != nil {
 		return fmt.Errorf("opvector scaler: %w", err)
 	}
@@ -171,30 +172,33 @@ func (o *OPVector) validate() error {
 }
 
 // opVectorNLL returns the mean NLL of the OPVector with parameters
-// x = [a, b] on s (sorted as d) and writes its gradient into g.
-func opVectorNLL(g, x []float64, s *Set, d *opData) float64 {
+// x = [a, b] on s (sorted as d) and writes its gradient into g, summing
+// the rows by r.
+func opVectorNLL(g, x []float64, s *Set, d *opData, r *rowSums) float64 {
 	c := s.Classes
 	a, b := x[:c], x[c:]
-	ga, gb := g[:c], g[c:]
-	clear(g)
-	m := make([]float64, c)
-	sig := make([]float64, c)
-	dm := make([]float64, c)
-	o := make([]float64, c)
-	var f float64
-	for i := range s.Labels {
-		z := s.Row(i)
-		perm := d.perm[i*c : (i+1)*c-1] // the last rank scales no gap
-		for k, j := range perm {
-			m[k], sig[k] = softplusAndLogistic(a[k]*z[j] + b[k])
+	f := r.sum(g, func(lo, hi int, acc []float64) float64 {
+		ga, gb := acc[:c], acc[c:]
+		m := make([]float64, c)
+		sig := make([]float64, c)
+		dm := make([]float64, c)
+		o := make([]float64, c)
+		var f float64
+		for i := lo; i < hi; i++ {
+			z := s.Row(i)
+			perm := d.perm[i*c : (i+1)*c-1] // the last rank scales no gap
+			for k, j := range perm {
+				m[k], sig[k] = softplusAndLogistic(a[k]*z[j] + b[k])
+			}
+			f += d.rowNLL(i, m, o, dm)
+			for k, j := range perm {
+				gu := dm[k] * sig[k]
+				ga[k] += gu * z[j]
+				gb[k] += gu
+			}
 		}
-		f += d.rowNLL(i, m, o, dm)
-		for k, j := range perm {
-			gu := dm[k] * sig[k]
-			ga[k] += gu * z[j]
-			gb[k] += gu
-		}
-	}
+		return f
+	})
 	n := float64(s.Len())
 	for j := range g {
 		g[j] /= n

@@ -51,7 +51,7 @@ func TestPriorKeepsSmallFitsFinite(t *testing.T) {
 // TestPriorGradient checks the prior's gradient by finite differences.
 func TestPriorGradient(t *testing.T) {
 	s := separable()
-	f := withPrior(func(g, x []float64) float64 { return vectorNLL(g, x, s) }, NewVector(3).Params(), s.Len(), FitOptions{Prior: 3})
+	f := withPrior(func(g, x []float64) float64 { return vectorNLL(g, x, s, newRowSums(s.Len())) }, NewVector(3).Params(), s.Len(), FitOptions{Prior: 3})
 	x := []float64{0.5, 2, 1.5, -1, 0.3, 0.2}
 	g := make([]float64, len(x))
 	f(g, x)

@@ -424,10 +424,10 @@ func TestScalerGradients(t *testing.T) {
 			}
 			return x
 		}
-		scGradCheck(t, "vector", func(g, x []float64) float64 { return vectorNLL(g, x, s) }, random(2*c, 1))
-		scGradCheck(t, "matrix", func(g, x []float64) float64 { return matrixNLL(g, x, s) }, random(c*c+c, 1))
+		scGradCheck(t, "vector", func(g, x []float64) float64 { return vectorNLL(g, x, s, newRowSums(s.Len())) }, random(2*c, 1))
+		scGradCheck(t, "matrix", func(g, x []float64) float64 { return matrixNLL(g, x, s, nil) }, random(c*c+c, 1))
 		d := newOPData(s)
-		scGradCheck(t, "opvector", func(g, x []float64) float64 { return opVectorNLL(g, x, s, d) }, random(2*c, 1))
+		scGradCheck(t, "opvector", func(g, x []float64) float64 { return opVectorNLL(g, x, s, d, newRowSums(s.Len())) }, random(2*c, 1))
 
 		rows := make([]int, s.Len())
 		for i := range rows {

@@ -208,14 +208,27 @@ const tempMaxSteps = 200
 // fits a large set: one row in 64.
 const warmStride = 64
 
-// fitTemperatureWarm is fitTemperature, started for a set of more than
-// 4·tempBlock rows from the minimiser on every warmStride-th row: that
-// fit costs a 64th of a pass per step, and its T is close enough to the
+// warmMinRows is the fewest rows of a many-class set that
+// fitTemperatureWarm warm-starts: 256 rows in its subsample.
+const warmMinRows = 256 * warmStride
+
+// warmStarts reports whether fitTemperatureWarm starts a set of n rows of
+// c classes from the minimiser on every warmStride-th row: a set of more
+// than 4·tempBlock rows, or of at least warmMinRows rows holding more
+// logits than 4·tempBlock rows of 10 classes (ImageNet's 50,000 × 1,000,
+// whose every pass is as long as 5·10⁶ rows of 10 classes).
+func warmStarts(n, c int) bool {
+	return n > 4*tempBlock || (n >= warmMinRows && n*c > 4*tempBlock*10)
+}
+
+// fitTemperatureWarm is fitTemperature, started for a large set (see
+// warmStarts) from the minimiser on every warmStride-th row: that fit
+// costs a 64th of a pass per step, and its T is close enough to the
 // whole set's that Newton then needs two or three passes instead of five
-// or six. The minimiser is the same; only the path to it changes.
+// to eight. The minimiser is the same; only the path to it changes.
 func fitTemperatureWarm[F float32 | float64, L int | int32](s tempRows[F, L], start float64) (float64, int, bool) {
 	n := s.len()
-	if n <= 4*tempBlock {
+	if !warmStarts(n, s.c) {
 		return fitTemperature(s, start)
 	}
 	sub := s

@@ -284,14 +284,31 @@ func TestTemperatureFitFloat32(t *testing.T) {
 // minimiser on every 64th row reaches the same T as the plain fit: the
 // root of the same function, to the fit's tolerance.
 func TestTemperatureWarmStart(t *testing.T) {
-	s := scOverconfident(rand.New(rand.NewPCG(31, 32)), 5*tempBlock, 4, 3, 2)
-	r := setRows(s)
-	cold, _, ok1 := fitTemperature(r, 1)
-	warm, _, ok2 := fitTemperatureWarm(r, 1)
-	if !ok1 || !ok2 {
-		t.Errorf("converged: plain %v, warm-started %v; want both", ok1, ok2)
+	for _, tc := range []struct{ n, c int }{
+		{5 * tempBlock, 4}, // many rows
+		{warmMinRows, 50},  // fewer rows of many classes
+	} {
+		if !warmStarts(tc.n, tc.c) {
+			t.Fatalf("%d rows of %d classes are not warm-started", tc.n, tc.c)
+		}
+		s := scOverconfident(rand.New(rand.NewPCG(31, 32)), tc.n, tc.c, 3, 2)
+		r := setRows(s)
+		cold, coldSteps, ok1 := fitTemperature(r, 1)
+		warm, warmSteps, ok2 := fitTemperatureWarm(r, 1)
+		if !ok1 || !ok2 {
+			t.Errorf("%d×%d: converged: plain %v, warm-started %v; want both", tc.n, tc.c, ok1, ok2)
+		}
+		if math.Abs(cold-warm) > 1e-11*cold || math.Abs(cold-2) > 0.1 {
+			t.Errorf("%d×%d: warm-started T = %v, plain %v (true temperature 2)", tc.n, tc.c, warm, cold)
+		}
+		if warmSteps >= coldSteps {
+			t.Errorf("%d×%d: %d steps on the whole set warm-started, %d from T = 1: want fewer", tc.n, tc.c, warmSteps, coldSteps)
+		}
 	}
-	if math.Abs(cold-warm) > 1e-11*cold || math.Abs(cold-2) > 0.1 {
-		t.Errorf("warm-started T = %v, plain %v (true temperature 2)", warm, cold)
+	// Below the thresholds: no warm start.
+	for _, tc := range []struct{ n, c int }{{4 * tempBlock, 10}, {warmMinRows - 1, 1000}, {warmMinRows, 10}} {
+		if warmStarts(tc.n, tc.c) {
+			t.Errorf("%d rows of %d classes are warm-started: want a plain fit", tc.n, tc.c)
+		}
 	}
 }

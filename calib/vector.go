@@ -90,7 +90,8 @@ func (v *Vector) Fit(s *Set) error {
 		x0 = v.Params()
 	}
 	scale := append(featureScales(s.Logits, s.Classes), ones(s.Classes)...)
-	x, rep, err := minimizeScaled(withPrior(func(g, x []float64) float64 { return vectorNLL(g, x, s) }, NewVector(s.Classes).Params(), s.Len(), v.Options), x0, scale, v.Options)
+	r := newRowSums(s.Len())
+	x, rep, err := minimizeScaled(withPrior(func(g, x []float64) float64 { return vectorNLL(g, x, s, r) }, NewVector(s.Classes).Params(), s.Len(), v.Options), x0, scale, v.Options)
 	if err != nil {
 		return fmt.Errorf("vector scaler: %w", err)
 	}
@@ -127,30 +128,33 @@ func (v *Vector) validate() error {
 }
 
 // vectorNLL returns the mean NLL of softmax(a ⊙ z + b) on s at x = [a, b]
-// and writes its gradient into g.
-func vectorNLL(g, x []float64, s *Set) float64 {
+// and writes its gradient into g, summing the rows by r.
+func vectorNLL(g, x []float64, s *Set, r *rowSums) float64 {
 	c := s.Classes
 	a, b := x[:c], x[c:]
-	ga, gb := g[:c], g[c:]
-	clear(g)
-	zh := make([]float64, c)
-	var f float64
-	for i, y := range s.Labels {
-		z := s.Logits[i*c : (i+1)*c]
-		for j, v := range z {
-			zh[j] = a[j]*v + b[j]
-		}
-		lse := LogSumExp(zh)
-		f += lse - zh[y]
-		for j, v := range z {
-			p := math.Exp(zh[j] - lse)
-			if j == y {
-				p--
+	f := r.sum(g, func(lo, hi int, acc []float64) float64 {
+		ga, gb := acc[:c], acc[c:]
+		zh := make([]float64, c)
+		var f float64
+		for i := lo; i < hi; i++ {
+			y := s.Labels[i]
+			z := s.Logits[i*c : (i+1)*c]
+			for j, v := range z {
+				zh[j] = a[j]*v + b[j]
 			}
-			ga[j] += p * v
-			gb[j] += p
+			lse := LogSumExp(zh)
+			f += lse - zh[y]
+			for j, v := range z {
+				p := math.Exp(zh[j] - lse)
+				if j == y {
+					p--
+				}
+				ga[j] += p * v
+				gb[j] += p
+			}
 		}
-	}
+		return f
+	})
 	n := float64(s.Len())
 	for j := range g {
 		g[j] /= n

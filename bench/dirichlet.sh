@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# bench/dirichlet.sh — central Dirichlet calibration against a plain
+# PyTorch L-BFGS fit of the same objective (bench/dirichlet_peer.py), and
+# the cost of fedcalib's cross-validation against one fit (issue #32),
+# paired and interleaved: each repetition runs the peer, fedcalib's fixed
+# fit (--lambda/--mu) and its cross-validated fit (the default) back to
+# back on the same file. The peer stops once its objective reaches
+# fedcalib's (the same optimum, within 1e-9). Prints median wall and CPU
+# seconds, peak RSS, the paired ratios to the peer and the 1-minute load
+# average of each repetition. See docs/BENCHMARKS.md, "Dirichlet, matrix
+# and temperature against plain peers".
+#
+#   bench/dirichlet.sh                           # 50,000 × 10, 5 repetitions
+#   ROWS=5000 CLASSES=10 REPS=3 bench/dirichlet.sh
+#
+# Environment: ROWS (default 50000), CLASSES (default 10), REPS (default
+# 5), LAMBDA and MU (default 0.001, a federated fit's), DIR (default
+# /tmp/fedcalib-dirichlet-bench), PYTHON (with NumPy and PyTorch; default
+# /usr/bin/python3, Debian's python3-torch), FEDCALIB (default: build
+# bin/fedcalib here).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROWS=${ROWS:-50000}
+CLASSES=${CLASSES:-10}
+REPS=${REPS:-5}
+LAMBDA=${LAMBDA:-0.001}
+MU=${MU:-0.001}
+DIR=${DIR:-/tmp/fedcalib-dirichlet-bench}
+PYTHON=${PYTHON:-/usr/bin/python3}
+FEDCALIB=${FEDCALIB:-}
+PEER=bench/dirichlet_peer.py
+
+[ -x /usr/bin/time ] || { echo "bench/dirichlet.sh: needs GNU time at /usr/bin/time (apt-get install time)" >&2; exit 2; }
+"$PYTHON" -c 'import numpy, torch' || { echo "bench/dirichlet.sh: $PYTHON needs NumPy and PyTorch (apt-get install python3-numpy python3-torch)" >&2; exit 2; }
+if [ -z "$FEDCALIB" ]; then
+	FEDCALIB=bin/fedcalib
+	go build -o "$FEDCALIB" ./cmd/fedcalib
+fi
+mkdir -p "$DIR"
+f="$DIR/${ROWS}x${CLASSES}.npz"
+[ -s "$f" ] || "$PYTHON" "$PEER" gen "$ROWS" "$CLASSES" "$f"
+TSV=$(mktemp "$DIR/times.XXXXXX.tsv")
+TIMELOG=$(mktemp "$DIR/time.XXXXXX.log")
+OUTLOG=$(mktemp "$DIR/out.XXXXXX.log")
+trap 'rm -f "$TIMELOG" "$OUTLOG"' EXIT
+# shellcheck source=bench/paired.sh
+. bench/paired.sh
+BASE=torch
+
+echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(uname -srm), $(nproc) CPUs; $(go env GOVERSION); torch $("$PYTHON" -c 'import torch; print(torch.__version__, torch.get_num_threads(), "threads")'); $ROWS rows × $CLASSES classes, λ = $LAMBDA, μ = $MU"
+fixed=(calibrate --central --method dirichlet --lambda "$LAMBDA" --mu "$MU" --logits "$f" --quiet)
+"$FEDCALIB" "${fixed[@]}" --out "$DIR/fixed.json"
+target=$("$PYTHON" -c 'import json, sys; print(repr(json.load(open(sys.argv[1]))["provenance"]["fit"]["objective"]))' "$DIR/fixed.json")
+echo "# fedcalib's objective $target; the peer's: $("$PYTHON" "$PEER" "$f" "$LAMBDA" "$MU" "$target")"
+for ((r = 1; r <= REPS; r++)); do
+	run_timed torch "$r" "$PYTHON" "$PEER" "$f" "$LAMBDA" "$MU" "$target"
+	run_timed fedcalib-fixed "$r" "$FEDCALIB" "${fixed[@]}" --out "$DIR/fixed.json"
+	run_timed fedcalib-crossvalidated "$r" "$FEDCALIB" calibrate --central --method dirichlet --logits "$f" --quiet --out "$DIR/cv.json"
+	echo "  repetition $r/$REPS done" >&2
+done
+echo "# load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+summarise
+echo "(cross-validation over fixed: divide the two fedcalib rows; raw timings: $TSV)"
