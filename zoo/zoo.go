@@ -72,7 +72,9 @@ type Source struct {
 
 // FileSum is a file's base name and hex SHA-256.
 type FileSum struct {
-	Name   string `json:"name"`
+	// Name is the file's last path element.
+	Name string `json:"name"`
+	// SHA256 is the hex SHA-256 of its bytes.
 	SHA256 string `json:"sha256"`
 }
 
