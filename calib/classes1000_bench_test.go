@@ -1,7 +1,6 @@
 package calib
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"testing"
 )
@@ -51,7 +50,7 @@ func BenchmarkCentralFit1000(b *testing.B) {
 				}
 				if r, ok := cal.(interface{ LastFit() *FitReport }); ok {
 					if rep := r.LastFit(); rep != nil {
-						b.Log(fmt.Sprintf("%+v", *rep))
+						b.Logf("%+v", *rep)
 					}
 				}
 			}
