@@ -3,6 +3,7 @@ package calib_test
 import (
 	"bytes"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -116,7 +117,7 @@ func TestBetaProject(t *testing.T) {
 	b := calib.NewBeta(2)
 	w := []float64{-1, 2, 0.5, -0.25, -3, -4}
 	b.Project(w)
-	if want := []float64{0, 2, 0.5, 0, -3, -4}; !equalVec(w, want) {
+	if want := []float64{0, 2, 0.5, 0, -3, -4}; !slices.Equal(w, want) {
 		t.Errorf("Project: %v, want %v", w, want)
 	}
 	if err := b.SetParams([]float64{1, 1, -0.1, 1, 0, 0}); err == nil {
@@ -125,18 +126,6 @@ func TestBetaProject(t *testing.T) {
 	if err := b.SetParams(w); err != nil {
 		t.Errorf("SetParams of a projected vector: %v", err)
 	}
-}
-
-func equalVec(a, b []float64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestEqualMassByHand forms equal-mass bins from histograms worked out by
@@ -155,10 +144,10 @@ func TestEqualMassByHand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []int{0, 2, 4, 0, 0, 4}; !equalInts(b.Edges, want) {
+	if want := []int{0, 2, 4, 0, 0, 4}; !slices.Equal(b.Edges, want) {
 		t.Errorf("edges %v, want %v", b.Edges, want)
 	}
-	if want := []float64{0.125, 0.125, 0.625, 0.625, 0, 0, 0, 0}; !equalVec(b.Table, want) {
+	if want := []float64{0.125, 0.125, 0.625, 0.625, 0, 0, 0, 0}; !slices.Equal(b.Table, want) {
 		t.Errorf("table %v, want %v", b.Table, want)
 	}
 	// Round trip through a calibrator file, and a file whose table is
@@ -177,16 +166,4 @@ func TestEqualMassByHand(t *testing.T) {
 	if _, err := calib.NewEqualMass(h, 5); err == nil {
 		t.Error("NewEqualMass took 5 equal-mass bins of 4 fine bins")
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

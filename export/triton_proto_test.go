@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -219,7 +220,7 @@ func tritonLoaderRules(t *testing.T, md protoreflect.MessageDescriptor, name str
 					t.Errorf("%s: reshape %v does not hold the elements of dims %v", where, shape, dims)
 				}
 			}
-			if !slicesEqual(shape, want) {
+			if !slices.Equal(shape, want) {
 				t.Errorf("%s: dims %v (reshape to %v) for the model's %v", where, dims, shape, v.Shape)
 			}
 			label := ""
@@ -252,16 +253,4 @@ func product(s []int64) int64 {
 		}
 	}
 	return n
-}
-
-func slicesEqual(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
