@@ -31,21 +31,9 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 FEDCALIB=${FEDCALIB:-}
 PEER=bench/dirichlet_peer.py
 
-[ -x /usr/bin/time ] || { echo "bench/dirichlet.sh: needs GNU time at /usr/bin/time (apt-get install time)" >&2; exit 2; }
-"$PYTHON" -c 'import numpy, torch' || { echo "bench/dirichlet.sh: $PYTHON needs NumPy and PyTorch (apt-get install python3-numpy python3-torch)" >&2; exit 2; }
-if [ -z "$FEDCALIB" ]; then
-	FEDCALIB=bin/fedcalib
-	go build -o "$FEDCALIB" ./cmd/fedcalib
-fi
-mkdir -p "$DIR"
-f="$DIR/${ROWS}x${CLASSES}.npz"
-[ -s "$f" ] || "$PYTHON" "$PEER" gen "$ROWS" "$CLASSES" "$f"
-TSV=$(mktemp "$DIR/times.XXXXXX.tsv")
-TIMELOG=$(mktemp "$DIR/time.XXXXXX.log")
-OUTLOG=$(mktemp "$DIR/out.XXXXXX.log")
-trap 'rm -f "$TIMELOG" "$OUTLOG"' EXIT
 # shellcheck source=bench/paired.sh
 . bench/paired.sh
+paired_setup bench/dirichlet.sh "numpy, torch" "python3-numpy python3-torch"
 BASE=torch
 
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(uname -srm), $(nproc) CPUs; $(go env GOVERSION); torch $("$PYTHON" -c 'import torch; print(torch.__version__, torch.get_num_threads(), "threads")'); $ROWS rows × $CLASSES classes, λ = $LAMBDA, μ = $MU"

@@ -27,21 +27,9 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 FEDCALIB=${FEDCALIB:-}
 PEER=bench/temp_peer.py
 
-[ -x /usr/bin/time ] || { echo "bench/temperature.sh: needs GNU time at /usr/bin/time (apt-get install time)" >&2; exit 2; }
-"$PYTHON" -c 'import numpy, scipy' || { echo "bench/temperature.sh: $PYTHON needs NumPy and SciPy (apt-get install python3-numpy python3-scipy)" >&2; exit 2; }
-if [ -z "$FEDCALIB" ]; then
-	FEDCALIB=bin/fedcalib
-	go build -o "$FEDCALIB" ./cmd/fedcalib
-fi
-mkdir -p "$DIR"
-f="$DIR/${ROWS}x${CLASSES}.npz"
-[ -s "$f" ] || "$PYTHON" "$PEER" gen "$ROWS" "$CLASSES" "$f"
-TSV=$(mktemp "$DIR/times.XXXXXX.tsv")
-TIMELOG=$(mktemp "$DIR/time.XXXXXX.log")
-OUTLOG=$(mktemp "$DIR/out.XXXXXX.log")
-trap 'rm -f "$TIMELOG" "$OUTLOG"' EXIT
 # shellcheck source=bench/paired.sh
 . bench/paired.sh
+paired_setup bench/temperature.sh "numpy, scipy" "python3-numpy python3-scipy"
 BASE=scipy
 
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(uname -srm), $(nproc) CPUs; $(go env GOVERSION); numpy $("$PYTHON" -c 'import numpy; print(numpy.__version__)'), scipy $("$PYTHON" -c 'import scipy; print(scipy.__version__)'); $ROWS rows × $CLASSES classes"
