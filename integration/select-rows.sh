@@ -5,14 +5,14 @@
 # rows; every selection default of calibrate) at ε = 1 and 8, T = 12,
 # p = 0.1, δ = 1e-5, zCDP, seeds 1-5, on each model whose logits are
 # committed (models/logits), with the model's own partition. Writes
-# integration/experiments/results/select/runs.csv: one row per run with
+# integration/selection/runs.csv: one row per run with
 # the winner and the test metrics of what was written (the base model's
 # when it won). Deterministic for the committed logits.
 # Run from anywhere after `make build`; ONLY="name …" limits the models.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FEDCALIB=${FEDCALIB:-bin/fedcalib}
-OUT=integration/experiments/results/select
+OUT=integration/selection
 mkdir -p "$OUT"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
