@@ -118,31 +118,37 @@ func kumarAccuracy(s, bin *Set, t float64, bins int) float64 {
 }
 
 // TestScalingBinningManyClassesAccuracy pins what scalbin does to top-1
-// accuracy at C = 1,000 classes and 2,000 rows (issue: 66% → 23%) to an
-// independent implementation of Kumar et al.'s binning on exact values
-// (kumarBins): the loss is the method's, not fedcalib's fine histograms
-// or tied bin edges. With B = 100 equal-mass bins, fewer than C, the top
-// bin of class j holds the 1% of rows with the largest g_j — about one
-// class-j row and nine runner-ups — so the true class and the runners-up
-// of a row all take their top bins' similar means; with B = C the top
-// bins are as narrow as a class's prior and most of the accuracy stays.
-// The C = 200 row checks the same at B = 100 < C.
+// accuracy at C = 200 and 1,000 classes and 2,000 rows to an independent
+// implementation of Kumar et al.'s binning on exact values (kumarBins):
+// the loss with 100 bins (66% → 23% at C = 1,000) is the method's, not
+// fedcalib's fine histograms or tied bin edges. With B = 100 equal-mass
+// bins, fewer than C, the top bin of class j holds the 1% of rows with
+// the largest g_j — about one class-j row and nine runner-ups — so the
+// true class and the runners-up of a row all take their top bins'
+// similar means; with B = C the top bins are as narrow as a class's
+// prior and most of the accuracy stays. The default (bins 0) must be
+// such: DefaultScalingBinningBins gives one bin per class.
 func TestScalingBinningManyClassesAccuracy(t *testing.T) {
 	for _, tc := range []struct {
-		rows, classes, bins int
+		rows, classes, bins int     // bins 0: the default
 		lo, hi              float64 // bounds on both accuracies
 	}{
 		{2000, 1000, 100, 0.15, 0.30},
 		{2000, 1000, 1000, 0.55, 0.70},
+		{2000, 1000, 0, 0.55, 0.70},
 		{2000, 200, 100, 0.45, 0.60},
+		{2000, 200, 0, 0.60, 0.70},
 	} {
 		s := imagenetSet(tc.rows, tc.classes)
 		sb := &ScalingBinning{Bins: tc.bins}
 		if err := sb.Fit(s); err != nil {
 			t.Fatal(err)
 		}
+		if tc.bins == 0 && sb.Bins != tc.classes {
+			t.Errorf("C = %d: the default fit has %d bins: want one per class", tc.classes, sb.Bins)
+		}
 		_, bin := SplitScalingBinning(s)
-		got, want := accuracyOf(sb, s), kumarAccuracy(s, bin, sb.T, tc.bins)
+		got, want := accuracyOf(sb, s), kumarAccuracy(s, bin, sb.T, sb.Bins)
 		base := accuracyOf(NewTemperature(tc.classes), s)
 		t.Logf("C = %d, B = %d: accuracy %.4f uncalibrated, %.4f scalbin, %.4f Kumar et al. on exact values", tc.classes, tc.bins, base, got, want)
 		if math.Abs(got-want) > 0.02 {
@@ -151,6 +157,55 @@ func TestScalingBinningManyClassesAccuracy(t *testing.T) {
 		for _, a := range []float64{got, want} {
 			if a < tc.lo || a > tc.hi {
 				t.Errorf("C = %d, B = %d: accuracy %.4f: want it in [%v, %v]", tc.classes, tc.bins, a, tc.lo, tc.hi)
+			}
+		}
+	}
+}
+
+// TestScalingBinningFineTable checks FineTable against Predict: the table
+// entry of the fine bin min(⌊g_j·2^M⌋, 2^M − 1), normalised, is Predict's
+// output bit for bit, on fitted rows and on rows whose g_j sits exactly
+// at a threshold (export.Probe's rows, built here the same way).
+func TestScalingBinningFineTable(t *testing.T) {
+	for _, sb := range []*ScalingBinning{{}, {Bins: 1, Mexp: 4}, {Bins: 16, Mexp: 4}, {Bins: 7, Mexp: 5}} {
+		s := imagenetSet(600, 20)
+		if err := sb.Fit(s); err != nil {
+			t.Fatal(err)
+		}
+		c, fine := s.Classes, 1<<sb.Mexp
+		logits := slices.Clone(s.Logits)
+		for j := range c { // g_j = t exactly (as near as float64 reaches)
+			for _, th := range sb.Thresholds[j*(sb.Bins-1) : (j+1)*(sb.Bins-1)] {
+				if th <= 0 {
+					continue
+				}
+				row := make([]float64, c)
+				for i := range row {
+					row[i] = sb.T * math.Log((1-th)/float64(c-1))
+				}
+				row[j] = sb.T * math.Log(th)
+				logits = append(logits, row...)
+			}
+		}
+		table := sb.FineTable()
+		if len(table) != c*fine {
+			t.Fatalf("%d bins of 2^%d: FineTable has %d values: want %d", sb.Bins, sb.Mexp, len(table), c*fine)
+		}
+		got := make([]float64, len(logits))
+		sb.Predict(got, logits)
+		g, v, want := make([]float64, c), make([]float64, c), make([]float64, c)
+		for i := 0; i < len(logits); i += c {
+			for j, z := range logits[i : i+c] {
+				g[j] = z / sb.T
+			}
+			Softmax(g, g)
+			for j, p := range g {
+				m := min(int(math.Floor(p*float64(fine))), fine-1)
+				v[j] = table[j*fine+m]
+			}
+			normaliseOr(want, v, g)
+			if !slices.Equal(got[i:i+c], want) {
+				t.Fatalf("%d bins of 2^%d, row %d: Predict %v, FineTable's lookup %v", sb.Bins, sb.Mexp, i/c, got[i:i+c], want)
 			}
 		}
 	}
