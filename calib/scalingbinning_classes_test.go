@@ -210,3 +210,65 @@ func TestScalingBinningFineTable(t *testing.T) {
 		}
 	}
 }
+
+// TestScalingBinningFitFloat32 checks that FitFloat32 on a selection of
+// float32 rows gives the calibrator Fit gives on those rows converted to
+// a Set, field for field.
+func TestScalingBinningFitFloat32(t *testing.T) {
+	src := imagenetSet(900, 30)
+	r := &Float32Rows{Logits: make([]float32, len(src.Logits)), Labels: make([]int32, src.Len()), Classes: src.Classes}
+	for i, v := range src.Logits {
+		r.Logits[i] = float32(v)
+	}
+	for i, y := range src.Labels {
+		r.Labels[i] = int32(y)
+	}
+	var idx []int
+	for i := range src.Len() {
+		if i%3 != 1 {
+			idx = append(idx, i)
+		}
+	}
+	for _, rows := range [][]int{nil, idx} {
+		r.Rows = rows
+		conv := &Set{Classes: src.Classes}
+		for k := range r.Len() {
+			i := k
+			if rows != nil {
+				i = rows[k]
+			}
+			for _, v := range r.Logits[i*src.Classes : (i+1)*src.Classes] {
+				conv.Logits = append(conv.Logits, float64(v))
+			}
+			conv.Labels = append(conv.Labels, int(r.Labels[i]))
+		}
+		want, got := &ScalingBinning{Bins: 20}, &ScalingBinning{Bins: 20}
+		if err := want.Fit(conv); err != nil {
+			t.Fatal(err)
+		}
+		if err := got.FitFloat32(r); err != nil {
+			t.Fatal(err)
+		}
+		if got.T != want.T || got.Bins != want.Bins || got.Mexp != want.Mexp || !slices.Equal(got.Thresholds, want.Thresholds) || !slices.Equal(got.Values, want.Values) {
+			t.Errorf("%d rows selected: FitFloat32 gives T = %v, %d bins; Fit T = %v, %d bins, or other thresholds or values", r.Len(), got.T, got.Bins, want.T, want.Bins)
+		}
+		// And Fit equals its definition: T fitted on the even rows, the
+		// bins from the tempered odd rows.
+		scale, bin := SplitScalingBinning(conv)
+		tt := NewTemperature(conv.Classes)
+		if err := tt.Fit(scale); err != nil {
+			t.Fatal(err)
+		}
+		h := NewValueHistograms(conv.Classes, 1<<ScalingBinningMexp)
+		if err := h.Accumulate(TemperedSet(bin, tt.T)); err != nil {
+			t.Fatal(err)
+		}
+		def, err := NewScalingBinning(tt.T, h, 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if def.T != want.T || !slices.Equal(def.Thresholds, want.Thresholds) || !slices.Equal(def.Values, want.Values) {
+			t.Errorf("%d rows: Fit differs from temperature on the even rows and bins of the tempered odd rows (T %v, %v)", r.Len(), want.T, def.T)
+		}
+	}
+}
