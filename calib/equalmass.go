@@ -8,6 +8,22 @@ import "fmt"
 // scaling-binning.
 const EqualMassMexp = 10
 
+// DefaultEqualMassBins returns the number of equal-mass bins of an
+// equal-mass binning fit with 2^mexp fine bins that does not set
+// MassBins: 100 (ScalingBinningBins), or 2^mexp when there are fewer fine
+// bins. Unlike scaling-binning's (DefaultScalingBinningBins) it does not
+// grow with the classes: a bin's value is a fraction of labels, whose
+// variance grows as bins hold fewer rows (histogram binning needs
+// O(B/ε²) samples, Kumar et al. 2019), so with more classes than bins
+// the top bins of many classes share one value and the argmax suffers
+// (docs/CALIBRATION.md, "Equal-mass binning at many classes").
+func DefaultEqualMassBins(mexp int) int {
+	if mexp < 0 || mexp >= 7 {
+		return ScalingBinningBins
+	}
+	return min(ScalingBinningBins, 1<<mexp)
+}
+
 // EqualMass is one-vs-all histogram binning on equal-mass (quantile) bins,
 // method MethodEqualMass: Histogram's estimator g_j = P/(P + N), the
 // fraction of class-j examples in the bin, on bins that each hold about
@@ -42,7 +58,7 @@ type EqualMass struct {
 	// MaxBins; zero means 2^EqualMassMexp when fitting.
 	Bins int `json:"bins"`
 	// MassBins is the number of equal-mass bins per class, 1 to Bins;
-	// zero means DefaultScalingBinningBins of the fine bins' exponent
+	// zero means DefaultEqualMassBins of the fine bins' exponent
 	// (100 for 2^7 fine bins or more) when fitting.
 	MassBins int `json:"mass_bins"`
 	// Edges holds, for class j, the first fine bin of each equal-mass bin
@@ -122,7 +138,7 @@ func equalMassEdges(edges []int, cum []float64) {
 
 // Fit fits b to the labelled logits of s: it accumulates the Histograms
 // of b.Bins fine bins (2^EqualMassMexp if zero) and forms b.MassBins
-// equal-mass bins (DefaultScalingBinningBins if zero) from them. Any
+// equal-mass bins (DefaultEqualMassBins if zero) from them. Any
 // weighting is removed. It returns an error, leaving b unchanged, for an
 // invalid or empty set, fine bins outside [1, MaxBins] or equal-mass bins
 // outside [1, fine bins].
@@ -136,7 +152,7 @@ func (b *EqualMass) Fit(s *Set) error {
 	}
 	mass := b.MassBins
 	if mass == 0 {
-		mass = min(DefaultScalingBinningBins(exponentOf(fine)), fine)
+		mass = min(DefaultEqualMassBins(exponentOf(fine)), fine)
 	}
 	if err := checkFit(s); err != nil {
 		return err

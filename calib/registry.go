@@ -193,7 +193,7 @@ var methods = [...]Method{
 		zero:    func() Calibrator { return new(EqualMass) },
 		central: func(s Settings) Calibrator { return &EqualMass{Bins: 1 << s.Mexp} }, // New sets s.Mexp
 		binner: func(h *Histograms) (Binner, error) {
-			return NewEqualMass(h, min(DefaultScalingBinningBins(exponentOf(h.Bins)), h.Bins))
+			return NewEqualMass(h, min(DefaultEqualMassBins(exponentOf(h.Bins)), h.Bins))
 		},
 		mexp: EqualMassMexp,
 		size: histogramSize,
@@ -287,7 +287,7 @@ var methods = [...]Method{
 	},
 	{
 		Name: MethodScalingBinning, Protocol: "FedScalBin", Family: Hybrid,
-		Summary: "scaling-binning: temperature scaling, then the mean scaled probability in 100 equal-mass bins per class (from 2^M fine bins, M = 10 by default)",
+		Summary: "scaling-binning: temperature scaling, then the mean scaled probability in max(100, C) equal-mass bins per class (from 2^M fine bins, M = 10 by default)",
 		zero:    func() Calibrator { return new(ScalingBinning) },
 		central: func(s Settings) Calibrator { return &ScalingBinning{Mexp: s.Mexp} }, // New sets s.Mexp
 		mexp:    ScalingBinningMexp,

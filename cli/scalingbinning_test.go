@@ -38,9 +38,9 @@ func TestScalingBinningEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		sb, ok := c.(*calib.ScalingBinning)
-		if !ok || f.Method != calib.MethodScalingBinning || sb.Mexp != tc.mexp || sb.Bins != calib.DefaultScalingBinningBins(tc.mexp) || !strings.Contains(f.Provenance.Protocol, tc.protocol) {
+		if !ok || f.Method != calib.MethodScalingBinning || sb.Mexp != tc.mexp || sb.Bins != calib.DefaultScalingBinningBins(tc.mexp, c.Classes()) || !strings.Contains(f.Provenance.Protocol, tc.protocol) {
 			t.Errorf("%s: %T, method %q, %d bins of 2^%d, protocol %q: want scalbin with %d bins of 2^%d by %s",
-				tc.path, c, f.Method, sb.Bins, sb.Mexp, f.Provenance.Protocol, calib.DefaultScalingBinningBins(tc.mexp), tc.mexp, tc.protocol)
+				tc.path, c, f.Method, sb.Bins, sb.Mexp, f.Provenance.Protocol, calib.DefaultScalingBinningBins(tc.mexp, c.Classes()), tc.mexp, tc.protocol)
 		}
 		// ReadFile checked the privacy record against its noise.
 		if p := f.Privacy; (tc.path == private) != (p != nil) || p != nil && (p.ClipPos != 5 || p.Rounds != 2 || p.Epsilon > 2+1e-9 || p.Epsilon < 1.99) {

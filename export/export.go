@@ -414,10 +414,13 @@ func Probe(c calib.Calibrator, seed uint64) []float32 {
 	}
 	if sb, ok := c.(*calib.ScalingBinning); ok {
 		// Rows whose scaled probability of class j lies at each of its
-		// thresholds, as near as float32 logits reach.
+		// distinct thresholds, as near as float32 logits reach (a
+		// repeated threshold would repeat the row: with one bin per
+		// class at C = 1,000 most are repeats).
 		for j := range k {
-			for _, t := range sb.Thresholds[j*(sb.Bins-1) : (j+1)*(sb.Bins-1)] {
-				if t <= 0 {
+			th := sb.Thresholds[j*(sb.Bins-1) : (j+1)*(sb.Bins-1)]
+			for n, t := range th {
+				if t <= 0 || n > 0 && t == th[n-1] {
 					continue
 				}
 				rest := float32(sb.T * math.Log((1-t)/float64(k-1)))

@@ -281,37 +281,14 @@ func (b *builder) binning(z string, table []float64, bins int, wt *calib.Weights
 	return b.op("Where", []string{same, u, weighted})
 }
 
-// scalingBinning computes calib.ScalingBinning: g = softmax(z/T); the
-// bin of g_j, the number of class-j thresholds t with g_j ≥ t
-// (GreaterOrEqual of g against the [1, C, B−1] thresholds, summed over
-// the last axis), exactly as calib compares; the bin's value from the
-// flattened C×B table; normalisation as the binning calibrators.
+// scalingBinning computes calib.ScalingBinning: binning's lookup of
+// g = softmax(z/T) in the calibrator's fine table (calib's FineTable:
+// the value of each of the 2^Mexp fine bins of each class, equal to
+// comparing g_j with the thresholds, exactly as calib does) and
+// normalisation as the binning calibrators. The graph holds C·2^Mexp
+// values, as bin's, whatever the number of equal-mass bins.
 func (b *builder) scalingBinning(z string, c *calib.ScalingBinning) string {
-	k, bins := c.Classes(), c.Bins
-	g := b.softmax(b.op("Div", []string{z, b.scalar("t", c.T)}))
-	var v string
-	if bins == 1 { // one bin per class: its value, whatever g
-		v = b.op("Add", []string{
-			b.op("Mul", []string{g, b.scalar("zero", 0)}),
-			b.tensor("values", []int64{1, int64(k)}, c.Values),
-		})
-		return b.normaliseOr(v, g)
-	}
-	ge := b.op("GreaterOrEqual", []string{
-		b.op("Unsqueeze", []string{g, b.ints("axes", 2)}),
-		b.tensor("thresholds", []int64{1, int64(k), int64(bins - 1)}, c.Thresholds),
-	})
-	count := b.op("ReduceSum", []string{b.op("Cast", []string{ge}, onnx.AttrInt("to", int64(onnx.Double))), b.ints("axes", 2)}, onnx.AttrInt("keepdims", 0))
-	idx := b.op("Cast", []string{count}, onnx.AttrInt("to", int64(onnx.Int64)))
-	offs := make([]int64, k)
-	for j := range offs {
-		offs[j] = int64(j * bins)
-	}
-	offT := onnx.NewTensorInt64(b.fresh("offsets"), []int64{1, int64(k)}, offs)
-	b.inits = append(b.inits, offT)
-	flat := b.op("Add", []string{idx, offT.GetName()})
-	v = b.op("Gather", []string{b.tensor("values", []int64{int64(len(c.Values))}, c.Values), flat}, onnx.AttrInt("axis", 0))
-	return b.normaliseOr(v, g)
+	return b.binning(b.op("Div", []string{z, b.scalar("t", c.T)}), c.FineTable(), 1<<c.Mexp, &calib.Weights{})
 }
 
 // normaliseOr returns g / Σg per row, or p where Σg is not positive.

@@ -55,14 +55,15 @@ import (
 // network drive those same steps.
 //
 // The zero value fits with calib.ScalingBinningMexp fine bins and
-// calib.DefaultScalingBinningBins equal-mass bins, η_S = 1 and no
+// calib.DefaultScalingBinningBins(Mexp, C) equal-mass bins, η_S = 1 and no
 // clipping.
 type FedScalBin struct {
 	// Mexp is the bin exponent of the fine histograms, in
 	// [1, calib.MaxMexp]; zero means calib.ScalingBinningMexp.
 	Mexp int
 	// Bins is the number of equal-mass bins per class, 1 to 2^Mexp;
-	// zero means calib.DefaultScalingBinningBins(Mexp).
+	// zero means calib.DefaultScalingBinningBins(Mexp, C), C the
+	// federation's classes.
 	Bins int
 	// ServerLR is the first stage's server learning rate η_S; zero
 	// means 1.
@@ -109,7 +110,7 @@ func (f *FedScalBin) Steps(fed Federation, r Rounds) (ClientStep, ServerStep, er
 	}
 	bins := f.Bins
 	if bins == 0 {
-		bins = calib.DefaultScalingBinningBins(mexp)
+		bins = calib.DefaultScalingBinningBins(mexp, fed.Classes)
 	}
 	if bins < 1 || bins > 1<<mexp {
 		return nil, nil, fmt.Errorf("%s: %d equal-mass bins: want 1 to %d, the fine bins 2^%d", protocolScalBin, bins, 1<<mexp, mexp)
