@@ -6,6 +6,9 @@
 //	    --data mnist:$GOMNIST/data:all --logits /tmp/mnist-tiny.npz --out models/logits/mnist-tiny.npz
 //	go run ./cmd/zoo-logits show models/logits/mnist-tiny.npz
 //
+// Logits computed where the ONNX file is not kept (the GPU machine of
+// models/gpu-zoo.sh) are packed with --model-sha256 HEX in place of --model.
+//
 // show prints the provenance record, the file's size and SHA-256, after
 // checking the values against the record; its exit status is 1 when that
 // check fails. The Makefile's `logits-pack` target runs pack for every
@@ -13,6 +16,8 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -49,7 +54,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: zoo-logits pack --name N --model M.onnx --data SPEC... --logits IN.npz --out OUT.npz [--producer TEXT]\n       zoo-logits show FILE.npz...")
+	fmt.Fprintln(os.Stderr, "usage: zoo-logits pack --name N (--model M.onnx | --model-sha256 HEX) --data SPEC... --logits IN.npz --out OUT.npz [--producer TEXT]\n       zoo-logits show FILE.npz...")
 	os.Exit(2)
 }
 
@@ -57,18 +62,24 @@ func pack(args []string) error {
 	fs := flag.NewFlagSet("pack", flag.ExitOnError)
 	name := fs.String("name", "", "the zoo model's name, e.g. mnist-cnn")
 	model := fs.String("model", "", "the ONNX file the logits were computed with (its sha256 is recorded)")
+	modelSHA := fs.String("model-sha256", "", "instead of --model: the hex SHA-256 of the ONNX file, where it is not kept (logits computed on another machine)")
 	in := fs.String("logits", "", "the logits file fedcalib infer wrote")
 	out := fs.String("out", "", "the committed logits file to write, e.g. models/logits/mnist-cnn.npz")
 	producer := fs.String("producer", "", "what computed the logits, e.g. \"fedcalib infer (commit abc1234)\"")
 	var data specs
 	fs.Var(&data, "data", "a data spec infer read, in row order (repeat for several)")
 	fs.Parse(args)
-	if *name == "" || *model == "" || *in == "" || *out == "" || len(data) == 0 {
+	if *name == "" || (*model == "") == (*modelSHA == "") || *in == "" || *out == "" || len(data) == 0 {
 		usage()
 	}
-	msha, err := fileio.SHA256(*model)
-	if err != nil {
-		return err
+	msha := strings.ToLower(*modelSHA)
+	if *model != "" {
+		var err error
+		if msha, err = fileio.SHA256(*model); err != nil {
+			return err
+		}
+	} else if b, err := hex.DecodeString(msha); err != nil || len(b) != sha256.Size {
+		return fmt.Errorf("--model-sha256 %q: want 64 hex digits", *modelSHA)
 	}
 	p := zoo.Provenance{Model: *name, ModelSHA256: msha, Producer: *producer}
 	for _, d := range data {

@@ -20,6 +20,7 @@ python3-torchvision, python3-onnx, numpy). Nothing here touches the network.
 
 import gzip
 import hashlib
+import inspect
 import json
 import os
 import subprocess
@@ -390,10 +391,16 @@ def export_onnx(torch, model, path, *, classes, mean, std, doc, extra_meta=None,
     if dummy is None:
         dummy = torch.zeros(1, 1, 28, 28)
     tmp = path + ".tmp"
+    kw = {}
+    if "dynamo" in inspect.signature(torch.onnx.export).parameters:
+        # torch >= 2.9 defaults to the torch.export-based exporter; the zoo's
+        # files come from the TorchScript one (opset 17, BatchNorm folded),
+        # as with the Debian torch the recipes were written for
+        kw["dynamo"] = False
     torch.onnx.export(model, dummy, tmp, opset_version=17,
                       input_names=["input"], output_names=["logits"],
                       dynamic_axes={"input": {0: "N"}, "logits": {0: "N"}},
-                      do_constant_folding=True)
+                      do_constant_folding=True, **kw)
     m = onnx.load(tmp)
     if base_meta is None:
         meta = {

@@ -363,10 +363,18 @@ def main(argv, task):
     t_eval = time.time()
     fin_test = subset(test_rows, a.final_max_rows, a.seed + 1)
     fin_cal = subset(cal_rows, a.final_max_rows, a.seed + 2)
+    # --device cuda: the final evaluation on the GPU too (full float32: no
+    # TF32); the export is made from the CPU copy as always
+    eval_device = "cpu" if a.device == "cpu" else device_name(torch, a.device)
+    if a.device != "cpu":
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+        model.to(a.device)
     final = {
         "test": fr.metrics(predict(fin_test), labels[fin_test]),
         "calibration": fr.metrics(predict(fin_cal), labels[fin_cal]),
     }
+    model.to("cpu")
     eval_seconds = time.time() - t_eval
     os.makedirs(a.out, exist_ok=True)
     onnx_path = os.path.join(a.out, a.onnx_name)
@@ -409,6 +417,7 @@ def main(argv, task):
         "environment": {"torch": torch.__version__, "numpy": np.__version__,
                         "python": platform.python_version(), "machine": platform.machine(),
                         "threads": a.threads, "train_device": train_device,
+                        "eval_device": eval_device,
                         "train_torch": ck.get("torch", torch.__version__) if ck else torch.__version__},
     }
     fr.write_results(a.out, results)
