@@ -63,7 +63,7 @@ type Source struct {
 	// file or folder name, such as "imagefolder:cifar10-jpeg.tar.gz:train".
 	Spec string `json:"spec"`
 	// Decoder says how the records became the model's input, such as
-	// "IDX, gzip" or "JPEG: internal/ljpeg (libjpeg islow IDCT)".
+	// "IDX, gzip" or "JPEG: libjpeg-turbo (TurboJPEG, islow IDCT)".
 	Decoder string `json:"decoder"`
 	// Files are the files read, each with its SHA-256: the archive, or
 	// the folder's regular files in name order.
@@ -305,7 +305,7 @@ func baseName(path string) string {
 var decoders = map[string]string{
 	"mnist":       "IDX (gzip), uint8 pixels, then the model's fedcalib.input.* preprocessing",
 	"fashion":     "IDX (gzip), uint8 pixels, then the model's fedcalib.input.* preprocessing",
-	"imagefolder": "JPEG: internal/ljpeg (libjpeg's islow IDCT, fancy upsampling and YCbCr to RGB; PIL's pixels exactly), then the model's fedcalib.input.* preprocessing",
+	"imagefolder": "JPEG: libjpeg-turbo through its TurboJPEG API (islow IDCT, fancy upsampling; PIL's pixels exactly), then the model's fedcalib.input.* preprocessing",
 	"leaf":        "LEAF JSON float pixels as written, then the model's fedcalib.input.* preprocessing",
 	"roles":       "LEAF Shakespeare role text, 80-character windows",
 }

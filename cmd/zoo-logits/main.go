@@ -54,7 +54,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: zoo-logits pack --name N (--model M.onnx | --model-sha256 HEX) --data SPEC... --logits IN.npz --out OUT.npz [--producer TEXT]\n       zoo-logits show FILE.npz...")
+	fmt.Fprintln(os.Stderr, "usage: zoo-logits pack --name N (--model M.onnx | --model-sha256 HEX) --data SPEC... --logits IN.npz --out OUT.npz [--producer TEXT] [--decoder TEXT]\n       zoo-logits show FILE.npz...")
 	os.Exit(2)
 }
 
@@ -66,6 +66,7 @@ func pack(args []string) error {
 	in := fs.String("logits", "", "the logits file fedcalib infer wrote")
 	out := fs.String("out", "", "the committed logits file to write, e.g. models/logits/mnist-cnn.npz")
 	producer := fs.String("producer", "", "what computed the logits, e.g. \"fedcalib infer (commit abc1234)\"")
+	decoder := fs.String("decoder", "", "how the records were decoded, where not by fedcalib's own readers (replaces each source's decoder)")
 	var data specs
 	fs.Var(&data, "data", "a data spec infer read, in row order (repeat for several)")
 	fs.Parse(args)
@@ -86,6 +87,9 @@ func pack(args []string) error {
 		s, err := zoo.NewSource(d)
 		if err != nil {
 			return err
+		}
+		if *decoder != "" {
+			s.Decoder = *decoder
 		}
 		p.Sources = append(p.Sources, s)
 	}

@@ -34,8 +34,11 @@ def main(folder):
           f"{p['rows_calibration']} calibration / {p['rows_test']} test rows; train rows per client "
           f"min/median/max {p['train_rows_per_client_min_median_max']}")
     e = r["environment"]
-    print(f"- training time: {r['train_seconds']:.0f} s wall on a shared 2-core VM "
-          f"({e['threads']} torch thread, torch {e['torch']}, numpy {e['numpy']}, Python {e['python']})")
+    where = e.get("train_device", "cpu")
+    where = "a shared 2-core VM" if where == "cpu" else where
+    threads = f"{e['threads']} torch thread" + ("s" if e["threads"] != 1 else "")
+    print(f"- training time: {r['train_seconds']:.0f} s wall on {where} "
+          f"({threads}, torch {e.get('train_torch', e['torch'])}, numpy {e['numpy']}, Python {e['python']})")
     print()
     print("Test accuracy / cwECE during training:")
     print()
