@@ -30,7 +30,8 @@ type FitReport struct {
 	Converged bool `json:"converged"`
 	// Iterations is the number of iterations run: L-BFGS major
 	// iterations (over every restart), Newton steps (platt, beta: the
-	// most any one class's run took), SGD epochs, or federated rounds.
+	// most any one class's run took), temp's steps on the whole set (each
+	// a pass over its rows), SGD epochs, or federated rounds.
 	Iterations int `json:"iterations"`
 	// MaxIterations is the cap the fit ran under.
 	MaxIterations int `json:"max_iterations"`

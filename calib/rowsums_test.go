@@ -51,6 +51,7 @@ func TestFitsDoNotDependOnThreads(t *testing.T) {
 		name string
 		new  func() Calibrator
 	}{
+		{"temp", func() Calibrator { return new(Temperature) }},
 		{"vector", func() Calibrator { return new(Vector) }},
 		{"matrix", func() Calibrator { return new(Matrix) }},
 		{"dirichlet fixed", func() Calibrator { return &Dirichlet{Lambda: 1e-2, Mu: 1e-2} }},

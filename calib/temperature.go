@@ -3,8 +3,6 @@ package calib
 import (
 	"fmt"
 	"math"
-	"runtime"
-	"sync"
 )
 
 // Bounds of the temperature that Temperature.Fit searches.
@@ -20,12 +18,13 @@ const (
 // T ∈ [MinTemperature, MaxTemperature]. With β = 1/T the mean NLL is
 // convex in β (its second derivative is the mean variance of the logits
 // under softmax(βz)), so its derivative has at most one sign change and
-// the minimiser is that root or a bound. Fit finds it by Newton's method
-// on log T safeguarded by bisection of a bracket (Numerical Recipes'
-// rtsafe), which converges for every input, quadratically near the root;
-// it stops when a step is below 1e-12 in log T. The result does not
-// depend on the starting T. When the NLL does not depend on T at all
-// (every row's logits equal) Fit keeps the current T, or 1.
+// the minimiser is that root or a bound. Fit finds it by Halley's (or
+// Newton's) method on log T safeguarded by bisection of a bracket
+// (Numerical Recipes' rtsafe), which converges for every input, cubically
+// near the root; it stops when the next step would be below 1e-12 in
+// log T. The result does not depend on the starting T, to that
+// tolerance. When the NLL does not depend on T at all (every row's logits
+// equal) Fit keeps the current T, or 1.
 //
 // As a Scaler its one parameter is T itself (SPEC §6: FedTemp averages
 // the temperatures, starting from T = 1).
@@ -55,8 +54,10 @@ func NewTemperature(classes int) *Temperature {
 func (t *Temperature) Method() string { return MethodTemp }
 
 // LastFit returns a copy of the report of the last Fit, or nil. Its
-// Gradient is |dNLL/dlog T| at the result; AtBound names T when it ended
-// at MinTemperature or MaxTemperature.
+// Iterations are the steps taken on the whole set (after the warm start
+// of a large one), each a pass over the rows; its Objective and Gradient,
+// |dNLL/dlog T|, are at the result; AtBound names T when it ended at
+// MinTemperature or MaxTemperature.
 func (t *Temperature) LastFit() *FitReport { return lastFit(t.fit) }
 
 // Classes returns the number of classes.
@@ -113,29 +114,29 @@ func (t *Temperature) FitFloat32(r *Float32Rows) error {
 
 // fitTemperatureRows sets t.T to the minimiser of the mean NLL on s and
 // records the report of the fit: the steps, the objective and its
-// derivative in log T at the result, and T at a bound.
+// derivative in log T at the result (from the fit's last pass over the
+// rows, which was at the result), and T at a bound.
 func fitTemperatureRows[F float32 | float64, L int | int32](t *Temperature, s tempRows[F, L]) {
-	T, steps, converged := fitTemperatureWarm(s, t.start())
-	t.T = T
-	f, d1, _ := tempNLL(s, 1/T, make([]float64, s.c))
+	r := fitTemperatureWarm(s, t.start())
+	t.T = r.t
 	rep := &FitReport{
-		Converged:     converged,
-		Iterations:    steps,
+		Converged:     r.converged,
+		Iterations:    r.steps,
 		MaxIterations: tempMaxSteps,
 		Tolerance:     tempTol,
-		Objective:     f,
+		Objective:     r.at.f,
 		// dNLL/dlog T = −β·dNLL/dβ.
-		Gradient: math.Abs(d1 / T),
-		Stop:     "Newton step below tolerance",
+		Gradient: math.Abs(r.at.beta * r.at.d1),
+		Stop:     "step below tolerance",
 	}
 	switch {
-	case T == MinTemperature:
+	case r.t == MinTemperature:
 		rep.AtBound = []string{fmt.Sprintf("t = %v (lower bound)", MinTemperature)}
 		rep.Stop = "lower bound, the NLL still decreasing"
-	case T == MaxTemperature:
+	case r.t == MaxTemperature:
 		rep.AtBound = []string{fmt.Sprintf("t = %v (upper bound)", MaxTemperature)}
 		rep.Stop = "upper bound, the NLL still decreasing"
-	case !converged:
+	case !r.converged:
 		rep.Stop = "step limit"
 	}
 	t.fit = rep
@@ -208,25 +209,30 @@ const tempMaxSteps = 200
 // fits a large set: one row in 64.
 const warmStride = 64
 
+// warmRows is the most rows of a set of few classes that
+// fitTemperatureWarm fits without a warm start.
+const warmRows = 1 << 16
+
 // warmMinRows is the fewest rows of a many-class set that
 // fitTemperatureWarm warm-starts: 256 rows in its subsample.
 const warmMinRows = 256 * warmStride
 
 // warmStarts reports whether fitTemperatureWarm starts a set of n rows of
 // c classes from the minimiser on every warmStride-th row: a set of more
-// than 4·tempBlock rows, or of at least warmMinRows rows holding more
-// logits than 4·tempBlock rows of 10 classes (ImageNet's 50,000 × 1,000,
+// than warmRows rows, or of at least warmMinRows rows holding more
+// logits than warmRows rows of 10 classes (ImageNet's 50,000 × 1,000,
 // whose every pass is as long as 5·10⁶ rows of 10 classes).
 func warmStarts(n, c int) bool {
-	return n > 4*tempBlock || (n >= warmMinRows && n*c > 4*tempBlock*10)
+	return n > warmRows || (n >= warmMinRows && n*c > warmRows*10)
 }
 
 // fitTemperatureWarm is fitTemperature, started for a large set (see
 // warmStarts) from the minimiser on every warmStride-th row: that fit
 // costs a 64th of a pass per step, and its T is close enough to the
-// whole set's that Newton then needs two or three passes instead of five
-// to eight. The minimiser is the same; only the path to it changes.
-func fitTemperatureWarm[F float32 | float64, L int | int32](s tempRows[F, L], start float64) (float64, int, bool) {
+// whole set's that two or three passes over the whole set follow
+// instead of four to seven. The minimiser is the same, to the fit's
+// tolerance; only the path to it changes.
+func fitTemperatureWarm[F float32 | float64, L int | int32](s tempRows[F, L], start float64) tempFit {
 	n := s.len()
 	if !warmStarts(n, s.c) {
 		return fitTemperature(s, start)
@@ -240,31 +246,52 @@ func fitTemperatureWarm[F float32 | float64, L int | int32](s tempRows[F, L], st
 		}
 		sub.rows = append(sub.rows, i)
 	}
-	warm, _, _ := fitTemperature(sub, start)
+	warm := fitTemperature(sub, start)
 	sub.rows = nil
-	return fitTemperature(s, warm)
+	return fitTemperature(s, warm.t)
+}
+
+// tempFit is the result of fitTemperature.
+type tempFit struct {
+	// t is the minimiser found.
+	t float64
+	// steps is the number of steps taken, each a pass over the rows.
+	steps int
+	// converged is false when the search stopped at tempMaxSteps.
+	converged bool
+	// at is the last pass over the rows, at the result: β = 1/t to
+	// rounding.
+	at tempEval
 }
 
 // fitTemperature returns the T in [MinTemperature, MaxTemperature] that
 // minimises the mean NLL of softmax(z/T) on s, starting from start. It
 // works on v = log β = −log T, where φ(v) = dNLL/dβ (e^v) is
-// non-decreasing, and finds the root of φ by safeguarded Newton inside a
-// bracket that starts as the whole interval. Each evaluation of φ is a
-// pass over the rows, so the interval's ends are evaluated only when the
-// iterates reach one of them (the NLL is then monotone on the interval
-// and the end is the answer): a fit costs a pass per Newton step.
+// non-decreasing, and finds the root of φ inside a bracket that starts
+// as the whole interval by Numerical Recipes' rtsafe with Halley's step
+// (cubic convergence) in place of Newton's where its correction to
+// Newton's is modest: the second derivative of φ comes from the same
+// pass as φ and the first (the third central moment of the logits). A
+// step that would leave the bracket, or shrink it too slowly, bisects it
+// instead. Each evaluation of φ is a pass over the rows, so the
+// interval's ends are evaluated only when the iterates reach one of them
+// (the NLL is then monotone on the interval and the end is the answer).
 //
+// It stops at the last point evaluated once the step from there is below
+// tempTol: that point is within tempTol in log T of the root, and its
+// pass is the report at the result, so no pass is made only to report.
 // It also returns the number of steps taken and whether the search
 // converged: a step below tempTol, a stationary point, or an end of the
 // interval where the NLL still decreases outward. It fails to only if
 // tempMaxSteps steps do not get there.
-func fitTemperature[F float32 | float64, L int | int32](s tempRows[F, L], start float64) (t float64, steps int, converged bool) {
+func fitTemperature[F float32 | float64, L int | int32](s tempRows[F, L], start float64) tempFit {
 	vmin, vmax := -math.Log(MaxTemperature), -math.Log(MinTemperature)
-	buf := make([]float64, s.c)
+	sums := newTempSums(s)
 	v := -math.Log(start)
-	phi, dphi := tempPhi(s, v, buf)
+	e := sums.at(math.Exp(v))
+	phi, dphi, ddphi := e.phi()
 	if phi == 0 { // a stationary point of the convex NLL: the minimum
-		return start, 0, true
+		return tempFit{t: start, converged: true, at: e}
 	}
 	// The bracket [lo, hi] holds the root when there is one inside the
 	// interval: φ(lo) < 0 < φ(hi), the ends taken as evaluated.
@@ -276,38 +303,43 @@ func fitTemperature[F float32 | float64, L int | int32](s tempRows[F, L], start 
 	}
 	dxOld := vmax - vmin
 	dx := dxOld
-	converged = false
+	steps, converged := 0, false
 	for steps < tempMaxSteps {
-		steps++
-		// A Newton step beyond an end not yet evaluated: evaluate it. If
-		// φ has no root inside, the end is the answer; else the end
-		// bounds the bracket as assumed.
-		if next := v - phi/dphi; next <= vmin && lo == vmin {
-			if _, d, _ := tempNLL(s, math.Exp(vmin), buf); d >= 0 {
-				return MaxTemperature, steps, true
+		step := phi / dphi // Newton's
+		if h := phi * ddphi / (2 * dphi * dphi); math.Abs(h) <= 0.5 {
+			step /= 1 - h // Halley's
+		}
+		// A step beyond an end not yet evaluated: evaluate it. If φ has
+		// no root inside, the end is the answer; else the end bounds the
+		// bracket as assumed.
+		if next := v - step; next <= vmin && lo == vmin {
+			if end := sums.at(math.Exp(vmin)); end.d1 >= 0 {
+				return tempFit{t: MaxTemperature, steps: steps, converged: true, at: end}
 			}
 			lo = math.Nextafter(vmin, vmax) // evaluated: not evaluated again
 		} else if next >= vmax && hi == vmax {
-			if _, d, _ := tempNLL(s, math.Exp(vmax), buf); d <= 0 {
-				return MinTemperature, steps, true
+			if end := sums.at(math.Exp(vmax)); end.d1 <= 0 {
+				return tempFit{t: MinTemperature, steps: steps, converged: true, at: end}
 			}
 			hi = math.Nextafter(vmax, vmin)
 		}
-		if ((v-hi)*dphi-phi)*((v-lo)*dphi-phi) > 0 || math.Abs(2*phi) > math.Abs(dxOld*dphi) {
-			// Newton would leave the bracket or is converging too slowly.
-			dxOld = dx
+		next := v - step
+		dxOld = dx
+		if !(next >= lo && next <= hi) || math.Abs(2*step) > math.Abs(dxOld) {
+			// The step would leave the bracket or shrinks too slowly.
 			dx = (hi - lo) / 2
-			v = lo + dx
+			next = lo + dx
 		} else {
-			dxOld = dx
-			dx = phi / dphi
-			v -= dx
+			dx = step
 		}
 		if math.Abs(dx) < tempTol {
 			converged = true
 			break
 		}
-		phi, dphi = tempPhi(s, v, buf)
+		steps++
+		v = next
+		e = sums.at(math.Exp(v))
+		phi, dphi, ddphi = e.phi()
 		if phi == 0 {
 			converged = true
 			break
@@ -322,68 +354,65 @@ func fitTemperature[F float32 | float64, L int | int32](s tempRows[F, L], start 
 	// is monotone on the interval, and the end is the minimiser.
 	switch {
 	case hi == vmax && v > vmax-4*tempTol:
-		if _, d, _ := tempNLL(s, math.Exp(vmax), buf); d <= 0 {
-			return MinTemperature, steps, true
+		if end := sums.at(math.Exp(vmax)); end.d1 <= 0 {
+			return tempFit{t: MinTemperature, steps: steps, converged: true, at: end}
 		}
 	case lo == vmin && v < vmin+4*tempTol:
-		if _, d, _ := tempNLL(s, math.Exp(vmin), buf); d >= 0 {
-			return MaxTemperature, steps, true
+		if end := sums.at(math.Exp(vmin)); end.d1 >= 0 {
+			return tempFit{t: MaxTemperature, steps: steps, converged: true, at: end}
 		}
 	}
-	return math.Exp(-v), steps, converged
+	return tempFit{t: math.Exp(-v), steps: steps, converged: converged, at: e}
 }
 
-// tempPhi returns φ(v) = dNLL/dβ at β = e^v and its derivative in v,
-// β·d²NLL/dβ².
-func tempPhi[F float32 | float64, L int | int32](s tempRows[F, L], v float64, buf []float64) (phi, dphi float64) {
-	beta := math.Exp(v)
-	_, d1, d2 := tempNLL(s, beta, buf)
-	return d1, beta * d2
+// tempEval is one pass over the rows of a temperature fit: the mean NLL
+// of softmax(β·z) and its first three derivatives in β.
+type tempEval struct {
+	beta, f, d1, d2, d3 float64
 }
 
-// tempBlock is the number of rows whose NLL sums tempNLL computes as one
-// unit: blocks run in parallel, and their sums are added in block order,
-// so the result does not depend on the number of goroutines. A set of at
-// most one block is summed row by row in order.
-const tempBlock = 16384
+// phi returns φ(v) = dNLL/dβ at β = e^v and its first and second
+// derivatives in v: β·d²NLL/dβ² and β·d²NLL/dβ² + β²·d³NLL/dβ³.
+func (e tempEval) phi() (phi, dphi, ddphi float64) {
+	return e.d1, e.beta * e.d2, e.beta*e.d2 + e.beta*e.beta*e.d3
+}
 
-// tempNLL returns the mean NLL of softmax(β·z) on s and its first and
-// second derivatives in β. buf is scratch space of s.Classes values.
-//
-// With x = z − max z, the NLL of a row is log Σ_j e^{βx_j} − βx_y, its
-// derivative E[x] − x_y and its second derivative Var[x], the moments
-// under softmax(βx).
-func tempNLL[F float32 | float64, L int | int32](s tempRows[F, L], beta float64, buf []float64) (f, d1, d2 float64) {
-	n := s.len()
-	blocks := (n + tempBlock - 1) / tempBlock
-	if blocks <= 1 {
-		f, d1, d2 = tempNLLRows(s, 0, n, beta, buf)
-		return f / float64(n), d1 / float64(n), d2 / float64(n)
-	}
-	sums := make([][3]float64, blocks)
-	workers := min(runtime.GOMAXPROCS(0), blocks)
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			scratch := make([]float64, s.c)
-			for b := w; b < blocks; b += workers {
-				lo := b * tempBlock
-				sums[b][0], sums[b][1], sums[b][2] = tempNLLRows(s, lo, min(lo+tempBlock, n), beta, scratch)
-			}
-		})
-	}
-	wg.Wait()
-	for _, b := range sums {
-		f, d1, d2 = f+b[0], d1+b[1], d2+b[2]
-	}
-	return f / float64(n), d1 / float64(n), d2 / float64(n)
+// tempSums evaluates the NLL of a temperature fit over the rows of a set,
+// the rows summed in parallel and deterministically by rowSums. It is not
+// safe for concurrent use.
+type tempSums[F float32 | float64, L int | int32] struct {
+	s    tempRows[F, L]
+	rows *rowSums
+	acc  [3]float64
+}
+
+func newTempSums[F float32 | float64, L int | int32](s tempRows[F, L]) *tempSums[F, L] {
+	return &tempSums[F, L]{s: s, rows: newRowSums(s.len())}
+}
+
+// at returns the mean NLL of softmax(β·z) over the rows and its first
+// three derivatives in β.
+func (ts *tempSums[F, L]) at(beta float64) tempEval {
+	d := ts.acc[:]
+	f := ts.rows.sum(d, func(lo, hi int, acc []float64) float64 {
+		f, d1, d2, d3 := tempNLLRows(ts.s, lo, hi, beta, make([]float64, ts.s.c))
+		acc[0], acc[1], acc[2] = d1, d2, d3
+		return f
+	})
+	n := float64(ts.s.len())
+	return tempEval{beta: beta, f: f / n, d1: d[0] / n, d2: d[1] / n, d3: d[2] / n}
 }
 
 // tempNLLRows returns the sums over rows lo to hi of s (positions in its
-// selection) of the NLL of softmax(β·z) and of its first and second
+// selection) of the NLL of softmax(β·z) and of its first three
 // derivatives in β. float32 logits are converted exactly as they are
-// read, so the sums equal those over their float64 copy.
-func tempNLLRows[F float32 | float64, L int | int32](s tempRows[F, L], lo, hi int, beta float64, buf []float64) (f, d1, d2 float64) {
+// read, so the sums equal those over their float64 copy. buf is scratch
+// space of s.c values.
+//
+// With x = z − max z, the NLL of a row is log Σ_j e^{βx_j} − βx_y and its
+// derivatives are E[x] − x_y, Var[x] and the third central moment
+// E[(x − E[x])³], the moments under softmax(βx).
+func tempNLLRows[F float32 | float64, L int | int32](s tempRows[F, L], lo, hi int, beta float64, buf []float64) (f, d1, d2, d3 float64) {
 	c := s.c
 	for k := lo; k < hi; k++ {
 		i := k
@@ -407,15 +436,17 @@ func tempNLLRows[F float32 | float64, L int | int32](s tempRows[F, L], lo, hi in
 			mean += buf[j] * (float64(v) - m)
 		}
 		mean /= sum
-		var vr float64
+		var vr, k3 float64
 		for j, v := range z {
 			d := float64(v) - m - mean
 			vr += buf[j] * d * d
+			k3 += buf[j] * d * d * d
 		}
 		xy := float64(z[y]) - m
 		f += math.Log(sum) - beta*xy
 		d1 += mean - xy
 		d2 += vr / sum
+		d3 += k3 / sum
 	}
-	return f, d1, d2
+	return f, d1, d2, d3
 }

@@ -123,21 +123,28 @@ func TestTemperatureBounds(t *testing.T) {
 	}
 }
 
-// TestTemperatureDerivatives checks the analytic first and second
-// derivatives of the NLL in β against finite differences.
+// TestTemperatureDerivatives checks the analytic first, second and
+// third derivatives of the NLL in β against central finite differences
+// of the one below.
 func TestTemperatureDerivatives(t *testing.T) {
-	s := scOverconfident(rand.New(rand.NewPCG(11, 11)), 50, 4, 3, 2)
-	buf := make([]float64, 4)
+	s := newTempSums(setRows(scOverconfident(rand.New(rand.NewPCG(11, 11)), 50, 4, 3, 2)))
 	for _, beta := range []float64{0.05, 0.4, 1, 3} {
 		const h = 1e-5
-		fp, d1p, _ := tempNLL(setRows(s), beta+h, buf)
-		fm, d1m, _ := tempNLL(setRows(s), beta-h, buf)
-		_, d1, d2 := tempNLL(setRows(s), beta, buf)
-		if num := (fp - fm) / (2 * h); math.Abs(num-d1) > 1e-7*math.Max(1, math.Abs(d1)) {
-			t.Errorf("β = %v: dNLL/dβ = %v, finite differences %v", beta, d1, num)
+		p, m, e := s.at(beta+h), s.at(beta-h), s.at(beta)
+		for _, d := range []struct {
+			name           string
+			got, fp, fm, r float64
+		}{
+			{"dNLL/dβ", e.d1, p.f, m.f, 1e-7},
+			{"d²NLL/dβ²", e.d2, p.d1, m.d1, 1e-6},
+			{"d³NLL/dβ³", e.d3, p.d2, m.d2, 1e-6},
+		} {
+			if num := (d.fp - d.fm) / (2 * h); math.Abs(num-d.got) > d.r*math.Max(1, math.Abs(d.got)) {
+				t.Errorf("β = %v: %s = %v, finite differences %v", beta, d.name, d.got, num)
+			}
 		}
-		if num := (d1p - d1m) / (2 * h); math.Abs(num-d2) > 1e-6*math.Max(1, math.Abs(d2)) {
-			t.Errorf("β = %v: d²NLL/dβ² = %v, finite differences %v", beta, d2, num)
+		if e.beta != beta || e.d2 <= 0 || e.d3 == 0 {
+			t.Errorf("β = %v: evaluated at β = %v, d² = %v, d³ = %v: want β, d² > 0, d³ ≠ 0", beta, e.beta, e.d2, e.d3)
 		}
 	}
 }
@@ -190,32 +197,25 @@ func TestTemperaturePredictPanicsUnfitted(t *testing.T) {
 // TestTemperatureFitDoesNotDependOnThreads: a set of several blocks is
 // fitted in parallel, and the same T comes out with 1 or 4 goroutines.
 func TestTemperatureFitDoesNotDependOnThreads(t *testing.T) {
-	s := randomSet(rand.New(rand.NewPCG(11, 12)), 3*tempBlock+123, 5, 4)
+	s := randomSet(rand.New(rand.NewPCG(11, 12)), 3*rowSumsMaxBlocks*rowSumsBlockRows+123, 5, 4)
 	var got [2]float64
+	var evals [2]tempEval
 	for i, procs := range []int{1, 4} {
 		old := runtime.GOMAXPROCS(procs)
 		tc := new(Temperature)
 		err := tc.Fit(s)
+		evals[i] = newTempSums(setRows(s)).at(0.7)
 		runtime.GOMAXPROCS(old)
 		if err != nil {
 			t.Fatal(err)
 		}
 		got[i] = tc.T
 	}
-	if got[0] != got[1] {
+	if got[0] != got[1] || got[0] == 1 {
 		t.Errorf("T = %v with 1 goroutine, %v with 4", got[0], got[1])
 	}
-	// The parallel sums equal the block sums added in order.
-	buf := make([]float64, 5)
-	f, d1, d2 := tempNLL(setRows(s), 0.7, buf)
-	var wf, wd1, wd2 float64
-	for lo := 0; lo < s.Len(); lo += tempBlock {
-		a, b, c := tempNLLRows(setRows(s), lo, min(lo+tempBlock, s.Len()), 0.7, buf)
-		wf, wd1, wd2 = wf+a, wd1+b, wd2+c
-	}
-	n := float64(s.Len())
-	if f != wf/n || d1 != wd1/n || d2 != wd2/n {
-		t.Errorf("tempNLL = %v %v %v, block sums %v %v %v", f, d1, d2, wf/n, wd1/n, wd2/n)
+	if evals[0] != evals[1] {
+		t.Errorf("the NLL and its derivatives at β = 0.7: %+v with 1 goroutine, %+v with 4", evals[0], evals[1])
 	}
 }
 
@@ -285,16 +285,17 @@ func TestTemperatureFitFloat32(t *testing.T) {
 // root of the same function, to the fit's tolerance.
 func TestTemperatureWarmStart(t *testing.T) {
 	for _, tc := range []struct{ n, c int }{
-		{5 * tempBlock, 4}, // many rows
-		{warmMinRows, 50},  // fewer rows of many classes
+		{warmRows + 1, 4}, // many rows
+		{warmMinRows, 50}, // fewer rows of many classes
 	} {
 		if !warmStarts(tc.n, tc.c) {
 			t.Fatalf("%d rows of %d classes are not warm-started", tc.n, tc.c)
 		}
 		s := scOverconfident(rand.New(rand.NewPCG(31, 32)), tc.n, tc.c, 3, 2)
 		r := setRows(s)
-		cold, coldSteps, ok1 := fitTemperature(r, 1)
-		warm, warmSteps, ok2 := fitTemperatureWarm(r, 1)
+		c, w := fitTemperature(r, 1), fitTemperatureWarm(r, 1)
+		cold, coldSteps, ok1 := c.t, c.steps, c.converged
+		warm, warmSteps, ok2 := w.t, w.steps, w.converged
 		if !ok1 || !ok2 {
 			t.Errorf("%d×%d: converged: plain %v, warm-started %v; want both", tc.n, tc.c, ok1, ok2)
 		}
@@ -306,9 +307,81 @@ func TestTemperatureWarmStart(t *testing.T) {
 		}
 	}
 	// Below the thresholds: no warm start.
-	for _, tc := range []struct{ n, c int }{{4 * tempBlock, 10}, {warmMinRows - 1, 1000}, {warmMinRows, 10}} {
+	for _, tc := range []struct{ n, c int }{{warmRows, 10}, {warmMinRows - 1, 1000}, {warmMinRows, 10}} {
 		if warmStarts(tc.n, tc.c) {
 			t.Errorf("%d rows of %d classes are warm-started: want a plain fit", tc.n, tc.c)
+		}
+	}
+}
+
+// tempFixture returns n rows of c classes drawn from seed with plain
+// arithmetic only (no exp, so the rows are the same on every platform):
+// logits uniform in [−2, 2], rounded to float32, and 5 added to the true
+// class's logit in 80% of the rows, to another class's in the rest.
+func tempFixture(seed uint64, n, c int) *Set {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	s := &Set{Logits: make([]float64, n*c), Labels: make([]int, n), Classes: c}
+	for i := range n {
+		y := rng.IntN(c)
+		z := s.Row(i)
+		for j := range z {
+			z[j] = float64(float32(4*rng.Float64() - 2))
+		}
+		k := y
+		if rng.Float64() >= 0.8 {
+			k = rng.IntN(c)
+		}
+		z[k] = float64(float32(z[k] + 5))
+		s.Labels[i] = y
+	}
+	return s
+}
+
+// TestTemperatureMatchesPreviousFits pins T on fixed sets to the fits of
+// the previous Newton search (commit 83a85d4, which took a pass more per
+// fit and another to report): the minimiser is the same to the fit's
+// tolerance, tempTol in log T, from Fit and from FitFloat32. The report
+// is at the result, and a warm-started set of 200,000 rows takes two
+// steps after the pass at the warm start (the previous search took three
+// and a fourth pass to report).
+func TestTemperatureMatchesPreviousFits(t *testing.T) {
+	for _, tc := range []struct {
+		seed     uint64
+		n, c     int
+		previous float64 // T from commit 83a85d4's Fit
+	}{
+		{1, 200, 3, 2.0451631092281559},
+		{2, 5000, 10, 1.3474613910574105},
+		{3, 40000, 6, 1.5546525351251221},
+		{4, 5 * 16384, 4, 1.7852007369734466}, // warm-started
+		{5, 16384, 50, 0.88488300784432916},   // warm-started, many classes
+		{6, 200000, 10, 1.3288280197643438},   // warm-started
+	} {
+		s := tempFixture(tc.seed, tc.n, tc.c)
+		r := &Float32Rows{Logits: make([]float32, len(s.Logits)), Labels: make([]int32, s.Len()), Classes: s.Classes}
+		for i, v := range s.Logits {
+			r.Logits[i] = float32(v)
+		}
+		for i, y := range s.Labels {
+			r.Labels[i] = int32(y)
+		}
+		a, b := NewTemperature(tc.c), NewTemperature(tc.c)
+		if err := a.Fit(s); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.FitFloat32(r); err != nil {
+			t.Fatal(err)
+		}
+		if d := math.Abs(math.Log(a.T / tc.previous)); d > tempTol || a.T != b.T {
+			t.Errorf("%d×%d: T = %.17g (FitFloat32 %.17g), previously %.17g: %.2g apart in log T, want within %v", tc.n, tc.c, a.T, b.T, tc.previous, d, tempTol)
+		}
+		rep := a.LastFit()
+		at := newTempSums(setRows(s)).at(1 / a.T)
+		if !rep.Converged || math.Abs(rep.Objective-at.f) > 1e-14*at.f || rep.Gradient > 1e-12 || math.Abs(at.d1/a.T) > 1e-12 {
+			t.Errorf("%d×%d: report %+v; at the result NLL %.17g, |dNLL/dlog T| %.2g", tc.n, tc.c, rep, at.f, math.Abs(at.d1/a.T))
+		}
+		if tc.n == 200000 && rep.Iterations > 2 {
+			t.Errorf("%d×%d: %d steps after the warm start, want at most 2", tc.n, tc.c, rep.Iterations)
 		}
 	}
 }

@@ -205,6 +205,9 @@ func runCalibrate(cmd *cobra.Command, fl *calibrateFlags) error {
 	}
 	before, after := ms[0], ms[1]
 	held := ""
+	// The accuracy warning is judged on the test rows when there are
+	// some, else on the fitted rows: the metrics measured here.
+	warning := dropWarning(before, after, "the fitted rows")
 	test := selectSplit(logits.SplitTest)
 	nTest := 0
 	if f.Split != nil {
@@ -223,6 +226,7 @@ func runCalibrate(cmd *cobra.Command, fl *calibrateFlags) error {
 			return err
 		}
 		held = heldOutLine(nTest, ts[0], ts[1])
+		warning = dropWarning(ts[0], ts[1], "the test rows")
 		if ts[1].NLL > ts[0].NLL {
 			nllWarning = fmt.Sprintf("; WARNING: the calibrator makes the test rows' NLL worse, %.4f → %.4f", ts[0].NLL, ts[1].NLL)
 		}
@@ -252,10 +256,6 @@ func runCalibrate(cmd *cobra.Command, fl *calibrateFlags) error {
 		return err
 	}
 	detail := fitDetail(c, rep)
-	warning, err := accuracyWarning(cmd.Context(), f, sel, c)
-	if err != nil {
-		return fmt.Errorf("%s: %w", fl.logits, err)
-	}
 	if w := rep.Warning(); w != "" {
 		warning += "; WARNING: " + w
 	}

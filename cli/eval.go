@@ -719,22 +719,3 @@ func dropWarning(before, after calib.Metrics, on string) string {
 	return fmt.Sprintf("; WARNING: accuracy on %s drops from %.2f%% to %.2f%%, by more than %g point",
 		on, 100*before.Accuracy, 100*after.Accuracy, 100*calib.AccuracyDropMark)
 }
-
-// accuracyWarning is dropWarning for calibrator c fitted centrally on the
-// rows fitted of f: measured on f's test rows, or on the fitted rows when
-// f has no split column or no test rows.
-func accuracyWarning(ctx context.Context, f *logits.File, fitted rowSel, c calib.Calibrator) (string, error) {
-	sel, on := fitted, "the fitted rows"
-	if test := selectSplit(logits.SplitTest); f.Split != nil && test.count(f) > 0 {
-		sel, on = test, "the test rows"
-	}
-	accs, err := measure(ctx, f, sel, []calib.Calibrator{nil, c}, 0)
-	if err != nil {
-		return "", err
-	}
-	ms, err := metricsOf(accs)
-	if err != nil {
-		return "", err
-	}
-	return dropWarning(ms[0], ms[1], on), nil
-}
