@@ -41,10 +41,12 @@ _norm = {}
 def transform(torch, xb):
     """uint8 CHW pixels -> (pixel/255 - mean[c]) / std[c], the preprocessing
     the ONNX metadata records (scale 1/255, per-channel mean and std)."""
-    if "m" not in _norm:
-        _norm["m"] = torch.tensor(MEAN, dtype=torch.float32).view(1, 3, 1, 1)
-        _norm["s"] = torch.tensor(STD, dtype=torch.float32).view(1, 3, 1, 1)
-    return (xb.to(torch.float32) * (1.0 / 255.0) - _norm["m"]) / _norm["s"]
+    key = str(xb.device)
+    if key not in _norm:
+        _norm[key] = (torch.tensor(MEAN, dtype=torch.float32, device=xb.device).view(1, 3, 1, 1),
+                      torch.tensor(STD, dtype=torch.float32, device=xb.device).view(1, 3, 1, 1))
+    m, s = _norm[key]
+    return (xb.to(torch.float32) * (1.0 / 255.0) - m) / s
 
 
 TASK = {

@@ -75,6 +75,9 @@ def parse(argv, task):
     p.add_argument("--eval-data-out", default=None,
                    help="where write_eval puts the final test rows (default: the cache folder, "
                         "never the repository)")
+    p.add_argument("--device", default="cpu",
+                   help="torch device to train and evaluate on, e.g. cuda (the export is made "
+                        "from a CPU copy)")
     p.add_argument("--out", default=task["out"], help="output folder")
     p.add_argument("--onnx-name", default="model.onnx")
     return p.parse_args(argv)
@@ -91,7 +94,7 @@ def main(argv, task):
     a = parse(argv, task)
     import torch
 
-    fr.set_determinism(torch, a.seed, a.threads)
+    fr.set_determinism(torch, a.seed, a.threads, cuda=a.device.startswith("cuda"))
     t_load = time.time()
     data = task["load"]()
     x, labels = data["x"], data["labels"]
@@ -109,10 +112,12 @@ def main(argv, task):
 
     def predict(rows, batch=500):
         model.eval()
+        dev = next(model.parameters()).device
         out = []
         with torch.no_grad():
             for i in range(0, len(rows), batch):
-                out.append(model(tf(xt[torch.from_numpy(rows[i:i + batch])])).numpy())
+                xb = xt[torch.from_numpy(rows[i:i + batch])].to(dev)
+                out.append(model(tf(xb)).float().cpu().numpy())
         return np.concatenate(out) if out else np.zeros((0, len(data["classes"])), np.float32)
 
     test_rows = part.rows(fr.SPLIT_TEST)
@@ -127,6 +132,8 @@ def main(argv, task):
         m = fr.metrics(predict(eval_rows), labels[eval_rows])
         return {"test_accuracy": round(m["accuracy"], 4), "test_cwece": round(m["cwece"], 4)}
 
+    if a.device != "cpu":
+        model.to(a.device)
     t0 = time.time()
     history = fr.fedavg(torch, model, x, labels, part.client_train_rows(),
                         rounds=a.rounds, sample_rate=a.sample_rate, local_epochs=a.local_epochs,
@@ -134,8 +141,12 @@ def main(argv, task):
                         momentum=a.momentum, seed=a.seed, eval_fn=evaluate,
                         eval_every=a.eval_every, log=lambda s: print(s, flush=True),
                         batch_transform=tf, max_client_rows=a.max_client_rows,
-                        loss_fn=task.get("loss_fn"))
+                        loss_fn=task.get("loss_fn"), device=None if a.device == "cpu" else a.device)
     train_seconds = time.time() - t0
+    if a.device != "cpu":
+        # the final evaluation in full float32 (training keeps cuDNN's TF32 default)
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
 
     fin_test = subset(test_rows, a.final_max_rows, a.seed + 1)
     fin_cal = subset(cal_rows, a.final_max_rows, a.seed + 2)
@@ -143,9 +154,10 @@ def main(argv, task):
         "test": fr.metrics(predict(fin_test), labels[fin_test]),
         "calibration": fr.metrics(predict(fin_cal), labels[fin_cal]),
     }
+    model.to("cpu")
     os.makedirs(a.out, exist_ok=True)
     onnx_path = os.path.join(a.out, a.onnx_name)
-    config = {k: v for k, v in vars(a).items() if k not in ("out", "onnx_name")}
+    config = {k: v for k, v in vars(a).items() if k not in ("out", "onnx_name", "device")}
     if config["partition"]:
         config["partition"] = os.path.relpath(os.path.abspath(config["partition"]), REPO)
     sha = fr.export_onnx(
@@ -175,7 +187,9 @@ def main(argv, task):
         "train_seconds": round(train_seconds, 1),
         "environment": {"torch": torch.__version__, "numpy": np.__version__,
                         "python": platform.python_version(), "machine": platform.machine(),
-                        "threads": a.threads},
+                        "threads": a.threads,
+                        "train_device": a.device if a.device == "cpu" else
+                        f"{a.device} ({torch.cuda.get_device_name(torch.device(a.device))})"},
     }
     if task.get("write_eval"):
         import zoo_data
