@@ -1,7 +1,8 @@
 #!/bin/bash
 # models/gpu-zoo.sh — the ResNet18 recipes end to end on a CUDA machine that
 # has no Go toolchain: each NAME trains on the GPU (side by side, for at most
-# MINUTES from its start, as gpu-train.sh), then is evaluated on the GPU and
+# MINUTES from its start, 4 torch threads, a checkpoint every 10 rounds),
+# then is evaluated on the GPU and
 # exported (train.py --export-only --device cuda: the ONNX file from the CPU
 # copy, TorchScript exporter, opset 17), then its logits over its whole data
 # set are computed on the CPU by Python's onnxruntime with fedcalib's

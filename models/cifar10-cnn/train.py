@@ -17,8 +17,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "common"))
 import zoo_data  # noqa: E402
 import zoo_recipe  # noqa: E402
 
-MEAN = (0.4914, 0.4822, 0.4465)
-STD = (0.2470, 0.2435, 0.2616)
+MEAN = zoo_data.CIFAR10_MEAN
+STD = zoo_data.CIFAR10_STD
 
 
 def build(torch):
@@ -35,19 +35,6 @@ def load():
             "classes": classes, "specs": specs}
 
 
-_norm = {}
-
-
-def transform(torch, xb):
-    """uint8 CHW pixels -> (pixel/255 - mean[c]) / std[c], the preprocessing
-    the ONNX metadata records (scale 1/255, per-channel mean and std)."""
-    key = str(xb.device)
-    if key not in _norm:
-        _norm[key] = (torch.tensor(MEAN, dtype=torch.float32, device=xb.device).view(1, 3, 1, 1),
-                      torch.tensor(STD, dtype=torch.float32, device=xb.device).view(1, 3, 1, 1))
-    m, s = _norm[key]
-    return (xb.to(torch.float32) * (1.0 / 255.0) - m) / s
-
 
 TASK = {
     "name": "cifar10-cnn",
@@ -55,7 +42,7 @@ TASK = {
                    "Dirichlet beta=0.1 K=100; input = normalised 32x32 RGB image (NCHW), "
                    "output = logits",
     "load": load,
-    "transform": transform,
+    "transform": zoo_data.cifar10_transform,
     "build": build,
     "dummy": lambda torch: torch.zeros(1, 3, 32, 32),
     "base_meta": None,  # fedrecipe's default: scale 1/255, mean/std per channel, NCHW, float32

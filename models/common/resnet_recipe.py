@@ -25,7 +25,7 @@ resumable, because a ResNet18 needs hours of CPU per run on this project's
     --checkpoint-every N to save every N rounds (and always at the round
     training stops). The final evaluation and the export always run on the
     CPU, so the card's numbers come from the arithmetic fedcalib's CPU
-    inference does. models/gpu-train.sh runs the ResNet18 recipes so.
+    inference does. models/gpu-zoo.sh runs the ResNet18 recipes so.
 
 A model's train.py passes a task dict like zoo_recipe's:
 

@@ -139,6 +139,19 @@ def femnist_task_data():
     return {"x": x, "labels": labels, "classes": FEMNIST_CLASSES, "specs": specs}
 
 
+CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR10_STD = (0.2470, 0.2435, 0.2616)
+
+
+def cifar10_transform(torch, xb):
+    """uint8 CHW pixels -> (pixel/255 - mean[c]) / std[c], the preprocessing
+    the CIFAR-10 models' ONNX metadata records (scale 1/255, per-channel
+    CIFAR10_MEAN and CIFAR10_STD), on xb's device."""
+    m = torch.tensor(CIFAR10_MEAN, dtype=torch.float32, device=xb.device).view(1, 3, 1, 1)
+    s = torch.tensor(CIFAR10_STD, dtype=torch.float32, device=xb.device).view(1, 3, 1, 1)
+    return (xb.to(torch.float32) * (1.0 / 255.0) - m) / s
+
+
 def femnist_transform(torch, xb):
     """LEAF's float pixels, [B,28,28] -> (x - MEAN)/STD as [B,1,28,28]: the
     metadata records scale 1 and this mean and std (FEMNIST_META)."""
