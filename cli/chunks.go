@@ -390,12 +390,15 @@ func measureChunksKeep(ctx context.Context, src chunkSource, cals []calib.Calibr
 		}
 		p := probs[w][:len(s.Logits)]
 		for a, cal := range cals {
+			var err error
 			if cal == nil {
-				calib.SoftmaxRows(p, s.Logits, c)
+				// The softmax a row at a time, as the statistics are taken.
+				err = accs[w][a].AddSoftmax(s.Logits, s.Labels)
 			} else {
 				cal.Predict(p, s.Logits)
+				err = accs[w][a].Add(p, s.Labels)
 			}
-			if err := accs[w][a].Add(p, s.Labels); err != nil {
+			if err != nil {
 				return err
 			}
 		}
