@@ -89,9 +89,10 @@ func (a *Accumulator) KeepClassConfidences(lo, hi, expect int) {
 }
 
 // ClassErrors returns the errors over bins equal-mass bins (0: a's
-// bins) of each class kept (KeepClassConfidences), lo to hi−1 in order, or nil when none was kept
-// or not every example was. It replaces the records by sorted ones, so it
-// must not run concurrently with another use of a.
+// bins) of each class kept (KeepClassConfidences), lo to hi−1 in order, or
+// nil when none was kept or not every example was. It drops each class's
+// records once measured, as Forget does (so a second call returns nil),
+// and must not run concurrently with another use of a.
 func (a *Accumulator) ClassErrors(bins int) []ClassErrors {
 	if len(a.classKeys) == 0 || a.n == 0 {
 		return nil
@@ -104,14 +105,16 @@ func (a *Accumulator) ClassErrors(bins int) []ClassErrors {
 		return nil
 	}
 	out := make([]ClassErrors, len(a.classKeys))
+	var buf []uint64
 	for k, segs := range a.classKeys {
-		// One class at a time, its segments sorted into one slice and
-		// then dropped, so that the records take at most one class more
-		// than they did.
-		s := sortPacked(segs...)
-		a.classKeys[k] = [][]uint64{s}
-		out[k] = classErrors(s, cmp.Or(bins, a.bins))
+		// One class at a time, its segments sorted into one slice reused
+		// by every class and then dropped, so that the records take at
+		// most one class more than they did.
+		buf = sortPackedInto(buf, segs...)
+		a.classKeys[k] = nil
+		out[k] = classErrors(buf, cmp.Or(bins, a.bins))
 	}
+	a.keepLo, a.keepHi, a.classKeys = 0, 0, nil
 	return out
 }
 

@@ -134,14 +134,20 @@ func classErrors(s []uint64, bins int) ClassErrors {
 }
 
 // sortPacked returns the packed keys of the segments segs, together, in
-// increasing order, as slices.Sort would sort them: a
-// most-significant-digit radix sort, whose first pass distributes the
-// keys into a new slice by the topBits bits below those that every key
-// shares, and whose buckets, small enough to sit in cache, are sorted in
-// place by further passes of 8 bits (sortBucket). It reads segs without
-// changing them, except that it sorts a lone segment of fewer than 1024
-// keys in place and returns it.
+// increasing order, as slices.Sort would sort them (sortPackedInto, into
+// a new slice). It reads segs without changing them, except that it sorts
+// a lone segment of fewer than 1024 keys in place and returns it.
 func sortPacked(segs ...[]uint64) []uint64 {
+	return sortPackedInto(nil, segs...)
+}
+
+// sortPackedInto is sortPacked into buf, which it uses when it has room
+// for the keys (else it allocates): a most-significant-digit radix sort,
+// whose first pass distributes the keys by the topBits bits below those
+// that every key shares, and whose buckets, small enough to sit in cache,
+// are sorted in place by further passes of 8 bits (sortBucket).
+func sortPackedInto(buf []uint64, segs ...[]uint64) []uint64 {
+	const topBits = 12 // 4096 buckets: their open cache lines fit in L2
 	n := 0
 	for _, seg := range segs {
 		n += len(seg)
@@ -162,7 +168,6 @@ func sortPacked(segs ...[]uint64) []uint64 {
 			lo, hi = min(lo, u), max(hi, u)
 		}
 	}
-	const topBits = 12
 	shift := uint(max(0, bits.Len64(lo^hi)-topBits))
 	var count [1<<topBits + 1]int
 	for _, seg := range segs {
@@ -177,7 +182,11 @@ func sortPacked(segs ...[]uint64) []uint64 {
 	}
 	var next [1 << topBits]int
 	copy(next[:], count[:1<<topBits])
-	dst := make([]uint64, n)
+	dst := buf
+	if cap(dst) < n {
+		dst = make([]uint64, n)
+	}
+	dst = dst[:n]
 	for _, seg := range segs {
 		for _, u := range seg {
 			b := int(u>>shift) & (1<<topBits - 1)

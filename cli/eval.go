@@ -385,7 +385,7 @@ func openEvalInput(ctx context.Context, path string, input inputKind, partPath, 
 // probabilities, for the classwise equal-mass errors, may take in one
 // pass over the rows before it takes more passes; past it, memory grows
 // by 8 bytes a row and calibrator, one class a pass (classwisePlan).
-const classwiseBytes = 64 << 20
+const classwiseBytes = 256 << 20
 
 // classwisePlan returns how many classes the first pass over rows rows
 // keeps the probabilities of for sets sets of probabilities (beside their
