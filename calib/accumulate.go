@@ -271,7 +271,9 @@ func (a *Accumulator) addRows(x []float64, labels []int, softmax bool) {
 		var sq float64
 		base := 0 // j·bins
 		for j, v := range p {
-			v = min(max(v, 0), 1)
+			if !softmax { // a softmax lies in [0, 1]
+				v = min(max(v, 0), 1)
+			}
 			// Bin(v, bins), inlined.
 			b := 0
 			if v >= 1 {
@@ -280,7 +282,7 @@ func (a *Accumulator) addRows(x []float64, labels []int, softmax bool) {
 				b = min(int(v*fb), bins-1)
 			}
 			k := base + b
-			conf[k].add(uint64(v * probScale))
+			conf[k].add(uint64(int64(v * probScale))) // < 2⁶³: as uint64(…)
 			count[k]++
 			d := v
 			if j == y {
@@ -298,7 +300,11 @@ func (a *Accumulator) addRows(x []float64, labels []int, softmax bool) {
 		}
 		for k, rec := range keys {
 			j := a.keepLo + k
-			rec[i] = packTop(p[j], j == y)
+			if softmax { // packTop, whose clamp leaves a softmax as it is
+				rec[i] = math.Float64bits(p[j])<<1 | b2u(j == y)
+			} else {
+				rec[i] = packTop(p[j], j == y)
+			}
 		}
 		m := Bin(top, bins)
 		a.topConf[m].add(uint64(top * probScale))
@@ -311,6 +317,14 @@ func (a *Accumulator) addRows(x []float64, labels []int, softmax bool) {
 		a.brier.add(uint64(min(sq, 2) * brierScale))
 	}
 	a.n += int64(n)
+}
+
+// b2u returns 1 for true, 0 for false.
+func b2u(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // topRecords returns room for n more records of top confidences at the
