@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"slices"
 )
 
 // An Accumulator gathers, one batch of examples at a time, the per-bin
@@ -52,6 +53,10 @@ type Accumulator struct {
 	keepLo, keepHi int
 	expect         int // room for the first records (KeepClassConfidences)
 	classKeys      [][][]uint64
+
+	// Scratch of addRows: a row's softmax, and the records being written.
+	row  []float64
+	keys [][]uint64
 }
 
 // KeepTopConfidences makes a record, from now on, each example's top
@@ -84,9 +89,10 @@ func (a *Accumulator) KeepClassConfidences(lo, hi, expect int) {
 }
 
 // ClassErrors returns the errors over bins equal-mass bins (0: a's
-// bins) of each class kept (KeepClassConfidences), lo to hi−1 in order, or nil when none was kept
-// or not every example was. It replaces the records by sorted ones, so it
-// must not run concurrently with another use of a.
+// bins) of each class kept (KeepClassConfidences), lo to hi−1 in order, or
+// nil when none was kept or not every example was. It drops each class's
+// records once measured, as Forget does (so a second call returns nil),
+// and must not run concurrently with another use of a.
 func (a *Accumulator) ClassErrors(bins int) []ClassErrors {
 	if len(a.classKeys) == 0 || a.n == 0 {
 		return nil
@@ -99,14 +105,16 @@ func (a *Accumulator) ClassErrors(bins int) []ClassErrors {
 		return nil
 	}
 	out := make([]ClassErrors, len(a.classKeys))
+	var buf []uint64
 	for k, segs := range a.classKeys {
-		// One class at a time, its segments sorted into one slice and
-		// then dropped, so that the records take at most one class more
-		// than they did.
-		s := sortPacked(segs...)
-		a.classKeys[k] = [][]uint64{s}
-		out[k] = classErrors(s, cmp.Or(bins, a.bins))
+		// One class at a time, its segments sorted into one slice reused
+		// by every class and then dropped, so that the records take at
+		// most one class more than they did.
+		buf = sortPackedInto(buf, segs...)
+		a.classKeys[k] = nil
+		out[k] = classErrors(buf, cmp.Or(bins, a.bins))
 	}
+	a.keepLo, a.keepHi, a.classKeys = 0, 0, nil
 	return out
 }
 
@@ -172,16 +180,13 @@ func (a *Accumulator) N() int { return int(a.n) }
 // [0, classes), or a probability is not finite or lies outside [0, 1]
 // (beyond rounding of 1e-6, which is clamped).
 func (a *Accumulator) Add(probs []float64, labels []int) error {
+	if err := a.checkShape(probs, labels, "probabilities"); err != nil {
+		return err
+	}
 	c := a.classes
-	if c < 2 {
-		return fmt.Errorf("calib: Add on an Accumulator not made by NewAccumulator")
-	}
-	if len(probs) != len(labels)*c {
-		return fmt.Errorf("have %d probabilities for %d labels and %d classes: lengths do not match", len(probs), len(labels), c)
-	}
 	for i, y := range labels {
 		if y < 0 || y >= c {
-			return fmt.Errorf("label of example %d is %d, outside [0, %d)", i, y, c)
+			return labelError(i, y, c)
 		}
 		for j, p := range probs[i*c : (i+1)*c] {
 			if math.IsNaN(p) || math.IsInf(p, 0) {
@@ -192,41 +197,154 @@ func (a *Accumulator) Add(probs []float64, labels []int) error {
 			}
 		}
 	}
+	a.addRows(probs, labels, false)
+	return nil
+}
+
+// AddSoftmax accumulates the softmax probabilities (Softmax) of logits,
+// an n×Classes() row-major matrix of logits, against labels: what Add
+// accumulates of SoftmaxRows(logits), bit for bit, in one pass that holds
+// one row's probabilities at a time. It returns Add's errors, leaving a
+// unchanged; a logit that is not finite gives Add's error of the
+// probabilities it makes.
+func (a *Accumulator) AddSoftmax(logits []float64, labels []int) error {
+	if err := a.checkShape(logits, labels, "logits"); err != nil {
+		return err
+	}
 	for i, y := range labels {
-		row := probs[i*c : (i+1)*c]
+		if y < 0 || y >= a.classes {
+			return labelError(i, y, a.classes)
+		}
+	}
+	for _, v := range logits {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			// Not finite: Add says which probability that makes wrong.
+			p := make([]float64, len(logits))
+			SoftmaxRows(p, logits, a.classes)
+			return a.Add(p, labels)
+		}
+	}
+	// Finite logits: Softmax gives probabilities in [0, 1] (its largest
+	// term is exp(0) = 1, so the sum is at least 1).
+	a.addRows(logits, labels, true)
+	return nil
+}
+
+// checkShape returns an error when a was not made by NewAccumulator or
+// x (what: probabilities or logits) is not len(labels) rows of a's
+// classes.
+func (a *Accumulator) checkShape(x []float64, labels []int, what string) error {
+	c := a.classes
+	if c < 2 {
+		return fmt.Errorf("calib: Add on an Accumulator not made by NewAccumulator")
+	}
+	if len(x) != len(labels)*c {
+		return fmt.Errorf("have %d %s for %d labels and %d classes: lengths do not match", len(x), what, len(labels), c)
+	}
+	return nil
+}
+
+// labelError is the error of example i's label y outside [0, c).
+func labelError(i, y, c int) error {
+	return fmt.Errorf("label of example %d is %d, outside [0, %d)", i, y, c)
+}
+
+// addRows accumulates the validated rows x against labels: x holds
+// probabilities, or logits whose softmax is taken a row at a time when
+// softmax is set.
+func (a *Accumulator) addRows(x []float64, labels []int, softmax bool) {
+	c, bins, n := a.classes, a.bins, len(labels)
+	fb := float64(bins)
+	if softmax && len(a.row) != c {
+		a.row = make([]float64, c)
+	}
+	tops := a.topRecords(n)
+	keys := a.classRecords(n)
+	conf, freq, count := a.conf[:c*bins], a.freq[:c*bins], a.count[:c*bins]
+	for i, y := range labels {
+		p := x[i*c : (i+1)*c : (i+1)*c]
+		if softmax {
+			Softmax(a.row, p)
+			p = a.row
+		}
 		top, arg := math.Inf(-1), 0
 		var sq float64
-		for j, p := range row {
-			p = min(max(p, 0), 1)
-			k := j*a.bins + Bin(p, a.bins)
-			a.conf[k].add(uint64(p * probScale))
-			a.count[k]++
-			d := p
+		base := 0 // j·bins
+		for j, v := range p {
+			if !softmax { // a softmax lies in [0, 1]
+				v = min(max(v, 0), 1)
+			}
+			// Bin(v, bins), inlined.
+			b := 0
+			if v >= 1 {
+				b = bins - 1
+			} else if v > 0 {
+				b = min(int(v*fb), bins-1)
+			}
+			k := base + b
+			conf[k].add(uint64(int64(v * probScale))) // < 2⁶³: as uint64(…)
+			count[k]++
+			d := v
 			if j == y {
-				a.freq[k]++
-				d = p - 1
+				freq[k]++
+				d = v - 1
 			}
 			sq += d * d
-			if p > top {
-				top, arg = p, j
+			if v > top {
+				top, arg = v, j
+			}
+			base += bins
+		}
+		if tops != nil {
+			tops[i] = packTop(top, arg == y)
+		}
+		for k, rec := range keys {
+			j := a.keepLo + k
+			if softmax { // packTop, whose clamp leaves a softmax as it is
+				rec[i] = math.Float64bits(p[j])<<1 | b2u(j == y)
+			} else {
+				rec[i] = packTop(p[j], j == y)
 			}
 		}
-		if a.keepTops {
-			a.tops = append(a.tops, packTop(top, arg == y))
-		}
-		m := Bin(top, a.bins)
+		m := Bin(top, bins)
 		a.topConf[m].add(uint64(top * probScale))
 		a.topCount[m]++
 		if arg == y {
 			a.topFreq[m]++
 			a.correct++
 		}
-		a.nll.add(uint64(-math.Log(max(min(max(row[y], 0), 1), nllFloor)) * nllScale))
+		a.nll.add(uint64(-math.Log(max(min(max(p[y], 0), 1), nllFloor)) * nllScale))
 		a.brier.add(uint64(min(sq, 2) * brierScale))
 	}
-	for j := a.keepLo; j < a.keepHi; j++ {
-		segs := a.classKeys[j-a.keepLo]
-		if last := segs[len(segs)-1]; cap(last)-len(last) < len(labels) {
+	a.n += int64(n)
+}
+
+// b2u returns 1 for true, 0 for false.
+func b2u(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// topRecords returns room for n more records of top confidences at the
+// end of a.tops, or nil when a does not keep them.
+func (a *Accumulator) topRecords(n int) []uint64 {
+	if !a.keepTops {
+		return nil
+	}
+	a.tops = slices.Grow(a.tops, n)
+	a.tops = a.tops[:len(a.tops)+n]
+	return a.tops[len(a.tops)-n:]
+}
+
+// classRecords returns, for each class kept (KeepClassConfidences), room
+// for n more records at the end of its last segment, in a slice that a
+// reuses.
+func (a *Accumulator) classRecords(n int) [][]uint64 {
+	a.keys = a.keys[:0]
+	for k, segs := range a.classKeys {
+		if last := segs[len(segs)-1]; cap(last)-len(last) < n {
 			// A new segment, never a copy of the old ones, as large as
 			// the records so far (up to keySegment): geometric growth, so
 			// that few examples of many classes take little.
@@ -238,17 +356,14 @@ func (a *Accumulator) Add(probs []float64, labels []int) error {
 			if held == 0 {
 				room = a.expect
 			}
-			segs = append(segs, make([]uint64, 0, max(len(labels), room)))
+			segs = append(segs, make([]uint64, 0, max(n, room)))
 		}
-		k := segs[len(segs)-1]
-		for i, y := range labels {
-			k = append(k, packTop(probs[i*c+j], j == y))
-		}
-		segs[len(segs)-1] = k
-		a.classKeys[j-a.keepLo] = segs
+		last := segs[len(segs)-1]
+		segs[len(segs)-1] = last[:len(last)+n]
+		a.classKeys[k] = segs
+		a.keys = append(a.keys, last[len(last):len(last)+n])
 	}
-	a.n += int64(len(labels))
-	return nil
+	return a.keys
 }
 
 // Merge adds the statistics of o, accumulated over other examples, to a.

@@ -99,3 +99,77 @@ func TestAccumulatorErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestAddSoftmaxIsAdd: AddSoftmax, which takes the softmax a row at a
+// time as it accumulates, leaves exactly the statistics (the exact
+// encoding), records, metrics and equal-mass errors that Add of
+// SoftmaxRows leaves, chunk by chunk; logits that are not finite give
+// Add's error of the probabilities they make and change nothing.
+func TestAddSoftmaxIsAdd(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, tc := range []struct{ n, c, bins, chunk, scale int }{
+		{700, 2, 15, 64, 3}, {2000, 10, 15, 512, 3}, {300, 100, 7, 100, 8}, {1500, 10, 1, 1500, 40},
+	} {
+		s := randomSet(rng, tc.n, tc.c, float64(tc.scale))
+		s.Logits[3] = -1e300 // a probability that underflows to 0
+		p := make([]float64, len(s.Logits))
+		SoftmaxRows(p, s.Logits, s.Classes)
+		var accs [2]*Accumulator
+		for k := range accs {
+			a, err := NewAccumulator(tc.c, tc.bins)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a.KeepTopConfidences()
+			a.KeepClassConfidences(1, tc.c, 0)
+			for lo := 0; lo < tc.n; lo += tc.chunk {
+				hi := min(lo+tc.chunk, tc.n)
+				if k == 0 {
+					err = a.Add(p[lo*tc.c:hi*tc.c], s.Labels[lo:hi])
+				} else {
+					err = a.AddSoftmax(s.Logits[lo*tc.c:hi*tc.c], s.Labels[lo:hi])
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			accs[k] = a
+		}
+		if want, got := accs[0].AppendEncoded(nil), accs[1].AppendEncoded(nil); !reflect.DeepEqual(got, want) {
+			t.Errorf("%+v: AddSoftmax's statistics differ from Add's", tc)
+		}
+		if !reflect.DeepEqual(accs[1].tops, accs[0].tops) || !reflect.DeepEqual(accs[1].classKeys, accs[0].classKeys) {
+			t.Errorf("%+v: AddSoftmax's records differ from Add's", tc)
+		}
+		want, got := accs[0].ClassErrors(0), accs[1].ClassErrors(0)
+		if len(want) != tc.c-1 || !reflect.DeepEqual(got, want) {
+			t.Errorf("%+v: class errors %v, want Add's %v", tc, got, want)
+		}
+		if again := accs[1].ClassErrors(0); again != nil {
+			t.Errorf("%+v: ClassErrors again gave %v, want nil (the records are dropped)", tc, again)
+		}
+		if want, got := accs[0].TopLabel(), accs[1].TopLabel(); !reflect.DeepEqual(got, want) || got.KS == nil {
+			t.Errorf("%+v: top label %+v, want Add's %+v", tc, got, want)
+		}
+	}
+	a, err := NewAccumulator(3, 15)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []float64{math.NaN(), math.Inf(1)} {
+		logits := []float64{0, 1, 2, 0, bad, 1}
+		p := make([]float64, len(logits))
+		SoftmaxRows(p, logits, 3)
+		want := a.Add(p, []int{0, 1})
+		got := a.AddSoftmax(logits, []int{0, 1})
+		if want == nil || got == nil || got.Error() != want.Error() || a.N() != 0 {
+			t.Errorf("logit %v: AddSoftmax error %v, want Add's %v and no example added (have %d)", bad, got, want, a.N())
+		}
+	}
+	if err := a.AddSoftmax([]float64{0, 1, 2}, []int{3}); err == nil || a.N() != 0 {
+		t.Errorf("label 3 of 3 classes: error %v, %d examples added", err, a.N())
+	}
+	if err := a.AddSoftmax([]float64{0, 1}, []int{0}); err == nil || a.N() != 0 {
+		t.Errorf("2 logits for 3 classes: error %v, %d examples added", err, a.N())
+	}
+}

@@ -134,13 +134,20 @@ func classErrors(s []uint64, bins int) ClassErrors {
 }
 
 // sortPacked returns the packed keys of the segments segs, together, in
-// increasing order, as slices.Sort would sort them: a
-// most-significant-digit bucket pass on the 16 bits below those that
-// every key shares, into a new slice, then a comparison sort of each
-// bucket, small enough to sit in cache. It reads segs without changing
-// them, except that it sorts a lone segment of fewer than 1024 keys in
-// place and returns it.
+// increasing order, as slices.Sort would sort them (sortPackedInto, into
+// a new slice). It reads segs without changing them, except that it sorts
+// a lone segment of fewer than 1024 keys in place and returns it.
 func sortPacked(segs ...[]uint64) []uint64 {
+	return sortPackedInto(nil, segs...)
+}
+
+// sortPackedInto is sortPacked into buf, which it uses when it has room
+// for the keys (else it allocates): a most-significant-digit radix sort,
+// whose first pass distributes the keys by the topBits bits below those
+// that every key shares, and whose buckets, small enough to sit in cache,
+// are sorted in place by further passes of 8 bits (sortBucket).
+func sortPackedInto(buf []uint64, segs ...[]uint64) []uint64 {
+	const topBits = 12 // 4096 buckets: their open cache lines fit in L2
 	n := 0
 	for _, seg := range segs {
 		n += len(seg)
@@ -161,31 +168,88 @@ func sortPacked(segs ...[]uint64) []uint64 {
 			lo, hi = min(lo, u), max(hi, u)
 		}
 	}
-	shift := max(0, bits.Len64(lo^hi)-16)
-	count := make([]int, 1<<16+1)
+	shift := uint(max(0, bits.Len64(lo^hi)-topBits))
+	var count [1<<topBits + 1]int
 	for _, seg := range segs {
 		for _, u := range seg {
-			count[1+int(u>>shift)&0xffff]++
+			count[1+int(u>>shift)&(1<<topBits-1)]++
 		}
 	}
+	largest := 0
 	for b := 1; b < len(count); b++ {
+		largest = max(largest, count[b])
 		count[b] += count[b-1]
 	}
-	next := slices.Clone(count[:1<<16])
-	dst := make([]uint64, n)
+	var next [1 << topBits]int
+	copy(next[:], count[:1<<topBits])
+	dst := buf
+	if cap(dst) < n {
+		dst = make([]uint64, n)
+	}
+	dst = dst[:n]
 	for _, seg := range segs {
 		for _, u := range seg {
-			b := int(u>>shift) & 0xffff
+			b := int(u>>shift) & (1<<topBits - 1)
 			dst[next[b]] = u
 			next[b]++
 		}
 	}
-	for b := range 1 << 16 {
+	if lo == hi {
+		return dst
+	}
+	scratch := make([]uint64, largest)
+	for b := range 1 << topBits {
 		if count[b+1]-count[b] > 1 {
-			slices.Sort(dst[count[b]:count[b+1]])
+			sortBucket(dst[count[b]:count[b+1]], scratch)
 		}
 	}
 	return dst
+}
+
+// sortBucket sorts s in place, using scratch (at least len(s) long): by
+// insertion for a few keys, else by one radix pass on the 8 bits below
+// those its keys share, into scratch and back, and the same for each
+// bucket of that pass.
+func sortBucket(s, scratch []uint64) {
+	if len(s) <= 32 {
+		for i := 1; i < len(s); i++ {
+			u := s[i]
+			j := i
+			for ; j > 0 && s[j-1] > u; j-- {
+				s[j] = s[j-1]
+			}
+			s[j] = u
+		}
+		return
+	}
+	lo, hi := s[0], s[0]
+	for _, u := range s[1:] {
+		lo, hi = min(lo, u), max(hi, u)
+	}
+	if lo == hi {
+		return
+	}
+	shift := uint(max(0, bits.Len64(lo^hi)-8))
+	var count [257]int
+	for _, u := range s {
+		count[1+int(u>>shift)&0xff]++
+	}
+	for b := 1; b < len(count); b++ {
+		count[b] += count[b-1]
+	}
+	next := count
+	t := scratch[:len(s)]
+	for _, u := range s {
+		b := int(u>>shift) & 0xff
+		t[next[b]] = u
+		next[b]++
+	}
+	copy(s, t)
+	for b := range 256 {
+		if count[b+1]-count[b] > 1 {
+			sortBucket(s[count[b]:count[b+1]], scratch)
+		}
+	}
 }
 
 // CombineClasswise returns the Classwise errors of the parts of every

@@ -144,7 +144,7 @@ func TestBootstrapSortsOnce(t *testing.T) {
 // share bytes, tie, and span the whole range.
 func TestSortPacked(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	for _, n := range []int{0, 1, 255, 256, 1000, 70000} {
+	for _, n := range []int{0, 1, 255, 256, 1000, 1024, 5000, 70000} {
 		for kind := range 3 {
 			s := make([]uint64, n)
 			for i := range s {
@@ -161,6 +161,16 @@ func TestSortPacked(t *testing.T) {
 			slices.Sort(want)
 			if got := sortPacked(s[:n/3], s[n/3:]); !slices.Equal(got, want) {
 				t.Fatalf("n %d, kind %d: not sorted as slices.Sort sorts", n, kind)
+			}
+			// Into a reused buffer holding other keys, with room or not.
+			for _, room := range []int{n / 2, n + 5} {
+				buf := make([]uint64, room)
+				for i := range buf {
+					buf[i] = rng.Uint64()
+				}
+				if got := sortPackedInto(buf, s[:n/2], s[n/2:]); !slices.Equal(got, want) {
+					t.Fatalf("n %d, kind %d, buffer of %d: not sorted as slices.Sort sorts", n, kind, room)
+				}
 			}
 		}
 	}

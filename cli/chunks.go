@@ -363,7 +363,11 @@ func measureChunksKeep(ctx context.Context, src chunkSource, cals []calib.Calibr
 		src = cappedSource{src, int(max(1, accumulatorBytes/per))}
 	}
 	workers := src.workers()
-	accs := make([][]*calib.Accumulator, workers+1) // accs[workers] is the total
+	// Each goroutine's accumulators; the first goroutine's become the
+	// total, into which the others merge (exact sums: the same bits as
+	// merging every one into empty accumulators, one set of statistics
+	// less).
+	accs := make([][]*calib.Accumulator, workers)
 	for w := range accs {
 		accs[w] = make([]*calib.Accumulator, len(cals))
 		for a := range cals {
@@ -376,7 +380,7 @@ func measureChunksKeep(ctx context.Context, src chunkSource, cals []calib.Calibr
 			}
 			if keep.hi > keep.lo {
 				expect := 0
-				if keep.rows > 0 && w < workers {
+				if keep.rows > 0 {
 					expect = keep.rows/workers + src.chunkRows()
 				}
 				accs[w][a].KeepClassConfidences(keep.lo, keep.hi, expect)
@@ -385,17 +389,20 @@ func measureChunksKeep(ctx context.Context, src chunkSource, cals []calib.Calibr
 	}
 	probs := make([][]float64, workers)
 	err := eachChunk(ctx, src, func(w int, s *calib.Set) error {
-		if probs[w] == nil {
-			probs[w] = make([]float64, src.chunkRows()*c)
-		}
-		p := probs[w][:len(s.Logits)]
 		for a, cal := range cals {
+			var err error
 			if cal == nil {
-				calib.SoftmaxRows(p, s.Logits, c)
+				// The softmax a row at a time, as the statistics are taken.
+				err = accs[w][a].AddSoftmax(s.Logits, s.Labels)
 			} else {
+				if probs[w] == nil {
+					probs[w] = make([]float64, src.chunkRows()*c)
+				}
+				p := probs[w][:len(s.Logits)]
 				cal.Predict(p, s.Logits)
+				err = accs[w][a].Add(p, s.Labels)
 			}
-			if err := accs[w][a].Add(p, s.Labels); err != nil {
+			if err != nil {
 				return err
 			}
 		}
@@ -404,8 +411,8 @@ func measureChunksKeep(ctx context.Context, src chunkSource, cals []calib.Calibr
 	if err != nil {
 		return nil, err
 	}
-	total := accs[workers]
-	for w := range workers {
+	total := accs[0]
+	for w := 1; w < workers; w++ {
 		for a := range total {
 			if err := total[a].Merge(accs[w][a]); err != nil {
 				return nil, err

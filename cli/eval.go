@@ -95,10 +95,10 @@ clients' test splits.
 
 eval reads the logits file a block of rows at a time, so its memory grows
 with the file only by 8 bytes a row and calibrator beyond a few MiB per
-core and 64 MiB: each row's top confidence (for the adaptive ECE and KS
+core and 256 MiB: each row's top confidence (for the adaptive ECE and KS
 error), and its class probabilities for the classwise equal-mass errors,
-as many classes a pass over the file as fit in 64 MiB (one pass for
-10,000 rows of 400 classes or 380,000 rows of 10 classes, with a
+as many classes a pass over the file as fit in 256 MiB (one pass for
+40,000 rows of 400 classes or 1,500,000 rows of 10 classes, with a
 calibrator), and down to one class a pass beyond. --bootstrap and
 --partition read the file whole, as they need every row.
 
@@ -385,7 +385,10 @@ func openEvalInput(ctx context.Context, path string, input inputKind, partPath, 
 // probabilities, for the classwise equal-mass errors, may take in one
 // pass over the rows before it takes more passes; past it, memory grows
 // by 8 bytes a row and calibrator, one class a pass (classwisePlan).
-const classwiseBytes = 64 << 20
+// Another pass takes every softmax (or calibrator) again, as much CPU as
+// the first: 256 MiB keeps 10⁶ rows × 10 classes and 2·10⁵ × 100 in one
+// pass (docs/BENCHMARKS.md, "eval's CPU time").
+const classwiseBytes = 256 << 20
 
 // classwisePlan returns how many classes the first pass over rows rows
 // keeps the probabilities of for sets sets of probabilities (beside their
