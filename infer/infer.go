@@ -8,6 +8,7 @@ import (
 	"iter"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/infer/data"
@@ -98,7 +99,7 @@ func (s *Session) Infer(ctx context.Context, rd data.Reader) (*Result, error) {
 	}
 	res := &Result{}
 	var extra [][]float32
-	batches, stop := b.batches(ctx, !s.opt.Sequential)
+	batches, stop := b.batches(ctx, !s.opt.Sequential, !s.opt.ForegroundReader)
 	defer stop()
 	for fb := range batches {
 		if fb.err != nil {
@@ -206,9 +207,10 @@ type filled struct {
 // call more than once. Each batch's slot must be released before the next
 // is received. With ahead, a second goroutine fills the next slot while
 // the caller runs the current one: two slots, so at most one batch is
-// read ahead, and no copies. Without, each batch is read when the caller
-// asks for it, on the caller's goroutine.
-func (b *batcher) batches(ctx context.Context, ahead bool) (iter.Seq[filled], func()) {
+// read ahead, and no copies; with background too, that goroutine starts
+// at background priority (threads.go, readerPlan). Without ahead, each
+// batch is read when the caller asks for it, on the caller's goroutine.
+func (b *batcher) batches(ctx context.Context, ahead, background bool) (iter.Seq[filled], func()) {
 	if !ahead {
 		sl := &slot{}
 		seq := func(yield func(filled) bool) {
@@ -238,8 +240,18 @@ func (b *batcher) batches(ctx context.Context, ahead bool) (iter.Seq[filled], fu
 	out := make(chan filled) // unbuffered: the free slots bound the reading ahead
 	done := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		defer close(out)
+	var plan readerPlan
+	var read func(background bool)
+	read = func(background bool) {
+		handed := false
+		defer func() {
+			if !handed {
+				close(out)
+			}
+		}()
+		if background {
+			background = plan.enter()
+		}
 		send := func(f filled) bool {
 			select {
 			case out <- f:
@@ -253,6 +265,14 @@ func (b *batcher) batches(ctx context.Context, ahead bool) (iter.Seq[filled], fu
 			select {
 			case sl = <-free:
 			case <-done:
+				return
+			}
+			if background && plan.promoted() {
+				// Hand the reading to a goroutine of normal priority;
+				// this one's thread ends with it (readerPlan.enter).
+				free <- sl
+				handed = true
+				wg.Go(func() { read(false) })
 				return
 			}
 			if err := ctx.Err(); err != nil {
@@ -271,17 +291,33 @@ func (b *batcher) batches(ctx context.Context, ahead bool) (iter.Seq[filled], fu
 				return
 			}
 		}
-	})
+	}
+	wg.Go(func() { read(background) })
 	var once sync.Once
 	stop := func() {
 		once.Do(func() { close(done) })
 		wg.Wait()
 	}
 	seq := func(yield func(filled) bool) {
-		for f := range out {
+		var busy time.Duration // how long the caller took over the last batch
+		for {
+			var f filled
+			var ok bool
+			select {
+			case f, ok = <-out:
+			default:
+				t0 := time.Now()
+				f, ok = <-out
+				plan.waited(time.Since(t0), busy)
+			}
+			if !ok {
+				return
+			}
+			t0 := time.Now()
 			if !yield(f) {
 				return
 			}
+			busy = time.Since(t0)
 		}
 	}
 	return seq, stop
@@ -382,7 +418,7 @@ func (s *Session) Encode(ctx context.Context, rd data.Reader, n int) (*Batch, []
 		size:    n,
 		clients: make(map[string]int32),
 	}
-	batches, stop := b.batches(ctx, false)
+	batches, stop := b.batches(ctx, false, false)
 	defer stop()
 	for fb := range batches {
 		if fb.err != nil {

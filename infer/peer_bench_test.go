@@ -98,7 +98,11 @@ func cpuTime(b *testing.B) time.Duration {
 //	             plan (threads.go): reading, decoding, preprocessing, runs,
 //	             labels, checks;
 //	infer-spin   the same with Options.Spin;
-//	infer-seq    the same with Options.Sequential.
+//	infer-seq    the same with Options.Sequential;
+//	infer-fg     the same with Options.ForegroundReader (the reader at
+//	             normal priority throughout: the plan before issue #32's);
+//	infer-less1  the same on one intra-op thread fewer (at least 1),
+//	             leaving a core to the reader.
 //
 // All get the same intra-op threads (FEDCALIB_BENCH_THREADS, else
 // DefaultThreads). It reports each variant's median records/s and, against
@@ -119,7 +123,10 @@ func BenchmarkInferOverhead(b *testing.B) {
 	}
 	infer := func(opt Options) func() {
 		o := benchOptions(b)
-		o.Spin, o.Sequential = opt.Spin, opt.Sequential
+		o.Spin, o.Sequential, o.ForegroundReader = opt.Spin, opt.Sequential, opt.ForegroundReader
+		if opt.Threads != 0 {
+			o.Threads = opt.Threads
+		}
 		si, err := OpenSession(model, o)
 		if err != nil {
 			b.Fatal(err)
@@ -140,6 +147,14 @@ func BenchmarkInferOverhead(b *testing.B) {
 			run[k] = infer(Options{Spin: true})
 		case "infer-seq":
 			run[k] = infer(Options{Sequential: true})
+		case "infer-fg":
+			run[k] = infer(Options{ForegroundReader: true})
+		case "infer-less1":
+			t := threads
+			if t == 0 {
+				t = DefaultThreads()
+			}
+			run[k] = infer(Options{Threads: max(1, t-1)})
 		default:
 			b.Fatalf("FEDCALIB_BENCH_VARIANTS: unknown variant %q", name)
 		}

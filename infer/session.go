@@ -47,6 +47,15 @@ type Options struct {
 	// preprocesses the next batch on a second goroutine while ONNX
 	// Runtime runs the current one.
 	Sequential bool
+	// ForegroundReader runs that second goroutine at normal priority
+	// throughout. False (the zero value) starts it on a thread of
+	// background priority (Linux's SCHED_IDLE), so that it reads only on
+	// cores the model's threads leave idle and never preempts them, and
+	// promotes it to normal priority once Infer has had to wait for a
+	// batch longer than the model ran (a busy machine, or reading that
+	// costs more than the model). Outside Linux the reader always runs at
+	// normal priority.
+	ForegroundReader bool
 	// Input names the model input to feed. Empty means the first input.
 	Input string
 	// Output names the model output to collect. Empty means the first

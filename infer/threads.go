@@ -3,6 +3,8 @@ package infer
 import (
 	"fmt"
 	"runtime"
+	"sync/atomic"
+	"time"
 
 	ort "github.com/yalue/onnxruntime_go"
 )
@@ -51,4 +53,39 @@ func (p threadPlan) apply(so *ort.SessionOptions) error {
 		}
 	}
 	return nil
+}
+
+// readerPlan is the read-ahead goroutine's part of the thread plan
+// (package documentation, "The thread plan"). The zero value is a plan
+// whose reader has not been promoted.
+type readerPlan struct {
+	promote atomic.Bool // set once the reader is to leave background priority
+}
+
+// enter moves the calling goroutine onto an OS thread of its own and puts
+// that thread at background priority (Linux's SCHED_IDLE: it runs only
+// when no thread of normal priority wants its core), and reports whether
+// it could. The goroutine never unlocks the thread, so the thread ends
+// with it and no other goroutine ever runs at that priority; a thread of
+// an unprivileged process cannot come back from it, which is why
+// promotion starts a new goroutine instead.
+func (p *readerPlan) enter() bool {
+	runtime.LockOSThread()
+	return setBackground(gettid()) == nil
+}
+
+// promoted reports whether the reader is to continue at normal priority.
+func (p *readerPlan) promoted() bool { return p.promote.Load() }
+
+// waited records that Infer waited wait for a batch after spending busy
+// (its model run and bookkeeping) on the previous one. Waiting longer than
+// the model ran means the reader did not keep up even with the model's
+// cores to itself — the machine is busy with other work, which a
+// background thread yields to, or reading costs more than running — so
+// the reader is promoted to normal priority for the rest of the data.
+// With busy zero (the first batch) it decides nothing.
+func (p *readerPlan) waited(wait, busy time.Duration) {
+	if busy > 0 && wait > busy {
+		p.promote.Store(true)
+	}
 }

@@ -5,8 +5,11 @@ import (
 	"reflect"
 	"runtime"
 	"testing"
+	"time"
 
 	ort "github.com/yalue/onnxruntime_go"
+
+	"github.com/fedcalib/fedcalib/infer/data"
 )
 
 // TestThreadPlan checks the session options the thread plan sets: pool
@@ -59,6 +62,8 @@ func TestThreadPlanSameLogits(t *testing.T) {
 		{Threads: 1},
 		{Threads: 2, Spin: true},
 		{Threads: 2, Spin: true, Sequential: true},
+		{ForegroundReader: true},
+		{Threads: 1, ForegroundReader: true},
 		{},
 	} {
 		opt.Batch = 8
@@ -73,6 +78,117 @@ func TestThreadPlanSameLogits(t *testing.T) {
 		}
 		if !reflect.DeepEqual(res, want) {
 			t.Errorf("%+v: result differs from one sequential thread's", opt)
+		}
+	}
+}
+
+// policyReader is a sliceReader that records the scheduling policy of the
+// thread each Next call runs on (-1 where it cannot tell), and sleeps
+// before returning the records that slow names.
+type policyReader struct {
+	sliceReader
+	policy []int
+	slow   map[int]time.Duration
+}
+
+func (r *policyReader) Next(rec *data.Record) error {
+	time.Sleep(r.slow[r.i])
+	p, err := schedPolicy(gettid())
+	if err != nil {
+		p = -1
+	}
+	r.policy = append(r.policy, p)
+	return r.sliceReader.Next(rec)
+}
+
+// requireBackground skips the test where a thread cannot be put at
+// background priority (outside Linux, or a sandbox that forbids it).
+func requireBackground(t *testing.T) {
+	t.Helper()
+	errc := make(chan error)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		errc <- setBackground(gettid())
+	}()
+	if err := <-errc; err != nil {
+		t.Skipf("no background priority here: %v", err)
+	}
+}
+
+// TestReaderPriority checks the reader's part of the thread plan: the
+// read-ahead reader starts at background priority (SCHED_IDLE) and
+// stays there while it keeps up; when Infer has waited for a batch
+// longer than the model ran (here a read that sleeps 200 ms against a
+// model that runs in well under a millisecond), the rest is read at
+// normal priority (SCHED_OTHER, 0); ForegroundReader and Sequential read
+// at normal priority throughout. The logits are the same in every case.
+func TestReaderPriority(t *testing.T) {
+	requireBackground(t)
+	const n, batch = 24, 4
+	recs := imageRecords(images(n, 16, 3), 4, 4, 1)
+	for _, tc := range []struct {
+		name      string
+		opt       Options
+		slow      map[int]time.Duration
+		first     int // policy of record 0
+		last      int // policy of the last record
+		wantPromo bool
+	}{
+		{"background", Options{}, nil, schedIdle, -2, false},
+		{"promoted", Options{}, map[int]time.Duration{6: 200 * time.Millisecond}, schedIdle, 0, true},
+		{"foreground", Options{ForegroundReader: true}, nil, 0, 0, false},
+		{"sequential", Options{Sequential: true}, nil, 0, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.opt.Batch, tc.opt.Threads = batch, 1
+			s := openTest(t, "testdata/tiny.onnx", tc.opt)
+			rd := &policyReader{sliceReader: sliceReader{recs: recs}, slow: tc.slow}
+			res, err := s.Infer(context.Background(), rd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Len() != n {
+				t.Fatalf("%d records, want %d", res.Len(), n)
+			}
+			// Next is called once more, for the io.EOF.
+			if len(rd.policy) != n+1 {
+				t.Fatalf("%d calls of Next, want %d", len(rd.policy), n+1)
+			}
+			if rd.policy[0] != tc.first {
+				t.Errorf("record 0 read at policy %d, want %d (policies %v)", rd.policy[0], tc.first, rd.policy)
+			}
+			if last := rd.policy[n]; tc.last >= 0 && last != tc.last {
+				t.Errorf("last records read at policy %d, want %d (policies %v)", last, tc.last, rd.policy)
+			}
+			ref := openTest(t, "testdata/tiny.onnx", Options{Batch: batch, Threads: 1, Sequential: true})
+			want, err := ref.Infer(context.Background(), &sliceReader{recs: recs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(res, want) {
+				t.Errorf("result differs from one sequential thread's")
+			}
+		})
+	}
+}
+
+// TestReaderPlanWaited checks the promotion rule: a wait longer than the
+// model's run promotes, a shorter or equal one does not, and the first
+// batch (no run yet) decides nothing.
+func TestReaderPlanWaited(t *testing.T) {
+	for _, tc := range []struct {
+		wait, busy time.Duration
+		want       bool
+	}{
+		{time.Second, 0, false},
+		{time.Millisecond, 2 * time.Millisecond, false},
+		{2 * time.Millisecond, 2 * time.Millisecond, false},
+		{3 * time.Millisecond, 2 * time.Millisecond, true},
+	} {
+		var p readerPlan
+		p.waited(tc.wait, tc.busy)
+		if p.promoted() != tc.want {
+			t.Errorf("waited %v after a run of %v: promoted %t, want %t", tc.wait, tc.busy, p.promoted(), tc.want)
 		}
 	}
 }
