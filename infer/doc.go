@@ -55,8 +55,20 @@
 //     goroutine while ONNX Runtime runs batch i (Options.Sequential
 //     false): two batch buffers, at most one batch ahead, no copies. With
 //     sleeping pool threads the reader runs in the gaps they leave (the
-//     serial parts of a run, the end of each parallel operator) and takes
-//     from the model no more than its own CPU time.
+//     serial parts of a run, the end of each parallel operator);
+//   - that goroutine starts on an OS thread of its own at background
+//     priority (Linux's SCHED_IDLE; Options.ForegroundReader false), so
+//     it runs only on cores the model's threads leave idle and is
+//     preempted the moment one wakes: reading never stalls a parallel
+//     operator of the model. Once Infer has waited for a batch longer
+//     than the model ran on the previous one (the machine is busy with
+//     other work, which a background thread yields to, or reading costs
+//     more than the model), the reading moves to a goroutine of normal
+//     priority for the rest of the data, and the background thread ends.
+//
+// The logits do not depend on the plan: batches run in order, so every
+// combination of threads, spinning, reading ahead and reader priority
+// gives the same result bit for bit.
 //
 // The package prints nothing: Infer reports how far it is through
 // Options.Progress, and warnings go to Options.Logger.

@@ -207,8 +207,9 @@ type filled struct {
 // call more than once. Each batch's slot must be released before the next
 // is received. With ahead, a second goroutine fills the next slot while
 // the caller runs the current one: two slots, so at most one batch is
-// read ahead, and no copies; with background too, that goroutine starts
-// at background priority (threads.go, readerPlan). Without ahead, each
+// read ahead, and no copies; with background too, that goroutine reads
+// every batch after the first at background priority (threads.go,
+// readerPlan). Without ahead, each
 // batch is read when the caller asks for it, on the caller's goroutine.
 func (b *batcher) batches(ctx context.Context, ahead, background bool) (iter.Seq[filled], func()) {
 	if !ahead {
@@ -249,9 +250,7 @@ func (b *batcher) batches(ctx context.Context, ahead, background bool) (iter.Seq
 				close(out)
 			}
 		}()
-		if background {
-			background = plan.enter()
-		}
+		lowered := false
 		send := func(f filled) bool {
 			select {
 			case out <- f:
@@ -274,6 +273,12 @@ func (b *batcher) batches(ctx context.Context, ahead, background bool) (iter.Seq
 				handed = true
 				wg.Go(func() { read(false) })
 				return
+			}
+			if background && !lowered && b.n > 0 {
+				// The first batch is read while the model waits for
+				// it, at normal priority; the rest while it runs.
+				lowered = true
+				background = plan.enter()
 			}
 			if err := ctx.Err(); err != nil {
 				send(filled{err: err})

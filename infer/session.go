@@ -26,8 +26,9 @@ const MaxThreads = 1024
 
 // Options configures a Session. The zero value runs the first input and
 // first float32 output of the model on DefaultThreads() threads that
-// sleep when idle, 256 records at a time, reading one batch ahead, with
-// the preprocessing recorded in the model (the thread plan: threads.go).
+// sleep when idle, 256 records at a time, reading one batch ahead at
+// background priority, with the preprocessing recorded in the model (the
+// thread plan: threads.go).
 type Options struct {
 	// Runtime is the ONNX Runtime shared library to load. Empty means
 	// ResolveRuntime's search: $ONNXRUNTIME_SHARED_LIBRARY_PATH, then the

@@ -11,7 +11,8 @@ import (
 
 // This file holds the thread plan (package documentation, "The thread
 // plan"): DefaultThreads and threadPlan.apply are the only code that
-// decides how ONNX Runtime uses the cores.
+// decides how ONNX Runtime uses the cores, and readerPlan the only code
+// that decides the priority of Infer's read-ahead goroutine.
 
 // DefaultThreads returns the intra-op threads a session gets when
 // Options.Threads or GraphOptions.Threads is zero: runtime.GOMAXPROCS(0),

@@ -116,28 +116,28 @@ func requireBackground(t *testing.T) {
 }
 
 // TestReaderPriority checks the reader's part of the thread plan: the
-// read-ahead reader starts at background priority (SCHED_IDLE) and
-// stays there while it keeps up; when Infer has waited for a batch
+// read-ahead reader reads the first batch (while the model waits) at
+// normal priority (SCHED_OTHER, 0), the next at background priority
+// (SCHED_IDLE), and stays there while it keeps up; when Infer has waited for a batch
 // longer than the model ran (here a read that sleeps 200 ms against a
 // model that runs in well under a millisecond), the rest is read at
-// normal priority (SCHED_OTHER, 0); ForegroundReader and Sequential read
+// normal priority; ForegroundReader and Sequential read
 // at normal priority throughout. The logits are the same in every case.
 func TestReaderPriority(t *testing.T) {
 	requireBackground(t)
 	const n, batch = 24, 4
 	recs := imageRecords(images(n, 16, 3), 4, 4, 1)
 	for _, tc := range []struct {
-		name      string
-		opt       Options
-		slow      map[int]time.Duration
-		first     int // policy of record 0
-		last      int // policy of the last record
-		wantPromo bool
+		name   string
+		opt    Options
+		slow   map[int]time.Duration
+		second int // policy of the second batch's first record
+		last   int // policy of the last record; -2 for either
 	}{
-		{"background", Options{}, nil, schedIdle, -2, false},
-		{"promoted", Options{}, map[int]time.Duration{6: 200 * time.Millisecond}, schedIdle, 0, true},
-		{"foreground", Options{ForegroundReader: true}, nil, 0, 0, false},
-		{"sequential", Options{Sequential: true}, nil, 0, 0, false},
+		{"background", Options{}, nil, schedIdle, -2},
+		{"promoted", Options{}, map[int]time.Duration{6: 200 * time.Millisecond}, schedIdle, 0},
+		{"foreground", Options{ForegroundReader: true}, nil, 0, 0},
+		{"sequential", Options{Sequential: true}, nil, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.opt.Batch, tc.opt.Threads = batch, 1
@@ -154,8 +154,11 @@ func TestReaderPriority(t *testing.T) {
 			if len(rd.policy) != n+1 {
 				t.Fatalf("%d calls of Next, want %d", len(rd.policy), n+1)
 			}
-			if rd.policy[0] != tc.first {
-				t.Errorf("record 0 read at policy %d, want %d (policies %v)", rd.policy[0], tc.first, rd.policy)
+			if rd.policy[0] != 0 {
+				t.Errorf("the first batch read at policy %d, want 0 (policies %v)", rd.policy[0], rd.policy)
+			}
+			if rd.policy[batch] != tc.second {
+				t.Errorf("the second batch read at policy %d, want %d (policies %v)", rd.policy[batch], tc.second, rd.policy)
 			}
 			if last := rd.policy[n]; tc.last >= 0 && last != tc.last {
 				t.Errorf("last records read at policy %d, want %d (policies %v)", last, tc.last, rd.policy)
