@@ -192,6 +192,7 @@ type slot struct {
 	first  int    // the index of the first record
 	labels []int64
 	client []int32 // client ids of the rows
+	paused bool    // whether a fill stopped before the batch was full
 }
 
 // A filled is a batch ready to run, or the error that ended the reading.
@@ -220,7 +221,7 @@ func (b *batcher) batches(ctx context.Context, ahead, background bool) (iter.Seq
 					yield(filled{err: err})
 					return
 				}
-				eof, err := b.fill(sl)
+				eof, _, err := b.fill(sl, nil)
 				if err != nil {
 					yield(filled{err: err})
 					return
@@ -242,8 +243,8 @@ func (b *batcher) batches(ctx context.Context, ahead, background bool) (iter.Seq
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	var plan readerPlan
-	var read func(background bool)
-	read = func(background bool) {
+	var read func(background bool, resume *slot)
+	read = func(background bool, resume *slot) {
 		handed := false
 		defer func() {
 			if !handed {
@@ -260,19 +261,14 @@ func (b *batcher) batches(ctx context.Context, ahead, background bool) (iter.Seq
 			}
 		}
 		for {
-			var sl *slot
-			select {
-			case sl = <-free:
-			case <-done:
-				return
-			}
-			if background && plan.promoted() {
-				// Hand the reading to a goroutine of normal priority;
-				// this one's thread ends with it (readerPlan.enter).
-				free <- sl
-				handed = true
-				wg.Go(func() { read(false) })
-				return
+			sl := resume
+			resume = nil
+			if sl == nil {
+				select {
+				case sl = <-free:
+				case <-done:
+					return
+				}
 			}
 			if background && !lowered && b.n > 0 {
 				// The first batch is read while the model waits for
@@ -284,9 +280,21 @@ func (b *batcher) batches(ctx context.Context, ahead, background bool) (iter.Seq
 				send(filled{err: err})
 				return
 			}
-			eof, err := b.fill(sl)
+			var pause func() bool
+			if background {
+				pause = plan.promoted
+			}
+			eof, paused, err := b.fill(sl, pause)
 			if err != nil {
 				send(filled{err: err})
+				return
+			}
+			if paused {
+				// Promoted: a goroutine of normal priority finishes
+				// this batch and reads the rest; this one's thread
+				// ends with it (readerPlan.enter).
+				handed = true
+				wg.Go(func() { read(false, sl) })
 				return
 			}
 			if sl.rows > 0 && !send(filled{slot: sl, release: func() { free <- sl }}) {
@@ -297,7 +305,7 @@ func (b *batcher) batches(ctx context.Context, ahead, background bool) (iter.Seq
 			}
 		}
 	}
-	wg.Go(func() { read(background) })
+	wg.Go(func() { read(background, nil) })
 	var once sync.Once
 	stop := func() {
 		once.Do(func() { close(done) })
@@ -305,15 +313,36 @@ func (b *batcher) batches(ctx context.Context, ahead, background bool) (iter.Seq
 	}
 	seq := func(yield func(filled) bool) {
 		var busy time.Duration // how long the caller took over the last batch
+		var timer *time.Timer
+		defer func() {
+			if timer != nil {
+				timer.Stop()
+			}
+		}()
 		for {
 			var f filled
 			var ok bool
 			select {
 			case f, ok = <-out:
 			default:
-				t0 := time.Now()
-				f, ok = <-out
-				plan.waited(time.Since(t0), busy)
+				// Wait, and promote the reader once the wait is longer
+				// than its patience (readerPlan.patience).
+				if d := plan.patience(busy); background && d > 0 && !plan.promoted() {
+					if timer == nil {
+						timer = time.NewTimer(d)
+					} else {
+						timer.Reset(d)
+					}
+					select {
+					case f, ok = <-out:
+						timer.Stop()
+					case <-timer.C:
+						plan.promoteNow()
+						f, ok = <-out
+					}
+				} else {
+					f, ok = <-out
+				}
 			}
 			if !ok {
 				return
@@ -328,26 +357,36 @@ func (b *batcher) batches(ctx context.Context, ahead, background bool) (iter.Seq
 	return seq, stop
 }
 
-// fill reads up to b.size records into sl and reports whether the data
-// ended.
-func (b *batcher) fill(sl *slot) (eof bool, err error) {
-	sl.rows, sl.first, sl.labels, sl.client = 0, b.n, sl.labels[:0], sl.client[:0]
+// fill reads records into sl until it holds b.size or the data ends, and
+// reports whether the data ended. It starts a new batch unless the last
+// fill of sl paused: when pause is not nil and returns true before a
+// record, fill returns paused with the rows read so far, and the next
+// fill of sl continues the batch (on whichever goroutine).
+func (b *batcher) fill(sl *slot, pause func() bool) (eof, paused bool, err error) {
+	if !sl.paused {
+		sl.rows, sl.first, sl.labels, sl.client = 0, b.n, sl.labels[:0], sl.client[:0]
+	}
+	sl.paused = false
 	for sl.rows < b.size {
+		if pause != nil && pause() {
+			sl.paused = true
+			return false, true, nil
+		}
 		err := b.rd.Next(&b.rec)
 		if errors.Is(err, io.EOF) {
-			return true, nil
+			return true, false, nil
 		}
 		if err != nil {
-			return false, fmt.Errorf("reading record %d: %w", b.n, err)
+			return false, false, fmt.Errorf("reading record %d: %w", b.n, err)
 		}
 		b.geo.pre = &b.enc.pre
 		rec, err := b.geo.apply(&b.rec)
 		if err != nil {
-			return false, fmt.Errorf("record %d: %w", b.n, err)
+			return false, false, fmt.Errorf("record %d: %w", b.n, err)
 		}
 		if !b.planned {
 			if err := b.enc.plan(rec); err != nil {
-				return false, fmt.Errorf("record %d: %w", b.n, err)
+				return false, false, fmt.Errorf("record %d: %w", b.n, err)
 			}
 			b.planned = true
 		}
@@ -356,7 +395,7 @@ func (b *batcher) fill(sl *slot) (eof bool, err error) {
 		}
 		f, i := sl.buf.row(sl.rows, b.enc.size)
 		if err := b.enc.encode(rec, f, i); err != nil {
-			return false, fmt.Errorf("record %d: %w", b.n, err)
+			return false, false, fmt.Errorf("record %d: %w", b.n, err)
 		}
 		sl.labels = append(sl.labels, int64(rec.Label))
 		b.anyClient = b.anyClient || rec.Client != ""
@@ -364,7 +403,7 @@ func (b *batcher) fill(sl *slot) (eof bool, err error) {
 		sl.rows++
 		b.n++
 	}
-	return false, nil
+	return false, false, nil
 }
 
 // newBatch allocates a batch of rows records of the given sample shape.

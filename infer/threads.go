@@ -64,12 +64,12 @@ type readerPlan struct {
 }
 
 // enter moves the calling goroutine onto an OS thread of its own and puts
-// that thread at background priority (Linux's SCHED_IDLE: it runs only
-// when no thread of normal priority wants its core), and reports whether
-// it could. The goroutine never unlocks the thread, so the thread ends
-// with it and no other goroutine ever runs at that priority; a thread of
-// an unprivileged process cannot come back from it, which is why
-// promotion starts a new goroutine instead.
+// that thread at background priority (nice backgroundNice, the lowest:
+// a thread of normal priority that wakes preempts it), and reports
+// whether it could. The goroutine never unlocks the thread, so the thread
+// ends with it and no other goroutine ever runs at that priority; a
+// thread of an unprivileged process cannot come back from it, which is
+// why promotion hands the reading to a new goroutine instead.
 func (p *readerPlan) enter() bool {
 	runtime.LockOSThread()
 	return setBackground(gettid()) == nil
@@ -78,15 +78,16 @@ func (p *readerPlan) enter() bool {
 // promoted reports whether the reader is to continue at normal priority.
 func (p *readerPlan) promoted() bool { return p.promote.Load() }
 
-// waited records that Infer waited wait for a batch after spending busy
-// (its model run and bookkeeping) on the previous one. Waiting longer than
-// the model ran means the reader did not keep up even with the model's
-// cores to itself — the machine is busy with other work, which a
-// background thread yields to, or reading costs more than running — so
-// the reader is promoted to normal priority for the rest of the data.
-// With busy zero (the first batch) it decides nothing.
-func (p *readerPlan) waited(wait, busy time.Duration) {
-	if busy > 0 && wait > busy {
-		p.promote.Store(true)
-	}
-}
+// patience returns how long Infer waits for a batch before it promotes
+// the reader, after spending busy (its model run and bookkeeping) on the
+// previous batch: as long as the model ran. A wait that long means the
+// reader did not keep up even with the model's cores left to it — the
+// machine is busy with other work, to which a background thread yields,
+// or reading costs more than running — so the reader continues at normal
+// priority for the rest of the data. With busy zero (before the first
+// run) it returns zero: no promotion.
+func (p *readerPlan) patience(busy time.Duration) time.Duration { return busy }
+
+// promoteNow promotes the reader: it pauses before its next record and a
+// goroutine of normal priority continues.
+func (p *readerPlan) promoteNow() { p.promote.Store(true) }

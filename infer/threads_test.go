@@ -4,6 +4,7 @@ import (
 	"context"
 	"reflect"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -82,9 +83,9 @@ func TestThreadPlanSameLogits(t *testing.T) {
 	}
 }
 
-// policyReader is a sliceReader that records the scheduling policy of the
-// thread each Next call runs on (-1 where it cannot tell), and sleeps
-// before returning the records that slow names.
+// policyReader is a sliceReader that records the nice value of the thread
+// each Next call runs on (-1 where it cannot tell), and sleeps before
+// returning the records that slow names.
 type policyReader struct {
 	sliceReader
 	policy []int
@@ -93,7 +94,7 @@ type policyReader struct {
 
 func (r *policyReader) Next(rec *data.Record) error {
 	time.Sleep(r.slow[r.i])
-	p, err := schedPolicy(gettid())
+	p, err := threadNice(gettid())
 	if err != nil {
 		p = -1
 	}
@@ -117,27 +118,29 @@ func requireBackground(t *testing.T) {
 
 // TestReaderPriority checks the reader's part of the thread plan: the
 // read-ahead reader reads the first batch (while the model waits) at
-// normal priority (SCHED_OTHER, 0), the next at background priority
-// (SCHED_IDLE), and stays there while it keeps up; when Infer has waited for a batch
-// longer than the model ran (here a read that sleeps 200 ms against a
-// model that runs in well under a millisecond), the rest is read at
-// normal priority; ForegroundReader and Sequential read
-// at normal priority throughout. The logits are the same in every case.
+// normal priority (nice 0), the next at background priority (nice 19),
+// and stays there while it keeps up; when Infer has waited for a batch
+// longer than the model ran (here a read that sleeps 200 ms in the
+// second batch against a model that runs in well under a millisecond),
+// the rest, from the middle of that batch on, is read at normal
+// priority; ForegroundReader and Sequential read at normal priority
+// throughout. The logits are the same in every case.
 func TestReaderPriority(t *testing.T) {
 	requireBackground(t)
 	const n, batch = 24, 4
 	recs := imageRecords(images(n, 16, 3), 4, 4, 1)
 	for _, tc := range []struct {
-		name   string
-		opt    Options
-		slow   map[int]time.Duration
-		second int // policy of the second batch's first record
-		last   int // policy of the last record; -2 for either
+		name     string
+		opt      Options
+		slow     map[int]time.Duration
+		second   int // nice value of the second batch's first record
+		last     int // nice value of the last record; -2 for either
+		promoted int // the first record after the first batch read at nice 0; -1 for none, -2 for either
 	}{
-		{"background", Options{}, nil, schedIdle, -2},
-		{"promoted", Options{}, map[int]time.Duration{6: 200 * time.Millisecond}, schedIdle, 0},
-		{"foreground", Options{ForegroundReader: true}, nil, 0, 0},
-		{"sequential", Options{Sequential: true}, nil, 0, 0},
+		{"background", Options{}, nil, backgroundNice, -2, -2},
+		{"promoted", Options{}, map[int]time.Duration{6: 200 * time.Millisecond}, backgroundNice, 0, 7},
+		{"foreground", Options{ForegroundReader: true}, nil, 0, 0, batch},
+		{"sequential", Options{Sequential: true}, nil, 0, 0, batch},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.opt.Batch, tc.opt.Threads = batch, 1
@@ -155,13 +158,22 @@ func TestReaderPriority(t *testing.T) {
 				t.Fatalf("%d calls of Next, want %d", len(rd.policy), n+1)
 			}
 			if rd.policy[0] != 0 {
-				t.Errorf("the first batch read at policy %d, want 0 (policies %v)", rd.policy[0], rd.policy)
+				t.Errorf("the first batch read at nice %d, want 0 (nice values %v)", rd.policy[0], rd.policy)
 			}
 			if rd.policy[batch] != tc.second {
-				t.Errorf("the second batch read at policy %d, want %d (policies %v)", rd.policy[batch], tc.second, rd.policy)
+				t.Errorf("the second batch read at nice %d, want %d (nice values %v)", rd.policy[batch], tc.second, rd.policy)
+			}
+			if tc.promoted >= -1 {
+				got := batch + slices.Index(rd.policy[batch:], 0)
+				if got < batch {
+					got = -1
+				}
+				if got != tc.promoted {
+					t.Errorf("the first record after the first batch read at nice 0 is %d, want %d (nice values %v)", got, tc.promoted, rd.policy)
+				}
 			}
 			if last := rd.policy[n]; tc.last >= 0 && last != tc.last {
-				t.Errorf("last records read at policy %d, want %d (policies %v)", last, tc.last, rd.policy)
+				t.Errorf("last records read at nice %d, want %d (nice values %v)", last, tc.last, rd.policy)
 			}
 			ref := openTest(t, "testdata/tiny.onnx", Options{Batch: batch, Threads: 1, Sequential: true})
 			want, err := ref.Infer(context.Background(), &sliceReader{recs: recs})
@@ -172,26 +184,5 @@ func TestReaderPriority(t *testing.T) {
 				t.Errorf("result differs from one sequential thread's")
 			}
 		})
-	}
-}
-
-// TestReaderPlanWaited checks the promotion rule: a wait longer than the
-// model's run promotes, a shorter or equal one does not, and the first
-// batch (no run yet) decides nothing.
-func TestReaderPlanWaited(t *testing.T) {
-	for _, tc := range []struct {
-		wait, busy time.Duration
-		want       bool
-	}{
-		{time.Second, 0, false},
-		{time.Millisecond, 2 * time.Millisecond, false},
-		{2 * time.Millisecond, 2 * time.Millisecond, false},
-		{3 * time.Millisecond, 2 * time.Millisecond, true},
-	} {
-		var p readerPlan
-		p.waited(tc.wait, tc.busy)
-		if p.promoted() != tc.want {
-			t.Errorf("waited %v after a run of %v: promoted %t, want %t", tc.wait, tc.busy, p.promoted(), tc.want)
-		}
 	}
 }
