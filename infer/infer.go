@@ -91,11 +91,12 @@ func (s *Session) Infer(ctx context.Context, rd data.Reader) (*Result, error) {
 	}
 
 	b := &batcher{
-		rd:      rd,
-		enc:     newEncoder(s.pre, s.dtype, s.in.Name, s.in.Dimensions[1:]),
-		dtype:   s.dtype,
-		size:    s.opt.Batch,
-		clients: make(map[string]int32),
+		rd:               rd,
+		enc:              newEncoder(s.pre, s.dtype, s.in.Name, s.in.Dimensions[1:]),
+		dtype:            s.dtype,
+		size:             s.opt.Batch,
+		clients:          make(map[string]int32),
+		alwaysBackground: s.alwaysBackground,
 	}
 	res := &Result{}
 	var extra [][]float32
@@ -182,6 +183,8 @@ type batcher struct {
 	clients   map[string]int32
 	names     []string
 	anyClient bool // whether any record has had a client name
+
+	alwaysBackground bool // readerPlan.always (tests)
 }
 
 // A slot holds one batch of records: their model input and what the
@@ -243,6 +246,7 @@ func (b *batcher) batches(ctx context.Context, ahead, background bool) (iter.Seq
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	var plan readerPlan
+	plan.always = b.alwaysBackground
 	var read func(background bool, resume *slot)
 	read = func(background bool, resume *slot) {
 		handed := false
@@ -252,6 +256,9 @@ func (b *batcher) batches(ctx context.Context, ahead, background bool) (iter.Seq
 			}
 		}()
 		lowered := false
+		if background {
+			plan.start()
+		}
 		send := func(f filled) bool {
 			select {
 			case out <- f:

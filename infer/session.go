@@ -109,6 +109,8 @@ type Session struct {
 	pre     Preprocessing
 	classes int   // output columns; 0 until known
 	cols    []int // columns of each extra output; 0 until known
+
+	alwaysBackground bool // readerPlan.always (tests)
 }
 
 // OpenSession loads the ONNX model at path, loading ONNX Runtime first if

@@ -61,18 +61,52 @@ func (p threadPlan) apply(so *ort.SessionOptions) error {
 // whose reader has not been promoted.
 type readerPlan struct {
 	promote atomic.Bool // set once the reader is to leave background priority
+	always  bool        // lower the reader even on a saturated machine (tests)
+
+	wall0 time.Time     // when the first batch began
+	cpu0  time.Duration // the reader thread's CPU time then
 }
 
-// enter moves the calling goroutine onto an OS thread of its own and puts
-// that thread at background priority (nice backgroundNice, the lowest:
-// a thread of normal priority that wakes preempts it), and reports
-// whether it could. The goroutine never unlocks the thread, so the thread
-// ends with it and no other goroutine ever runs at that priority; a
-// thread of an unprivileged process cannot come back from it, which is
-// why promotion hands the reading to a new goroutine instead.
-func (p *readerPlan) enter() bool {
+// start is called by the reader before its first batch, which it reads
+// at normal priority while the model waits for it: it moves the calling
+// goroutine onto an OS thread of its own and notes the time and the
+// thread's CPU time, for enter.
+func (p *readerPlan) start() {
 	runtime.LockOSThread()
-	return setBackground(gettid()) == nil
+	p.wall0, p.cpu0 = time.Now(), threadCPU()
+}
+
+// enter is called by the reader after its first batch, before the
+// second (which it reads while the model runs). It puts the reader's
+// thread at background priority (Linux's SCHED_IDLE: it runs only on a
+// core no thread of normal priority wants, and one that wakes preempts
+// it at once) and reports whether it did. It does not when the first
+// batch showed the machine saturated (saturated), for a background thread
+// would then get no core at all, nor where the system refuses. The
+// goroutine never unlocks the thread after lowering it, so the thread
+// ends with it and no other goroutine ever runs at that priority; a
+// thread of an unprivileged process cannot leave SCHED_IDLE, which is why
+// promotion hands the reading to a new goroutine instead.
+func (p *readerPlan) enter() bool {
+	cpu := threadCPU()
+	if !p.always && (cpu < 0 || p.cpu0 < 0 || saturated(time.Since(p.wall0), cpu-p.cpu0)) {
+		runtime.UnlockOSThread()
+		return false
+	}
+	if setBackground(gettid()) != nil {
+		runtime.UnlockOSThread()
+		return false
+	}
+	return true
+}
+
+// saturated reports whether a reader that took wall to read its first
+// batch, of which it ran cpu on a core, waited for a core: more than
+// twice its CPU time and 2 ms besides. The model does not run then, so
+// the wait was for other processes: the machine has no idle core for a
+// background thread.
+func saturated(wall, cpu time.Duration) bool {
+	return wall > 2*cpu+2*time.Millisecond
 }
 
 // promoted reports whether the reader is to continue at normal priority.
@@ -82,10 +116,10 @@ func (p *readerPlan) promoted() bool { return p.promote.Load() }
 // the reader, after spending busy (its model run and bookkeeping) on the
 // previous batch: as long as the model ran. A wait that long means the
 // reader did not keep up even with the model's cores left to it — the
-// machine is busy with other work, to which a background thread yields,
-// or reading costs more than running — so the reader continues at normal
-// priority for the rest of the data. With busy zero (before the first
-// run) it returns zero: no promotion.
+// machine has become busy with other work, to which a background thread
+// yields, or reading costs more than running — so the reader continues
+// at normal priority for the rest of the data. With busy zero (before
+// the first run) it returns zero: no promotion.
 func (p *readerPlan) patience(busy time.Duration) time.Duration { return busy }
 
 // promoteNow promotes the reader: it pauses before its next record and a

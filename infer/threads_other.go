@@ -2,10 +2,13 @@
 
 package infer
 
-import "errors"
+import (
+	"errors"
+	"time"
+)
 
-// backgroundNice is the nice value of a reader at background priority.
-const backgroundNice = 19
+// schedIdle stands for Linux's SCHED_IDLE policy.
+const schedIdle = 5
 
 func gettid() int { return 0 }
 
@@ -13,5 +16,8 @@ func gettid() int { return 0 }
 // priority.
 func setBackground(tid int) error { return errors.ErrUnsupported }
 
-// threadNice is not supported outside Linux.
-func threadNice(tid int) (int, error) { return 0, errors.ErrUnsupported }
+// threadCPU cannot tell outside Linux.
+func threadCPU() time.Duration { return -1 }
+
+// schedPolicy is not supported outside Linux.
+func schedPolicy(tid int) (int, error) { return 0, errors.ErrUnsupported }

@@ -83,9 +83,9 @@ func TestThreadPlanSameLogits(t *testing.T) {
 	}
 }
 
-// policyReader is a sliceReader that records the nice value of the thread
-// each Next call runs on (-1 where it cannot tell), and sleeps before
-// returning the records that slow names.
+// policyReader is a sliceReader that records the scheduling policy of
+// the thread each Next call runs on (-1 where it cannot tell), and sleeps
+// before returning the records that slow names.
 type policyReader struct {
 	sliceReader
 	policy []int
@@ -94,7 +94,7 @@ type policyReader struct {
 
 func (r *policyReader) Next(rec *data.Record) error {
 	time.Sleep(r.slow[r.i])
-	p, err := threadNice(gettid())
+	p, err := schedPolicy(gettid())
 	if err != nil {
 		p = -1
 	}
@@ -118,8 +118,8 @@ func requireBackground(t *testing.T) {
 
 // TestReaderPriority checks the reader's part of the thread plan: the
 // read-ahead reader reads the first batch (while the model waits) at
-// normal priority (nice 0), the next at background priority (nice 19),
-// and stays there while it keeps up; when Infer has waited for a batch
+// normal priority (SCHED_OTHER, 0), the next at background priority
+// (SCHED_IDLE), and stays there while it keeps up; when Infer has waited for a batch
 // longer than the model ran (here a read that sleeps 200 ms in the
 // second batch against a model that runs in well under a millisecond),
 // the rest, from the middle of that batch on, is read at normal
@@ -133,18 +133,19 @@ func TestReaderPriority(t *testing.T) {
 		name     string
 		opt      Options
 		slow     map[int]time.Duration
-		second   int // nice value of the second batch's first record
-		last     int // nice value of the last record; -2 for either
-		promoted int // the first record after the first batch read at nice 0; -1 for none, -2 for either
+		second   int // policy of the second batch's first record
+		last     int // policy of the last record; -2 for either
+		promoted int // the first record after the first batch read at policy 0; -1 for none, -2 for either
 	}{
-		{"background", Options{}, nil, backgroundNice, -2, -2},
-		{"promoted", Options{}, map[int]time.Duration{6: 200 * time.Millisecond}, backgroundNice, 0, 7},
+		{"background", Options{}, nil, schedIdle, -2, -2},
+		{"promoted", Options{}, map[int]time.Duration{6: 200 * time.Millisecond}, schedIdle, 0, 7},
 		{"foreground", Options{ForegroundReader: true}, nil, 0, 0, batch},
 		{"sequential", Options{Sequential: true}, nil, 0, 0, batch},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.opt.Batch, tc.opt.Threads = batch, 1
 			s := openTest(t, "testdata/tiny.onnx", tc.opt)
+			s.alwaysBackground = true // however busy this machine is
 			rd := &policyReader{sliceReader: sliceReader{recs: recs}, slow: tc.slow}
 			res, err := s.Infer(context.Background(), rd)
 			if err != nil {
@@ -158,10 +159,10 @@ func TestReaderPriority(t *testing.T) {
 				t.Fatalf("%d calls of Next, want %d", len(rd.policy), n+1)
 			}
 			if rd.policy[0] != 0 {
-				t.Errorf("the first batch read at nice %d, want 0 (nice values %v)", rd.policy[0], rd.policy)
+				t.Errorf("the first batch read at policy %d, want 0 (policies %v)", rd.policy[0], rd.policy)
 			}
 			if rd.policy[batch] != tc.second {
-				t.Errorf("the second batch read at nice %d, want %d (nice values %v)", rd.policy[batch], tc.second, rd.policy)
+				t.Errorf("the second batch read at policy %d, want %d (policies %v)", rd.policy[batch], tc.second, rd.policy)
 			}
 			if tc.promoted >= -1 {
 				got := batch + slices.Index(rd.policy[batch:], 0)
@@ -169,11 +170,11 @@ func TestReaderPriority(t *testing.T) {
 					got = -1
 				}
 				if got != tc.promoted {
-					t.Errorf("the first record after the first batch read at nice 0 is %d, want %d (nice values %v)", got, tc.promoted, rd.policy)
+					t.Errorf("the first record after the first batch read at policy 0 is %d, want %d (policies %v)", got, tc.promoted, rd.policy)
 				}
 			}
 			if last := rd.policy[n]; tc.last >= 0 && last != tc.last {
-				t.Errorf("last records read at nice %d, want %d (nice values %v)", last, tc.last, rd.policy)
+				t.Errorf("last records read at policy %d, want %d (policies %v)", last, tc.last, rd.policy)
 			}
 			ref := openTest(t, "testdata/tiny.onnx", Options{Batch: batch, Threads: 1, Sequential: true})
 			want, err := ref.Infer(context.Background(), &sliceReader{recs: recs})
@@ -184,5 +185,26 @@ func TestReaderPriority(t *testing.T) {
 				t.Errorf("result differs from one sequential thread's")
 			}
 		})
+	}
+}
+
+// TestSaturated checks the rule by which the reader stays at normal
+// priority: its first batch, read while the model waited, took more than
+// twice its CPU time and 2 ms besides.
+func TestSaturated(t *testing.T) {
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		wall, cpu time.Duration
+		want      bool
+	}{
+		{10 * ms, 10 * ms, false},  // a core of its own
+		{22 * ms, 10 * ms, false},  // 2×10 + 2 ms: not more
+		{23 * ms, 10 * ms, true},   // waited for a core
+		{2 * ms, 0, false},         // a batch too small to tell
+		{500 * ms, 100 * ms, true}, // one core in five
+	} {
+		if got := saturated(tc.wall, tc.cpu); got != tc.want {
+			t.Errorf("saturated(%v, %v) = %t, want %t", tc.wall, tc.cpu, got, tc.want)
+		}
 	}
 }
