@@ -56,15 +56,18 @@
 //     false): two batch buffers, at most one batch ahead, no copies. With
 //     sleeping pool threads the reader runs in the gaps they leave (the
 //     serial parts of a run, the end of each parallel operator);
-//   - that goroutine starts on an OS thread of its own at background
-//     priority (Linux's SCHED_IDLE; Options.ForegroundReader false), so
-//     it runs only on cores the model's threads leave idle and is
-//     preempted the moment one wakes: reading never stalls a parallel
-//     operator of the model. Once Infer has waited for a batch longer
-//     than the model ran on the previous one (the machine is busy with
-//     other work, which a background thread yields to, or reading costs
-//     more than the model), the reading moves to a goroutine of normal
-//     priority for the rest of the data, and the background thread ends.
+//   - that goroutine reads the first batch at normal priority (the
+//     model waits for it) and the rest on an OS thread of its own at
+//     background priority (Linux's SCHED_IDLE; Options.ForegroundReader
+//     false), so that it runs only on cores the model's threads leave
+//     idle and a model thread that wakes preempts it at once: reading
+//     never stalls a parallel operator of the model. It stays at normal
+//     priority when its first batch waited for a core (the machine is
+//     saturated: a background thread would get none), and moves to a
+//     goroutine of normal priority, from its next record on, once Infer
+//     has waited for a batch longer than the model ran on the previous
+//     one (the machine has become busy, or reading costs more than the
+//     model).
 //
 // The logits do not depend on the plan: batches run in order, so every
 // combination of threads, spinning, reading ahead and reader priority

@@ -49,13 +49,15 @@ type Options struct {
 	// Runtime runs the current one.
 	Sequential bool
 	// ForegroundReader runs that second goroutine at normal priority
-	// throughout. False (the zero value) starts it on a thread of
-	// background priority (Linux's SCHED_IDLE), so that it reads only on
-	// cores the model's threads leave idle and never preempts them, and
-	// promotes it to normal priority once Infer has had to wait for a
-	// batch longer than the model ran (a busy machine, or reading that
-	// costs more than the model). Outside Linux the reader always runs at
-	// normal priority.
+	// throughout. False (the zero value) reads the first batch at normal
+	// priority and the rest on a thread of background priority (Linux's
+	// SCHED_IDLE), so that the reader runs only on cores the model's
+	// threads leave idle and never preempts them; it stays at normal
+	// priority when the first batch found no idle core, and is promoted
+	// to normal priority once Infer has had to wait for a batch longer
+	// than the model ran (a busy machine, or reading that costs more
+	// than the model). Outside Linux the reader always runs at normal
+	// priority. The logits are the same either way.
 	ForegroundReader bool
 	// Input names the model input to feed. Empty means the first input.
 	Input string
