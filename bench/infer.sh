@@ -93,9 +93,12 @@ for c in $CASES; do
 					cat "$DIR/cli.time" >>"$DIR/cli.times"
 				done
 			done
-			awk -F'\t' '{ w[$1,$2] = $3; v[$2] = 1; printf "   %s %s: %.2f s wall, %.2f s CPU, peak RSS %d KiB\n", $1, $2, $3, $4 + $5, $6 }
-				END { for (k in v) { n = 0; for (r = 1; (r, "default") in w; r++) x[++n] = w[r, k] / w[r, "default"]
-					asort(x); printf "   median wall %s / default: %.3f\n", k, (n % 2 ? x[(n + 1) / 2] : (x[n / 2] + x[n / 2 + 1]) / 2); delete x } }' "$DIR/cli.times"
+			awk -F'\t' 'function median(a, n,   i, j, t) { for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] > a[j]; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
+					return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+				{ w[$1, $2] = $3; if (!($2 in v)) { v[$2] = 1; order[++nv] = $2 }
+				  printf "   %s %s: %.2f s wall, %.2f s CPU, peak RSS %d KiB\n", $1, $2, $3, $4 + $5, $6 }
+				END { for (k = 1; k <= nv; k++) { n = 0; for (r = 1; (r SUBSEP "default") in w; r++) x[++n] = w[r, order[k]] / w[r, "default"]
+					printf "   median paired wall %s / default: %.3f\n", order[k], median(x, n); delete x } }' "$DIR/cli.times"
 			echo "   load $(load) after"
 			stop_busy
 		done
@@ -135,7 +138,7 @@ for c in $CASES; do
 			FEDCALIB_BENCH_THREADS="$THREADS" FEDCALIB_BENCH_VARIANTS="$VARIANTS" \
 			/usr/bin/time -f 'peak RSS %M KiB' "$DIR/infer.test" -test.run '^$' -test.bench InferOverhead \
 			-test.benchtime "${PAIRS}x" 2>&1 | grep -v WARN)
-		echo "-- $c, load $l ($before before, $(load) after), $PAIRS pairs:"
+		echo "-- $c ($(basename "$model"), $spec), load $l ($before before, $(load) after), $PAIRS pairs:"
 		echo "$out" | tr '\t' '\n' | sed -n 's/^ *\(-\{0,1\}[0-9.]*\) \([a-z].*\)$/   \2 \1/p' | sort
 		echo "$out" | grep 'peak RSS' | sed 's/^/   /'
 		if [ "$c" = resnet50 ] && [ "$TORCH" = 1 ]; then
