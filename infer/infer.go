@@ -287,16 +287,24 @@ func (b *batcher) batches(ctx context.Context, ahead, background bool) (iter.Seq
 				send(filled{err: err})
 				return
 			}
-			var pause func() bool
-			if background {
-				pause = plan.promoted
-			}
-			eof, paused, err := b.fill(sl, pause)
+			eof, paused, err := b.fill(sl, func() bool {
+				select {
+				case <-done: // stop was called: end before the next record
+					return true
+				default:
+					return background && plan.promoted()
+				}
+			})
 			if err != nil {
 				send(filled{err: err})
 				return
 			}
 			if paused {
+				select {
+				case <-done:
+					return
+				default:
+				}
 				// Promoted: a goroutine of normal priority finishes
 				// this batch and reads the rest; this one's thread
 				// ends with it (readerPlan.enter).
