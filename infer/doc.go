@@ -62,8 +62,9 @@
 //     false), so that it runs only on cores the model's threads leave
 //     idle and a model thread that wakes preempts it at once: reading
 //     never stalls a parallel operator of the model. It stays at normal
-//     priority when its first batch waited for a core (the machine is
-//     saturated: a background thread would get none), and moves to a
+//     priority on a busy machine (other processes' load of half a core
+//     or more) and when its first batch waited for a core (a saturated
+//     one): a background thread would get no core there. It moves to a
 //     goroutine of normal priority, from its next record on, once Infer
 //     has waited for a batch longer than the model ran on the previous
 //     one (the machine has become busy, or reading costs more than the

@@ -101,6 +101,9 @@ func cpuTime(b *testing.B) time.Duration {
 //	infer-seq    the same with Options.Sequential;
 //	infer-fg     the same with Options.ForegroundReader (the reader at
 //	             normal priority throughout: the plan before issue #32's);
+//	infer-bg     the same with the reader at background priority however
+//	             busy the machine (readerPlan.always: no quiet-machine or
+//	             saturation check; promotion still applies);
 //	infer-less1  the same on one intra-op thread fewer (at least 1),
 //	             leaving a core to the reader.
 //
@@ -121,7 +124,7 @@ func BenchmarkInferOverhead(b *testing.B) {
 	if names[0] == "" {
 		names = []string{"peer", "peer-nospin", "infer"}
 	}
-	infer := func(opt Options) func() {
+	infer := func(opt Options, always ...bool) func() {
 		o := benchOptions(b)
 		o.Spin, o.Sequential, o.ForegroundReader = opt.Spin, opt.Sequential, opt.ForegroundReader
 		if opt.Threads != 0 {
@@ -131,6 +134,7 @@ func BenchmarkInferOverhead(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		si.alwaysBackground = len(always) > 0 && always[0]
 		b.Cleanup(func() { si.Close() })
 		return func() { runInfer(b, si, spec, n) }
 	}
@@ -149,6 +153,8 @@ func BenchmarkInferOverhead(b *testing.B) {
 			run[k] = infer(Options{Sequential: true})
 		case "infer-fg":
 			run[k] = infer(Options{ForegroundReader: true})
+		case "infer-bg":
+			run[k] = infer(Options{}, true)
 		case "infer-less1":
 			t := threads
 			if t == 0 {

@@ -53,7 +53,8 @@ type Options struct {
 	// priority and the rest on a thread of background priority (Linux's
 	// SCHED_IDLE), so that the reader runs only on cores the model's
 	// threads leave idle and never preempts them; it stays at normal
-	// priority when the first batch found no idle core, and is promoted
+	// priority when other processes' load is half a core or more or the
+	// first batch found no idle core, and is promoted
 	// to normal priority once Infer has had to wait for a batch longer
 	// than the model ran (a busy machine, or reading that costs more
 	// than the model). Outside Linux the reader always runs at normal

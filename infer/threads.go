@@ -81,15 +81,18 @@ func (p *readerPlan) start() {
 // thread at background priority (Linux's SCHED_IDLE: it runs only on a
 // core no thread of normal priority wants, and one that wakes preempts
 // it at once) and reports whether it did. It does not when the first
-// batch showed the machine saturated (saturated), for a background thread
-// would then get no core at all, nor where the system refuses. The
+// batch showed the machine saturated (saturated), nor when other
+// processes keep it busy (othersLoad at least quietLoad), for a
+// background thread would then wait for every one of them, nor where the
+// system refuses. The
 // goroutine never unlocks the thread after lowering it, so the thread
 // ends with it and no other goroutine ever runs at that priority; a
 // thread of an unprivileged process cannot leave SCHED_IDLE, which is why
 // promotion hands the reading to a new goroutine instead.
 func (p *readerPlan) enter() bool {
 	cpu := threadCPU()
-	if !p.always && (cpu < 0 || p.cpu0 < 0 || saturated(time.Since(p.wall0), cpu-p.cpu0)) {
+	others, ok := othersLoad()
+	if !p.always && (!ok || others >= quietLoad || cpu < 0 || p.cpu0 < 0 || saturated(time.Since(p.wall0), cpu-p.cpu0)) {
 		runtime.UnlockOSThread()
 		return false
 	}
@@ -98,6 +101,26 @@ func (p *readerPlan) enter() bool {
 		return false
 	}
 	return true
+}
+
+// quietLoad is the load, in cores, that other processes may put on the
+// machine for the reader to go to background priority: below it the
+// machine is taken to be quiet. A background thread waits for every
+// runnable thread of normal priority, so on a busy machine it would be
+// starved; there the reader stays at normal priority (the plan of
+// Options.ForegroundReader).
+const quietLoad = 0.5
+
+// othersFrom returns the load of other processes, in cores, from the
+// 1-minute load average load1 and this process's CPU time cpu over the
+// wall seconds it has run (its own average use, which the load average
+// counts too), never below 0.
+func othersFrom(load1, cpu, wall float64) float64 {
+	own := 0.0
+	if wall > 0 {
+		own = cpu / wall
+	}
+	return max(0, load1-own)
 }
 
 // saturated reports whether a reader that took wall to read its first

@@ -1,6 +1,9 @@
 package infer
 
 import (
+	"bytes"
+	"os"
+	"strconv"
 	"syscall"
 	"time"
 	"unsafe"
@@ -44,4 +47,55 @@ func schedPolicy(tid int) (int, error) {
 		return 0, e
 	}
 	return int(r), nil
+}
+
+// clockTick is USER_HZ, the unit of /proc/self/stat's times: 100 on
+// every Linux architecture Go supports.
+const clockTick = 100
+
+// othersLoad returns the load that other processes put on the machine, in
+// cores: the 1-minute load average less this process's average CPU use
+// since it started (its own threads count in the load average too). ok
+// is false when /proc cannot tell.
+func othersLoad() (load float64, ok bool) {
+	avg, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0, false
+	}
+	up, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		return 0, false
+	}
+	stat, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return 0, false
+	}
+	load1, err1 := strconv.ParseFloat(string(procField(avg, 0)), 64)
+	uptime, err2 := strconv.ParseFloat(string(procField(up, 0)), 64)
+	// Field 22 of /proc/self/stat, the start time in clock ticks after
+	// boot; fields are counted after the command name, which ends with
+	// the last ")" and may hold spaces.
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 || err1 != nil || err2 != nil {
+		return 0, false
+	}
+	start, err := strconv.ParseFloat(string(procField(stat[i+1:], 19)), 64)
+	if err != nil {
+		return 0, false
+	}
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, false
+	}
+	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+	return othersFrom(load1, cpu, uptime-start/clockTick), true
+}
+
+// procField returns the i-th space-separated field of b (from 0), or nil.
+func procField(b []byte, i int) []byte {
+	f := bytes.Fields(b)
+	if i >= len(f) {
+		return nil
+	}
+	return f[i]
 }

@@ -21,3 +21,6 @@ func threadCPU() time.Duration { return -1 }
 
 // schedPolicy is not supported outside Linux.
 func schedPolicy(tid int) (int, error) { return 0, errors.ErrUnsupported }
+
+// othersLoad cannot tell outside Linux.
+func othersLoad() (float64, bool) { return 0, false }

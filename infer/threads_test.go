@@ -2,6 +2,7 @@ package infer
 
 import (
 	"context"
+	"math"
 	"reflect"
 	"runtime"
 	"slices"
@@ -206,5 +207,28 @@ func TestSaturated(t *testing.T) {
 		if got := saturated(tc.wall, tc.cpu); got != tc.want {
 			t.Errorf("saturated(%v, %v) = %t, want %t", tc.wall, tc.cpu, got, tc.want)
 		}
+	}
+}
+
+// TestOthersFrom checks the load of other processes: the load average
+// less this process's average use of the cores, never negative.
+func TestOthersFrom(t *testing.T) {
+	for _, tc := range []struct {
+		load1, cpu, wall, want float64
+	}{
+		{0.25, 0, 1, 0.25},    // just started: all of it is others'
+		{2.0, 30, 20, 0.5},    // 1.5 cores our own
+		{1.0, 40, 20, 0},      // more than the average is ours
+		{12.0, 10, 100, 11.9}, // a busy machine
+		{0.3, 5, 0, 0.3},      // no wall time: nothing to subtract
+	} {
+		if got := othersFrom(tc.load1, tc.cpu, tc.wall); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("othersFrom(%v, %v, %v) = %v, want %v", tc.load1, tc.cpu, tc.wall, got, tc.want)
+		}
+	}
+	load, ok := othersLoad()
+	t.Logf("othersLoad() = %.2f, %t", load, ok)
+	if runtime.GOOS == "linux" && (!ok || load < 0) {
+		t.Errorf("othersLoad() = %v, %t: want a load >= 0 on Linux", load, ok)
 	}
 }
