@@ -91,12 +91,12 @@ func (s *Session) Infer(ctx context.Context, rd data.Reader) (*Result, error) {
 	}
 
 	b := &batcher{
-		rd:               rd,
-		enc:              newEncoder(s.pre, s.dtype, s.in.Name, s.in.Dimensions[1:]),
-		dtype:            s.dtype,
-		size:             s.opt.Batch,
-		clients:          make(map[string]int32),
-		alwaysBackground: s.alwaysBackground,
+		rd:       rd,
+		enc:      newEncoder(s.pre, s.dtype, s.in.Name, s.in.Dimensions[1:]),
+		dtype:    s.dtype,
+		size:     s.opt.Batch,
+		clients:  make(map[string]int32),
+		planHook: s.planHook,
 	}
 	res := &Result{}
 	var extra [][]float32
@@ -184,7 +184,7 @@ type batcher struct {
 	names     []string
 	anyClient bool // whether any record has had a client name
 
-	alwaysBackground bool // readerPlan.always (tests)
+	planHook func(*readerPlan) // called on the reader's plan before it starts (tests)
 }
 
 // A slot holds one batch of records: their model input and what the
@@ -246,7 +246,9 @@ func (b *batcher) batches(ctx context.Context, ahead, background bool) (iter.Seq
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	var plan readerPlan
-	plan.always = b.alwaysBackground
+	if b.planHook != nil {
+		b.planHook(&plan)
+	}
 	var read func(background bool, resume *slot)
 	read = func(background bool, resume *slot) {
 		handed := false

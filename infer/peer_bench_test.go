@@ -134,7 +134,9 @@ func BenchmarkInferOverhead(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		si.alwaysBackground = len(always) > 0 && always[0]
+		if len(always) > 0 && always[0] {
+			si.planHook = func(p *readerPlan) { p.always = true }
+		}
 		b.Cleanup(func() { si.Close() })
 		return func() { runInfer(b, si, spec, n) }
 	}

@@ -113,7 +113,7 @@ type Session struct {
 	classes int   // output columns; 0 until known
 	cols    []int // columns of each extra output; 0 until known
 
-	alwaysBackground bool // readerPlan.always (tests)
+	planHook func(*readerPlan) // batcher.planHook (tests)
 }
 
 // OpenSession loads the ONNX model at path, loading ONNX Runtime first if

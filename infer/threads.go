@@ -60,8 +60,9 @@ func (p threadPlan) apply(so *ort.SessionOptions) error {
 // (package documentation, "The thread plan"). The zero value is a plan
 // whose reader has not been promoted.
 type readerPlan struct {
-	promote atomic.Bool // set once the reader is to leave background priority
-	always  bool        // lower the reader even on a saturated machine (tests)
+	promote atomic.Bool   // set once the reader is to leave background priority
+	always  bool          // lower the reader even on a busy machine (tests)
+	floor   time.Duration // the least patience; zero means minPatience
 
 	wall0 time.Time     // when the first batch began
 	cpu0  time.Duration // the reader thread's CPU time then
@@ -137,13 +138,28 @@ func (p *readerPlan) promoted() bool { return p.promote.Load() }
 
 // patience returns how long Infer waits for a batch before it promotes
 // the reader, after spending busy (its model run and bookkeeping) on the
-// previous batch: as long as the model ran. A wait that long means the
+// previous batch: as long as the model ran, and at least minPatience
+// (shorter waits are the scheduler's noise). A wait that long means the
 // reader did not keep up even with the model's cores left to it — the
 // machine has become busy with other work, to which a background thread
 // yields, or reading costs more than running — so the reader continues
 // at normal priority for the rest of the data. With busy zero (before
 // the first run) it returns zero: no promotion.
-func (p *readerPlan) patience(busy time.Duration) time.Duration { return busy }
+func (p *readerPlan) patience(busy time.Duration) time.Duration {
+	if busy <= 0 {
+		return 0
+	}
+	floor := p.floor
+	if floor == 0 {
+		floor = minPatience
+	}
+	return max(busy, floor)
+}
+
+// minPatience is the least time Infer waits for a batch before it
+// promotes the reader: a thread that wakes takes tens of microseconds to
+// run, so shorter waits say nothing about the machine.
+const minPatience = time.Millisecond
 
 // promoteNow promotes the reader: it pauses before its next record and a
 // goroutine of normal priority continues.

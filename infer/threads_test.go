@@ -85,16 +85,22 @@ func TestThreadPlanSameLogits(t *testing.T) {
 }
 
 // policyReader is a sliceReader that records the scheduling policy of
-// the thread each Next call runs on (-1 where it cannot tell), and sleeps
-// before returning the records that slow names.
+// the thread each Next call runs on (-1 where it cannot tell), sleeps
+// before returning the records that slow names, and calls promote (when
+// not nil) in the Next call of record promoteAt.
 type policyReader struct {
 	sliceReader
-	policy []int
-	slow   map[int]time.Duration
+	policy    []int
+	slow      map[int]time.Duration
+	promote   func()
+	promoteAt int
 }
 
 func (r *policyReader) Next(rec *data.Record) error {
 	time.Sleep(r.slow[r.i])
+	if r.promote != nil && r.i == r.promoteAt {
+		r.promote()
+	}
 	p, err := schedPolicy(gettid())
 	if err != nil {
 		p = -1
@@ -117,65 +123,55 @@ func requireBackground(t *testing.T) {
 	}
 }
 
-// TestReaderPriority checks the reader's part of the thread plan: the
-// read-ahead reader reads the first batch (while the model waits) at
-// normal priority (SCHED_OTHER, 0), the next at background priority
-// (SCHED_IDLE), and stays there while it keeps up; when Infer has waited for a batch
-// longer than the model ran (here a read that sleeps 200 ms in the
-// second batch against a model that runs in well under a millisecond),
-// the rest, from the middle of that batch on, is read at normal
-// priority; ForegroundReader and Sequential read at normal priority
-// throughout. The logits are the same in every case.
+// TestReaderPriority checks the reader's part of the thread plan, with
+// the quiet-machine checks off (readerPlan.always) so that it holds on
+// any machine: the read-ahead reader reads the first batch (while the
+// model waits) at normal priority (SCHED_OTHER, 0) and the next ones at
+// background priority (SCHED_IDLE) while it is not promoted; promoted
+// in the middle of a batch (here by the reader itself, at record 6, so
+// that the test does not depend on timing), it reads the rest from the
+// next record on at normal priority; promoted because Infer waited
+// longer than its patience (a read that sleeps 300 ms against a patience
+// of 100 ms), it ends at normal priority. ForegroundReader and
+// Sequential read at normal priority throughout. The logits are those of
+// one thread reading between runs in every case.
 func TestReaderPriority(t *testing.T) {
 	requireBackground(t)
-	const n, batch = 24, 4
+	const n, batch = 12, 4
 	recs := imageRecords(images(n, 16, 3), 4, 4, 1)
+	never := time.Hour
 	for _, tc := range []struct {
-		name     string
-		opt      Options
-		slow     map[int]time.Duration
-		second   int // policy of the second batch's first record
-		last     int // policy of the last record; -2 for either
-		promoted int // the first record after the first batch read at policy 0; -1 for none, -2 for either
+		name      string
+		opt       Options
+		floor     time.Duration // readerPlan.floor
+		slow      map[int]time.Duration
+		promoteAt int // -1: the reader does not promote itself
+		want      []int
 	}{
-		{"background", Options{}, nil, schedIdle, -2, -2},
-		{"promoted", Options{}, map[int]time.Duration{6: 200 * time.Millisecond}, schedIdle, 0, 7},
-		{"foreground", Options{ForegroundReader: true}, nil, 0, 0, batch},
-		{"sequential", Options{Sequential: true}, nil, 0, 0, batch},
+		{"background", Options{}, never, nil, -1, []int{0, 0, 0, 0, 5, 5, 5, 5, 5, 5, 5, 5, 5}},
+		{"promoted", Options{}, never, nil, 6, []int{0, 0, 0, 0, 5, 5, 5, 0, 0, 0, 0, 0, 0}},
+		{"waited", Options{}, 100 * time.Millisecond, map[int]time.Duration{6: 300 * time.Millisecond}, -1, nil},
+		{"foreground", Options{ForegroundReader: true}, never, nil, -1, make([]int, n+1)},
+		{"sequential", Options{Sequential: true}, never, nil, -1, make([]int, n+1)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.opt.Batch, tc.opt.Threads = batch, 1
 			s := openTest(t, "testdata/tiny.onnx", tc.opt)
-			s.alwaysBackground = true // however busy this machine is
-			rd := &policyReader{sliceReader: sliceReader{recs: recs}, slow: tc.slow}
+			rd := &policyReader{sliceReader: sliceReader{recs: recs}, slow: tc.slow, promoteAt: tc.promoteAt}
+			s.planHook = func(p *readerPlan) {
+				p.always, p.floor = true, tc.floor
+				rd.promote = p.promoteNow
+			}
 			res, err := s.Infer(context.Background(), rd)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res.Len() != n {
-				t.Fatalf("%d records, want %d", res.Len(), n)
-			}
 			// Next is called once more, for the io.EOF.
-			if len(rd.policy) != n+1 {
-				t.Fatalf("%d calls of Next, want %d", len(rd.policy), n+1)
+			if tc.want != nil && !slices.Equal(rd.policy, tc.want) {
+				t.Errorf("policies of the Next calls %v, want %v", rd.policy, tc.want)
 			}
-			if rd.policy[0] != 0 {
-				t.Errorf("the first batch read at policy %d, want 0 (policies %v)", rd.policy[0], rd.policy)
-			}
-			if rd.policy[batch] != tc.second {
-				t.Errorf("the second batch read at policy %d, want %d (policies %v)", rd.policy[batch], tc.second, rd.policy)
-			}
-			if tc.promoted >= -1 {
-				got := batch + slices.Index(rd.policy[batch:], 0)
-				if got < batch {
-					got = -1
-				}
-				if got != tc.promoted {
-					t.Errorf("the first record after the first batch read at policy 0 is %d, want %d (policies %v)", got, tc.promoted, rd.policy)
-				}
-			}
-			if last := rd.policy[n]; tc.last >= 0 && last != tc.last {
-				t.Errorf("last records read at policy %d, want %d (policies %v)", last, tc.last, rd.policy)
+			if tc.want == nil && (len(rd.policy) != n+1 || rd.policy[0] != 0 || rd.policy[n] != 0) {
+				t.Errorf("policies of the Next calls %v, want %d calls, the first and the last at 0", rd.policy, n+1)
 			}
 			ref := openTest(t, "testdata/tiny.onnx", Options{Batch: batch, Threads: 1, Sequential: true})
 			want, err := ref.Infer(context.Background(), &sliceReader{recs: recs})
@@ -186,6 +182,27 @@ func TestReaderPriority(t *testing.T) {
 				t.Errorf("result differs from one sequential thread's")
 			}
 		})
+	}
+}
+
+// TestPatience checks how long Infer waits before it promotes the reader:
+// as long as the model ran, at least minPatience (or the plan's floor),
+// and no promotion before the first run.
+func TestPatience(t *testing.T) {
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		floor, busy, want time.Duration
+	}{
+		{0, 0, 0},
+		{0, 5 * ms, 5 * ms},
+		{0, 10 * time.Microsecond, minPatience},
+		{100 * ms, 5 * ms, 100 * ms},
+		{100 * ms, 0, 0},
+	} {
+		p := readerPlan{floor: tc.floor}
+		if got := p.patience(tc.busy); got != tc.want {
+			t.Errorf("floor %v: patience(%v) = %v, want %v", tc.floor, tc.busy, got, tc.want)
+		}
 	}
 }
 
