@@ -212,9 +212,9 @@ type filled struct {
 // is received. With ahead, a second goroutine fills the next slot while
 // the caller runs the current one: two slots, so at most one batch is
 // read ahead, and no copies; with background too, that goroutine reads
-// every batch after the first at background priority (threads.go,
-// readerPlan). Without ahead, each
-// batch is read when the caller asks for it, on the caller's goroutine.
+// every batch after the first at background priority until it is
+// promoted (threads.go, readerPlan). Without ahead, each batch is read
+// when the caller asks for it, on the caller's goroutine.
 func (b *batcher) batches(ctx context.Context, ahead, background bool) (iter.Seq[filled], func()) {
 	if !ahead {
 		sl := &slot{}
