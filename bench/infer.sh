@@ -9,18 +9,26 @@
 # Cases (CASES, space-separated; default "mnist resnet50 batch1 cli"):
 #   mnist     models/mnist-tiny/model.onnx over MNIST's test file (10,000
 #             gzip-compressed IDX images: make -s mnist-dir), batch 256.
-#   resnet50  torchvision's resnet50 with random weights (seed 0, opset 17;
-#             built by bench/resnet50_shaped.py into DIR, not committed) over
-#             N generated JPEG photos (500×375 and 375×500, quality 90) in an
-#             ImageFolder, --preprocess imagenet (resize 256 bilinear, crop
-#             224), batch RBATCH.
+#   resnet50  a ResNet-shaped model with random weights (RDEPTH, 50: the
+#             ResNet-50 topology; 18: ResNet-18), built in Go by
+#             bench/resnetshaped into DIR (not committed; no Python), over
+#             N generated JPEG photos (500×375 and 375×500, quality 90, made by
+#             bench/resnet50_shaped.py) in an ImageFolder, --preprocess
+#             imagenet (resize 256 bilinear, crop 224), batch RBATCH.
+#             TORCH=1 also runs PyTorch's DataLoader peer (it exports
+#             torchvision's own resnet50 with bench/resnet50_shaped.py).
 # For each case and each load (LOADS, default "as-is busy": the machine as it
 # is, then with one extra busy-looping process beside it), it runs
 # infer/BenchmarkInferOverhead for PAIRS iterations: per iteration, in
-# rotating order, the bare loop at ONNX Runtime's defaults ("peer", spinning
-# pool threads), the same with spinning off ("peer-nospin"), and Infer end to
-# end at its defaults ("infer": reading, decoding, preprocessing, runs),
-# all on THREADS intra-op threads (default: GOMAXPROCS). It prints the median
+# rotating order, the variants VARIANTS (default
+# peer,peer-nospin,infer,infer-fg,infer-seq): the bare loop at ONNX Runtime's
+# defaults ("peer", spinning pool threads), the same with spinning off
+# ("peer-nospin"), Infer end to end at its defaults ("infer": reading,
+# decoding, preprocessing, runs; the reader at background priority), with
+# the reader at normal priority ("infer-fg", the plan before) and reading
+# between runs ("infer-seq"); "infer-less1" (one intra-op thread fewer) may
+# be added. All run on THREADS intra-op threads (default: GOMAXPROCS). "busy"
+# is one extra process busy-looping on a core. It prints the median
 # records/s of each, the medians of the paired ratios (records/s; process CPU
 # time), the test process's peak RSS and the 1-minute load average before and
 # after. For resnet50 it then runs torchvision's ImageFolder + DataLoader
@@ -34,12 +42,14 @@
 # share each calibrator adds (goal <= 1 %).
 #
 # Case cli: the whole `fedcalib infer` process on mnist-tiny over all 70,000
-# MNIST images at its defaults, with --threads 1 and with --spin, PAIRS
-# rounds of the three in turn; it prints each run's wall time, CPU time and
-# peak RSS (the issue's finding was that --threads 1 beat the default).
+# MNIST images at its defaults, with --background-reader=false, --threads 1
+# and --spin, PAIRS rounds of the four in turn, for each load of LOADS; it
+# prints each run's wall time, CPU time and peak RSS, then the median of the
+# paired wall ratios to the default.
 #
 # Environment: PAIRS (5), THREADS (0: the default), N (64 images), RBATCH (16),
-# WORKERS (2), PYTHON (/usr/bin/python3, with torch and torchvision), DIR
+# RDEPTH (50), TORCH (0), WORKERS (2), PYTHON (/usr/bin/python3, with PIL for
+# the images; torch and torchvision for TORCH=1 and batch1), DIR
 # (/tmp/fedcalib-infer-bench).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,6 +60,9 @@ PAIRS=${PAIRS:-5}
 THREADS=${THREADS:-0}
 N=${N:-64}
 RBATCH=${RBATCH:-16}
+RDEPTH=${RDEPTH:-50}
+TORCH=${TORCH:-0}
+VARIANTS=${VARIANTS:-peer,peer-nospin,infer,infer-fg,infer-seq}
 WORKERS=${WORKERS:-2}
 PYTHON=${PYTHON:-/usr/bin/python3}
 DIR=${DIR:-/tmp/fedcalib-infer-bench}
@@ -66,16 +79,29 @@ for c in $CASES; do
 	case $c in
 	cli)
 		go build -o "$DIR/fedcalib" ./cmd/fedcalib
-		echo "-- cli: fedcalib infer, mnist-tiny, mnist:all (70,000), load $(load) before"
-		for r in $(seq "$PAIRS"); do
-			for v in default "--threads 1" --spin; do
-				a=(); [ "$v" = default ] || a=($v)
-				/usr/bin/time -f "   $r $v: %e s wall, %U+%S s CPU, peak RSS %M KiB" "$DIR/fedcalib" infer \
-					--model models/mnist-tiny/model.onnx --data "mnist:$(make -s mnist-dir):all" \
-					--out "$DIR/mnist.npz" --quiet "${a[@]}" 2>&1 | tail -1
+		mdir=$(make -s mnist-dir)
+		for l in $LOADS; do
+			[ "$l" = busy ] && start_busy
+			echo "-- cli: fedcalib infer, mnist-tiny, mnist:all (70,000), load $l ($(load) before)"
+			: >"$DIR/cli.times"
+			for r in $(seq "$PAIRS"); do
+				for v in default --background-reader=false "--threads 1" --spin; do
+					a=(); [ "$v" = default ] || a=($v)
+					/usr/bin/time -f "$r	$v	%e	%U	%S	%M" -o "$DIR/cli.time" "$DIR/fedcalib" infer \
+						--model models/mnist-tiny/model.onnx --data "mnist:$mdir:all" \
+						--out "$DIR/mnist.npz" --quiet "${a[@]}"
+					cat "$DIR/cli.time" >>"$DIR/cli.times"
+				done
 			done
+			awk -F'\t' 'function median(a, n,   i, j, t) { for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] > a[j]; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
+					return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+				{ w[$1, $2] = $3; if (!($2 in v)) { v[$2] = 1; order[++nv] = $2 }
+				  printf "   %s %s: %.2f s wall, %.2f s CPU, peak RSS %d KiB\n", $1, $2, $3, $4 + $5, $6 }
+				END { for (k = 1; k <= nv; k++) { n = 0; for (r = 1; (r SUBSEP "default") in w; r++) x[++n] = w[r, order[k]] / w[r, "default"]
+					printf "   median paired wall %s / default: %.3f\n", order[k], median(x, n); delete x } }' "$DIR/cli.times"
+			echo "   load $(load) after"
+			stop_busy
 		done
-		echo "   load $(load) after"
 		continue
 		;;
 	batch1)
@@ -96,8 +122,8 @@ for c in $CASES; do
 		env=()
 		;;
 	resnet50)
-		model=$DIR/resnet50.onnx
-		[ -f "$model" ] || "$PYTHON" bench/resnet50_shaped.py model "$model"
+		model=$DIR/resnet$RDEPTH-shaped.onnx
+		[ -f "$model" ] || go run ./bench/resnetshaped -depth "$RDEPTH" -out "$model"
 		imgs=$DIR/jpeg-$N
 		[ -d "$imgs" ] || "$PYTHON" bench/resnet50_shaped.py images "$imgs" "$N"
 		spec=imagefolder:$imgs
@@ -109,13 +135,13 @@ for c in $CASES; do
 		[ "$l" = busy ] && start_busy
 		before=$(load)
 		out=$(cd infer && env "${env[@]}" FEDCALIB_BENCH_MODEL="$model" FEDCALIB_BENCH_DATA="$spec" \
-			FEDCALIB_BENCH_THREADS="$THREADS" FEDCALIB_BENCH_VARIANTS=peer,peer-nospin,infer \
+			FEDCALIB_BENCH_THREADS="$THREADS" FEDCALIB_BENCH_VARIANTS="$VARIANTS" \
 			/usr/bin/time -f 'peak RSS %M KiB' "$DIR/infer.test" -test.run '^$' -test.bench InferOverhead \
 			-test.benchtime "${PAIRS}x" 2>&1 | grep -v WARN)
-		echo "-- $c, load $l ($before before, $(load) after), $PAIRS pairs:"
+		echo "-- $c ($(basename "$model"), $spec), load $l ($before before, $(load) after), $PAIRS pairs:"
 		echo "$out" | tr '\t' '\n' | sed -n 's/^ *\(-\{0,1\}[0-9.]*\) \([a-z].*\)$/   \2 \1/p' | sort
 		echo "$out" | grep 'peak RSS' | sed 's/^/   /'
-		if [ "$c" = resnet50 ]; then
+		if [ "$c" = resnet50 ] && [ "$TORCH" = 1 ]; then
 			t=$THREADS; [ "$t" = 0 ] && t=$(nproc)
 			echo "   $("$PYTHON" bench/resnet50_shaped.py torch "$imgs" "$t" "$WORKERS" "$RBATCH")"
 		fi

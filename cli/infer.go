@@ -38,13 +38,14 @@ var inferOverrides = []struct{ flag, key, usage string }{
 
 func newInferCmd() *cobra.Command {
 	var (
-		model, out string
-		labels     string
-		specs      []string
-		opt        infer.Options
-		quiet      bool
-		pre        preprocessFlags
-		readAhead  bool
+		model, out       string
+		labels           string
+		specs            []string
+		opt              infer.Options
+		quiet            bool
+		pre              preprocessFlags
+		readAhead        bool
+		backgroundReader bool
 	)
 	cmd := &cobra.Command{
 		Use:   "infer --model MODEL.onnx --data SPEC --out LOGITS.npz",
@@ -88,9 +89,19 @@ Threads: ONNX Runtime runs the model on --threads intra-op threads (one
 per core this process may use) that sleep when idle (--spin makes them
 spin, as ONNX Runtime does by default); one goroutine reads, decodes and
 preprocesses the next batch while the model runs the current one
-(--read-ahead). Spinning threads lose their cores whenever anything else
-runs, the reader included, and then run at a fraction of their speed;
-docs/ARCHITECTURE.md ("The thread plan") says why.
+(--read-ahead), after the first batch on a thread of background
+priority (Linux's SCHED_IDLE) that runs only on cores the model leaves
+idle, so that reading never slows the model down. It stays at normal
+priority on a busy machine (other processes' load, the load average
+less infer's own use, of half a core or more) and when the first batch
+found no idle core, and continues at
+normal priority once infer has had to wait for a batch longer than the
+model ran (a busy machine, or reading that costs more than the model);
+--background-reader=false keeps it at normal priority throughout.
+Spinning threads lose their cores whenever anything else runs, the
+reader included, and then run at a fraction of their speed;
+docs/ARCHITECTURE.md ("The thread plan") says why. The logits do not
+depend on any of these flags.
 
 ONNX Runtime is loaded from --ort-lib, else $` + infer.RuntimeEnv + `,
 else the cache "fedcalib setup" fills.
@@ -135,6 +146,7 @@ else the cache "fedcalib setup" fills.
 				opt.Progress, finish = inferBar(stderr)
 			}
 			opt.Sequential = !readAhead
+			opt.ForegroundReader = !backgroundReader
 			opt.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{ReplaceAttr: dropTime}))
 			res, err := runInfer(cmd.Context(), model, strings.Join(specs, " + "), opt, specs...)
 			finish()
@@ -168,6 +180,7 @@ else the cache "fedcalib setup" fills.
 	f.IntVar(&opt.Threads, "threads", infer.DefaultThreads(), "ONNX Runtime intra-op threads; by default one per core this process may use (GOMAXPROCS), e.g. --threads 1 to leave the other cores to other work")
 	f.BoolVar(&opt.Spin, "spin", false, "let ONNX Runtime's pool threads spin while they wait for work (its own default) instead of sleeping: can be faster on a machine where nothing else runs, much slower when anything does (e.g. --spin on a dedicated machine)")
 	f.BoolVar(&readAhead, "read-ahead", true, "read, decode and preprocess the next batch on a second goroutine while the model runs the current one; --read-ahead=false reads between runs")
+	f.BoolVar(&backgroundReader, "background-reader", true, "run that goroutine at background priority (SCHED_IDLE) after the first batch, when the machine is quiet, promoted to normal priority once infer waits on it longer than the model runs; e.g. --background-reader=false to read ahead at normal priority throughout")
 	f.StringVar(&opt.Input, "input", "", "the model input to feed (default: the first)")
 	f.StringVar(&opt.Output, "output", "", "the model output to collect (default: the first float32 output)")
 	f.StringVar(&labels, "labels", "", "a labels file, one class name a line in output order, stored in the logits file (must agree with the model's "+infer.KeyClasses+", when it has them)")

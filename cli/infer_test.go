@@ -243,9 +243,41 @@ func TestInferCommandHelp(t *testing.T) {
 		}
 	}
 	_, stdout, _ := fedcalib("infer", "--help")
-	for _, flag := range []string{"--model", "--data", "--out", "--batch", "--threads", "--quiet", "--ort-lib", "--scale", "--mean", "--std", "--layout", "--dtype", "--vocab", "--classes"} {
+	for _, flag := range []string{"--model", "--data", "--out", "--batch", "--threads", "--quiet", "--ort-lib", "--scale", "--mean", "--std", "--layout", "--dtype", "--vocab", "--classes", "--spin", "--read-ahead", "--background-reader"} {
 		if !strings.Contains(stdout, flag+" ") {
 			t.Errorf("infer --help does not document %s", flag)
+		}
+	}
+}
+
+// TestInferThreadFlagsSameFile checks that the flags of the thread plan
+// change the speed, not the file: the same bytes at the defaults, with
+// the reader at normal priority, reading between runs, and on one
+// spinning thread.
+func TestInferThreadFlagsSameFile(t *testing.T) {
+	requireORT(t)
+	imgs, _ := writeIDX(t, 23, 4, 4)
+	dir := t.TempDir()
+	var want []byte
+	for i, flags := range [][]string{
+		nil,
+		{"--background-reader=false"},
+		{"--read-ahead=false"},
+		{"--threads", "1", "--spin"},
+	} {
+		out := filepath.Join(dir, fmt.Sprintf("%d.npz", i))
+		args := append([]string{"infer", "--model", "../infer/testdata/tiny.onnx", "--data", "idx:" + imgs, "--out", out, "--batch", "4", "--quiet"}, flags...)
+		if code, _, stderr := fedcalib(args...); code != 0 {
+			t.Fatalf("%v: exit %d: %s", flags, code, stderr)
+		}
+		got, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want == nil {
+			want = got
+		} else if !bytes.Equal(got, want) {
+			t.Errorf("%v: the file differs from the defaults'", flags)
 		}
 	}
 }

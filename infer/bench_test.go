@@ -120,7 +120,7 @@ func benchBatches(b *testing.B, s *Session, spec string) ([]*Batch, int) {
 	var out []*Batch
 	for eof := false; !eof; {
 		sl := &slot{}
-		if eof, err = bt.fill(sl); err != nil {
+		if eof, _, err = bt.fill(sl, nil); err != nil {
 			b.Fatal(err)
 		}
 		if sl.rows > 0 {

@@ -55,8 +55,24 @@
 //     goroutine while ONNX Runtime runs batch i (Options.Sequential
 //     false): two batch buffers, at most one batch ahead, no copies. With
 //     sleeping pool threads the reader runs in the gaps they leave (the
-//     serial parts of a run, the end of each parallel operator) and takes
-//     from the model no more than its own CPU time.
+//     serial parts of a run, the end of each parallel operator);
+//   - that goroutine reads the first batch at normal priority (the
+//     model waits for it) and the rest on an OS thread of its own at
+//     background priority (Linux's SCHED_IDLE; Options.ForegroundReader
+//     false), so that it runs only on cores the model's threads leave
+//     idle and a model thread that wakes preempts it at once: reading
+//     never stalls a parallel operator of the model. It stays at normal
+//     priority on a busy machine (other processes' load of half a core
+//     or more) and when its first batch waited for a core (a saturated
+//     one): a background thread would get no core there. It moves to a
+//     goroutine of normal priority, from its next record on, once Infer
+//     has waited for a batch longer than the model ran on the previous
+//     one (the machine has become busy, or reading costs more than the
+//     model).
+//
+// The logits do not depend on the plan: batches run in order, so every
+// combination of threads, spinning, reading ahead and reader priority
+// gives the same result bit for bit.
 //
 // The package prints nothing: Infer reports how far it is through
 // Options.Progress, and warnings go to Options.Logger.

@@ -240,7 +240,8 @@ func (e *encoder) encode(r *data.Record, f []float32, n []int64) error {
 		src := r.Image[:e.size]
 		switch {
 		case e.chans == 1:
-			lut := e.lut[:256]
+			lut := (*[256]float32)(e.lut) // a byte indexes it without a bounds check
+			f = f[:len(src)]
 			for i, v := range src {
 				f[i] = lut[v]
 			}

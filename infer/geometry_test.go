@@ -60,7 +60,7 @@ func TestBatcherImageSizes(t *testing.T) {
 		}
 		bt := &batcher{rd: rd, enc: newEncoder(tc.pre, Float32, "x", []int64{3, -1, -1}), dtype: Float32, size: 64, clients: map[string]int32{}}
 		sl := &slot{}
-		_, err = bt.fill(sl)
+		_, _, err = bt.fill(sl, nil)
 		rd.Close()
 		switch {
 		case tc.want != "":

@@ -8,6 +8,7 @@ import (
 	"iter"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/fedcalib/fedcalib/calib"
 	"github.com/fedcalib/fedcalib/infer/data"
@@ -90,15 +91,16 @@ func (s *Session) Infer(ctx context.Context, rd data.Reader) (*Result, error) {
 	}
 
 	b := &batcher{
-		rd:      rd,
-		enc:     newEncoder(s.pre, s.dtype, s.in.Name, s.in.Dimensions[1:]),
-		dtype:   s.dtype,
-		size:    s.opt.Batch,
-		clients: make(map[string]int32),
+		rd:       rd,
+		enc:      newEncoder(s.pre, s.dtype, s.in.Name, s.in.Dimensions[1:]),
+		dtype:    s.dtype,
+		size:     s.opt.Batch,
+		clients:  make(map[string]int32),
+		planHook: s.planHook,
 	}
 	res := &Result{}
 	var extra [][]float32
-	batches, stop := b.batches(ctx, !s.opt.Sequential)
+	batches, stop := b.batches(ctx, !s.opt.Sequential, !s.opt.ForegroundReader)
 	defer stop()
 	for fb := range batches {
 		if fb.err != nil {
@@ -181,6 +183,8 @@ type batcher struct {
 	clients   map[string]int32
 	names     []string
 	anyClient bool // whether any record has had a client name
+
+	planHook func(*readerPlan) // called on the reader's plan before it starts (tests)
 }
 
 // A slot holds one batch of records: their model input and what the
@@ -191,6 +195,7 @@ type slot struct {
 	first  int    // the index of the first record
 	labels []int64
 	client []int32 // client ids of the rows
+	paused bool    // whether a fill stopped before the batch was full
 }
 
 // A filled is a batch ready to run, or the error that ended the reading.
@@ -206,9 +211,11 @@ type filled struct {
 // call more than once. Each batch's slot must be released before the next
 // is received. With ahead, a second goroutine fills the next slot while
 // the caller runs the current one: two slots, so at most one batch is
-// read ahead, and no copies. Without, each batch is read when the caller
-// asks for it, on the caller's goroutine.
-func (b *batcher) batches(ctx context.Context, ahead bool) (iter.Seq[filled], func()) {
+// read ahead, and no copies; with background too, that goroutine reads
+// every batch after the first at background priority until it is
+// promoted (threads.go, readerPlan). Without ahead, each batch is read
+// when the caller asks for it, on the caller's goroutine.
+func (b *batcher) batches(ctx context.Context, ahead, background bool) (iter.Seq[filled], func()) {
 	if !ahead {
 		sl := &slot{}
 		seq := func(yield func(filled) bool) {
@@ -217,7 +224,7 @@ func (b *batcher) batches(ctx context.Context, ahead bool) (iter.Seq[filled], fu
 					yield(filled{err: err})
 					return
 				}
-				eof, err := b.fill(sl)
+				eof, _, err := b.fill(sl, nil)
 				if err != nil {
 					yield(filled{err: err})
 					return
@@ -238,8 +245,22 @@ func (b *batcher) batches(ctx context.Context, ahead bool) (iter.Seq[filled], fu
 	out := make(chan filled) // unbuffered: the free slots bound the reading ahead
 	done := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		defer close(out)
+	var plan readerPlan
+	if b.planHook != nil {
+		b.planHook(&plan)
+	}
+	var read func(background bool, resume *slot)
+	read = func(background bool, resume *slot) {
+		handed := false
+		defer func() {
+			if !handed {
+				close(out)
+			}
+		}()
+		lowered := false
+		if background {
+			plan.start()
+		}
 		send := func(f filled) bool {
 			select {
 			case out <- f:
@@ -249,19 +270,48 @@ func (b *batcher) batches(ctx context.Context, ahead bool) (iter.Seq[filled], fu
 			}
 		}
 		for {
-			var sl *slot
-			select {
-			case sl = <-free:
-			case <-done:
-				return
+			sl := resume
+			resume = nil
+			if sl == nil {
+				select {
+				case sl = <-free:
+				case <-done:
+					return
+				}
+			}
+			if background && !lowered && b.n > 0 {
+				// The first batch is read while the model waits for
+				// it, at normal priority; the rest while it runs.
+				lowered = true
+				background = plan.enter()
 			}
 			if err := ctx.Err(); err != nil {
 				send(filled{err: err})
 				return
 			}
-			eof, err := b.fill(sl)
+			eof, paused, err := b.fill(sl, func() bool {
+				select {
+				case <-done: // stop was called: end before the next record
+					return true
+				default:
+					return background && plan.promoted()
+				}
+			})
 			if err != nil {
 				send(filled{err: err})
+				return
+			}
+			if paused {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				// Promoted: a goroutine of normal priority finishes
+				// this batch and reads the rest; this one's thread
+				// ends with it (readerPlan.enter).
+				handed = true
+				wg.Go(func() { read(false, sl) })
 				return
 			}
 			if sl.rows > 0 && !send(filled{slot: sl, release: func() { free <- sl }}) {
@@ -271,42 +321,89 @@ func (b *batcher) batches(ctx context.Context, ahead bool) (iter.Seq[filled], fu
 				return
 			}
 		}
-	})
+	}
+	wg.Go(func() { read(background, nil) })
 	var once sync.Once
 	stop := func() {
 		once.Do(func() { close(done) })
 		wg.Wait()
 	}
 	seq := func(yield func(filled) bool) {
-		for f := range out {
+		var busy time.Duration // how long the caller took over the last batch
+		var timer *time.Timer
+		defer func() {
+			if timer != nil {
+				timer.Stop()
+			}
+		}()
+		for {
+			var f filled
+			var ok bool
+			select {
+			case f, ok = <-out:
+			default:
+				// Wait, and promote the reader once the wait is longer
+				// than its patience (readerPlan.patience).
+				if d := plan.patience(busy); background && d > 0 && !plan.promoted() {
+					if timer == nil {
+						timer = time.NewTimer(d)
+					} else {
+						timer.Reset(d)
+					}
+					select {
+					case f, ok = <-out:
+						timer.Stop()
+					case <-timer.C:
+						plan.promoteNow()
+						f, ok = <-out
+					}
+				} else {
+					f, ok = <-out
+				}
+			}
+			if !ok {
+				return
+			}
+			t0 := time.Now()
 			if !yield(f) {
 				return
 			}
+			busy = time.Since(t0)
 		}
 	}
 	return seq, stop
 }
 
-// fill reads up to b.size records into sl and reports whether the data
-// ended.
-func (b *batcher) fill(sl *slot) (eof bool, err error) {
-	sl.rows, sl.first, sl.labels, sl.client = 0, b.n, sl.labels[:0], sl.client[:0]
+// fill reads records into sl until it holds b.size or the data ends, and
+// reports whether the data ended. It starts a new batch unless the last
+// fill of sl paused: when pause is not nil and returns true before a
+// record, fill returns paused with the rows read so far, and the next
+// fill of sl continues the batch (on whichever goroutine).
+func (b *batcher) fill(sl *slot, pause func() bool) (eof, paused bool, err error) {
+	if !sl.paused {
+		sl.rows, sl.first, sl.labels, sl.client = 0, b.n, sl.labels[:0], sl.client[:0]
+	}
+	sl.paused = false
 	for sl.rows < b.size {
+		if pause != nil && pause() {
+			sl.paused = true
+			return false, true, nil
+		}
 		err := b.rd.Next(&b.rec)
 		if errors.Is(err, io.EOF) {
-			return true, nil
+			return true, false, nil
 		}
 		if err != nil {
-			return false, fmt.Errorf("reading record %d: %w", b.n, err)
+			return false, false, fmt.Errorf("reading record %d: %w", b.n, err)
 		}
 		b.geo.pre = &b.enc.pre
 		rec, err := b.geo.apply(&b.rec)
 		if err != nil {
-			return false, fmt.Errorf("record %d: %w", b.n, err)
+			return false, false, fmt.Errorf("record %d: %w", b.n, err)
 		}
 		if !b.planned {
 			if err := b.enc.plan(rec); err != nil {
-				return false, fmt.Errorf("record %d: %w", b.n, err)
+				return false, false, fmt.Errorf("record %d: %w", b.n, err)
 			}
 			b.planned = true
 		}
@@ -315,7 +412,7 @@ func (b *batcher) fill(sl *slot) (eof bool, err error) {
 		}
 		f, i := sl.buf.row(sl.rows, b.enc.size)
 		if err := b.enc.encode(rec, f, i); err != nil {
-			return false, fmt.Errorf("record %d: %w", b.n, err)
+			return false, false, fmt.Errorf("record %d: %w", b.n, err)
 		}
 		sl.labels = append(sl.labels, int64(rec.Label))
 		b.anyClient = b.anyClient || rec.Client != ""
@@ -323,7 +420,7 @@ func (b *batcher) fill(sl *slot) (eof bool, err error) {
 		sl.rows++
 		b.n++
 	}
-	return false, nil
+	return false, false, nil
 }
 
 // newBatch allocates a batch of rows records of the given sample shape.
@@ -382,7 +479,7 @@ func (s *Session) Encode(ctx context.Context, rd data.Reader, n int) (*Batch, []
 		size:    n,
 		clients: make(map[string]int32),
 	}
-	batches, stop := b.batches(ctx, false)
+	batches, stop := b.batches(ctx, false, false)
 	defer stop()
 	for fb := range batches {
 		if fb.err != nil {

@@ -98,7 +98,14 @@ func cpuTime(b *testing.B) time.Duration {
 //	             plan (threads.go): reading, decoding, preprocessing, runs,
 //	             labels, checks;
 //	infer-spin   the same with Options.Spin;
-//	infer-seq    the same with Options.Sequential.
+//	infer-seq    the same with Options.Sequential;
+//	infer-fg     the same with Options.ForegroundReader (the reader at
+//	             normal priority throughout: the plan before issue #32's);
+//	infer-bg     the same with the reader at background priority however
+//	             busy the machine (readerPlan.always: no quiet-machine or
+//	             saturation check; promotion still applies);
+//	infer-less1  the same on one intra-op thread fewer (at least 1),
+//	             leaving a core to the reader.
 //
 // All get the same intra-op threads (FEDCALIB_BENCH_THREADS, else
 // DefaultThreads). It reports each variant's median records/s and, against
@@ -117,12 +124,18 @@ func BenchmarkInferOverhead(b *testing.B) {
 	if names[0] == "" {
 		names = []string{"peer", "peer-nospin", "infer"}
 	}
-	infer := func(opt Options) func() {
+	infer := func(opt Options, always ...bool) func() {
 		o := benchOptions(b)
-		o.Spin, o.Sequential = opt.Spin, opt.Sequential
+		o.Spin, o.Sequential, o.ForegroundReader = opt.Spin, opt.Sequential, opt.ForegroundReader
+		if opt.Threads != 0 {
+			o.Threads = opt.Threads
+		}
 		si, err := OpenSession(model, o)
 		if err != nil {
 			b.Fatal(err)
+		}
+		if len(always) > 0 && always[0] {
+			si.planHook = func(p *readerPlan) { p.always = true }
 		}
 		b.Cleanup(func() { si.Close() })
 		return func() { runInfer(b, si, spec, n) }
@@ -140,6 +153,16 @@ func BenchmarkInferOverhead(b *testing.B) {
 			run[k] = infer(Options{Spin: true})
 		case "infer-seq":
 			run[k] = infer(Options{Sequential: true})
+		case "infer-fg":
+			run[k] = infer(Options{ForegroundReader: true})
+		case "infer-bg":
+			run[k] = infer(Options{}, true)
+		case "infer-less1":
+			t := threads
+			if t == 0 {
+				t = DefaultThreads()
+			}
+			run[k] = infer(Options{Threads: max(1, t-1)})
 		default:
 			b.Fatalf("FEDCALIB_BENCH_VARIANTS: unknown variant %q", name)
 		}

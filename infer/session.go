@@ -26,8 +26,9 @@ const MaxThreads = 1024
 
 // Options configures a Session. The zero value runs the first input and
 // first float32 output of the model on DefaultThreads() threads that
-// sleep when idle, 256 records at a time, reading one batch ahead, with
-// the preprocessing recorded in the model (the thread plan: threads.go).
+// sleep when idle, 256 records at a time, reading one batch ahead at
+// background priority, with the preprocessing recorded in the model (the
+// thread plan: threads.go).
 type Options struct {
 	// Runtime is the ONNX Runtime shared library to load. Empty means
 	// ResolveRuntime's search: $ONNXRUNTIME_SHARED_LIBRARY_PATH, then the
@@ -47,6 +48,18 @@ type Options struct {
 	// preprocesses the next batch on a second goroutine while ONNX
 	// Runtime runs the current one.
 	Sequential bool
+	// ForegroundReader runs that second goroutine at normal priority
+	// throughout. False (the zero value) reads the first batch at normal
+	// priority and the rest on a thread of background priority (Linux's
+	// SCHED_IDLE), so that the reader runs only on cores the model's
+	// threads leave idle and never preempts them; it stays at normal
+	// priority when other processes' load is half a core or more or the
+	// first batch found no idle core, and is promoted
+	// to normal priority once Infer has had to wait for a batch longer
+	// than the model ran (a busy machine, or reading that costs more
+	// than the model). Outside Linux the reader always runs at normal
+	// priority. The logits are the same either way.
+	ForegroundReader bool
 	// Input names the model input to feed. Empty means the first input.
 	Input string
 	// Output names the model output to collect. Empty means the first
@@ -99,6 +112,8 @@ type Session struct {
 	pre     Preprocessing
 	classes int   // output columns; 0 until known
 	cols    []int // columns of each extra output; 0 until known
+
+	planHook func(*readerPlan) // batcher.planHook (tests)
 }
 
 // OpenSession loads the ONNX model at path, loading ONNX Runtime first if

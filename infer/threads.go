@@ -3,13 +3,16 @@ package infer
 import (
 	"fmt"
 	"runtime"
+	"sync/atomic"
+	"time"
 
 	ort "github.com/yalue/onnxruntime_go"
 )
 
 // This file holds the thread plan (package documentation, "The thread
 // plan"): DefaultThreads and threadPlan.apply are the only code that
-// decides how ONNX Runtime uses the cores.
+// decides how ONNX Runtime uses the cores, and readerPlan the only code
+// that decides the priority of Infer's read-ahead goroutine.
 
 // DefaultThreads returns the intra-op threads a session gets when
 // Options.Threads or GraphOptions.Threads is zero: runtime.GOMAXPROCS(0),
@@ -52,3 +55,112 @@ func (p threadPlan) apply(so *ort.SessionOptions) error {
 	}
 	return nil
 }
+
+// readerPlan is the read-ahead goroutine's part of the thread plan
+// (package documentation, "The thread plan"). The zero value is a plan
+// whose reader has not been promoted.
+type readerPlan struct {
+	promote atomic.Bool   // set once the reader is to leave background priority
+	always  bool          // lower the reader even on a busy machine (tests)
+	floor   time.Duration // the least patience; zero means minPatience
+
+	wall0 time.Time     // when the first batch began
+	cpu0  time.Duration // the reader thread's CPU time then
+}
+
+// start is called by the reader before its first batch, which it reads
+// at normal priority while the model waits for it: it moves the calling
+// goroutine onto an OS thread of its own and notes the time and the
+// thread's CPU time, for enter.
+func (p *readerPlan) start() {
+	runtime.LockOSThread()
+	p.wall0, p.cpu0 = time.Now(), threadCPU()
+}
+
+// enter is called by the reader after its first batch, before the
+// second (which it reads while the model runs). It puts the reader's
+// thread at background priority (Linux's SCHED_IDLE: it runs only on a
+// core no thread of normal priority wants, and one that wakes preempts
+// it at once) and reports whether it did. It does not when the first
+// batch showed the machine saturated (saturated), nor when other
+// processes keep it busy (othersLoad at least quietLoad), for a
+// background thread would then wait for every one of them, nor where the
+// system refuses. The
+// goroutine never unlocks the thread after lowering it, so the thread
+// ends with it and no other goroutine ever runs at that priority; a
+// thread of an unprivileged process cannot leave SCHED_IDLE, which is why
+// promotion hands the reading to a new goroutine instead.
+func (p *readerPlan) enter() bool {
+	cpu := threadCPU()
+	others, ok := othersLoad()
+	if !p.always && (!ok || others >= quietLoad || cpu < 0 || p.cpu0 < 0 || saturated(time.Since(p.wall0), cpu-p.cpu0)) {
+		runtime.UnlockOSThread()
+		return false
+	}
+	if setBackground(gettid()) != nil {
+		runtime.UnlockOSThread()
+		return false
+	}
+	return true
+}
+
+// quietLoad is the load, in cores, that other processes may put on the
+// machine for the reader to go to background priority: below it the
+// machine is taken to be quiet. A background thread waits for every
+// runnable thread of normal priority, so on a busy machine it would be
+// starved; there the reader stays at normal priority (the plan of
+// Options.ForegroundReader).
+const quietLoad = 0.5
+
+// othersFrom returns the load of other processes, in cores, from the
+// 1-minute load average load1 and this process's CPU time cpu over the
+// wall seconds it has run (its own average use, which the load average
+// counts too), never below 0.
+func othersFrom(load1, cpu, wall float64) float64 {
+	own := 0.0
+	if wall > 0 {
+		own = cpu / wall
+	}
+	return max(0, load1-own)
+}
+
+// saturated reports whether a reader that took wall to read its first
+// batch, of which it ran cpu on a core, waited for a core: more than
+// twice its CPU time and 2 ms besides. The model does not run then, so
+// the wait was for other processes: the machine has no idle core for a
+// background thread.
+func saturated(wall, cpu time.Duration) bool {
+	return wall > 2*cpu+2*time.Millisecond
+}
+
+// promoted reports whether the reader is to continue at normal priority.
+func (p *readerPlan) promoted() bool { return p.promote.Load() }
+
+// patience returns how long Infer waits for a batch before it promotes
+// the reader, after spending busy (its model run and bookkeeping) on the
+// previous batch: as long as the model ran, and at least minPatience
+// (shorter waits are the scheduler's noise). A wait that long means the
+// reader did not keep up even with the model's cores left to it — the
+// machine has become busy with other work, to which a background thread
+// yields, or reading costs more than running — so the reader continues
+// at normal priority for the rest of the data. With busy zero (before
+// the first run) it returns zero: no promotion.
+func (p *readerPlan) patience(busy time.Duration) time.Duration {
+	if busy <= 0 {
+		return 0
+	}
+	floor := p.floor
+	if floor == 0 {
+		floor = minPatience
+	}
+	return max(busy, floor)
+}
+
+// minPatience is the least time Infer waits for a batch before it
+// promotes the reader: a thread that wakes takes tens of microseconds to
+// run, so shorter waits say nothing about the machine.
+const minPatience = time.Millisecond
+
+// promoteNow promotes the reader: it pauses before its next record and a
+// goroutine of normal priority continues.
+func (p *readerPlan) promoteNow() { p.promote.Store(true) }

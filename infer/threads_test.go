@@ -2,11 +2,16 @@ package infer
 
 import (
 	"context"
+	"math"
 	"reflect"
 	"runtime"
+	"slices"
 	"testing"
+	"time"
 
 	ort "github.com/yalue/onnxruntime_go"
+
+	"github.com/fedcalib/fedcalib/infer/data"
 )
 
 // TestThreadPlan checks the session options the thread plan sets: pool
@@ -59,6 +64,8 @@ func TestThreadPlanSameLogits(t *testing.T) {
 		{Threads: 1},
 		{Threads: 2, Spin: true},
 		{Threads: 2, Spin: true, Sequential: true},
+		{ForegroundReader: true},
+		{Threads: 1, ForegroundReader: true},
 		{},
 	} {
 		opt.Batch = 8
@@ -74,5 +81,171 @@ func TestThreadPlanSameLogits(t *testing.T) {
 		if !reflect.DeepEqual(res, want) {
 			t.Errorf("%+v: result differs from one sequential thread's", opt)
 		}
+	}
+}
+
+// policyReader is a sliceReader that records the scheduling policy of
+// the thread each Next call runs on (-1 where it cannot tell), sleeps
+// before returning the records that slow names, and calls promote (when
+// not nil) in the Next call of record promoteAt.
+type policyReader struct {
+	sliceReader
+	policy    []int
+	slow      map[int]time.Duration
+	promote   func()
+	promoteAt int
+}
+
+func (r *policyReader) Next(rec *data.Record) error {
+	time.Sleep(r.slow[r.i])
+	if r.promote != nil && r.i == r.promoteAt {
+		r.promote()
+	}
+	p, err := schedPolicy(gettid())
+	if err != nil {
+		p = -1
+	}
+	r.policy = append(r.policy, p)
+	return r.sliceReader.Next(rec)
+}
+
+// requireBackground skips the test where a thread cannot be put at
+// background priority (outside Linux, or a sandbox that forbids it).
+func requireBackground(t *testing.T) {
+	t.Helper()
+	errc := make(chan error)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		errc <- setBackground(gettid())
+	}()
+	if err := <-errc; err != nil {
+		t.Skipf("no background priority here: %v", err)
+	}
+}
+
+// TestReaderPriority checks the reader's part of the thread plan, with
+// the quiet-machine checks off (readerPlan.always) so that it holds on
+// any machine: the read-ahead reader reads the first batch (while the
+// model waits) at normal priority (SCHED_OTHER, 0) and the next ones at
+// background priority (SCHED_IDLE) while it is not promoted; promoted
+// in the middle of a batch (here by the reader itself, at record 6, so
+// that the test does not depend on timing), it reads the rest from the
+// next record on at normal priority; promoted because Infer waited
+// longer than its patience (a read that sleeps 300 ms against a patience
+// of 100 ms), it ends at normal priority. ForegroundReader and
+// Sequential read at normal priority throughout. The logits are those of
+// one thread reading between runs in every case.
+func TestReaderPriority(t *testing.T) {
+	requireBackground(t)
+	const n, batch = 12, 4
+	recs := imageRecords(images(n, 16, 3), 4, 4, 1)
+	never := time.Hour
+	for _, tc := range []struct {
+		name      string
+		opt       Options
+		floor     time.Duration // readerPlan.floor
+		slow      map[int]time.Duration
+		promoteAt int // -1: the reader does not promote itself
+		want      []int
+	}{
+		{"background", Options{}, never, nil, -1, []int{0, 0, 0, 0, 5, 5, 5, 5, 5, 5, 5, 5, 5}},
+		{"promoted", Options{}, never, nil, 6, []int{0, 0, 0, 0, 5, 5, 5, 0, 0, 0, 0, 0, 0}},
+		{"waited", Options{}, 100 * time.Millisecond, map[int]time.Duration{6: 300 * time.Millisecond}, -1, nil},
+		{"foreground", Options{ForegroundReader: true}, never, nil, -1, make([]int, n+1)},
+		{"sequential", Options{Sequential: true}, never, nil, -1, make([]int, n+1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.opt.Batch, tc.opt.Threads = batch, 1
+			s := openTest(t, "testdata/tiny.onnx", tc.opt)
+			rd := &policyReader{sliceReader: sliceReader{recs: recs}, slow: tc.slow, promoteAt: tc.promoteAt}
+			s.planHook = func(p *readerPlan) {
+				p.always, p.floor = true, tc.floor
+				rd.promote = p.promoteNow
+			}
+			res, err := s.Infer(context.Background(), rd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Next is called once more, for the io.EOF.
+			if tc.want != nil && !slices.Equal(rd.policy, tc.want) {
+				t.Errorf("policies of the Next calls %v, want %v", rd.policy, tc.want)
+			}
+			if tc.want == nil && (len(rd.policy) != n+1 || rd.policy[0] != 0 || rd.policy[n] != 0) {
+				t.Errorf("policies of the Next calls %v, want %d calls, the first and the last at 0", rd.policy, n+1)
+			}
+			ref := openTest(t, "testdata/tiny.onnx", Options{Batch: batch, Threads: 1, Sequential: true})
+			want, err := ref.Infer(context.Background(), &sliceReader{recs: recs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(res, want) {
+				t.Errorf("result differs from one sequential thread's")
+			}
+		})
+	}
+}
+
+// TestPatience checks how long Infer waits before it promotes the reader:
+// as long as the model ran, at least minPatience (or the plan's floor),
+// and no promotion before the first run.
+func TestPatience(t *testing.T) {
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		floor, busy, want time.Duration
+	}{
+		{0, 0, 0},
+		{0, 5 * ms, 5 * ms},
+		{0, 10 * time.Microsecond, minPatience},
+		{100 * ms, 5 * ms, 100 * ms},
+		{100 * ms, 0, 0},
+	} {
+		p := readerPlan{floor: tc.floor}
+		if got := p.patience(tc.busy); got != tc.want {
+			t.Errorf("floor %v: patience(%v) = %v, want %v", tc.floor, tc.busy, got, tc.want)
+		}
+	}
+}
+
+// TestSaturated checks the rule by which the reader stays at normal
+// priority: its first batch, read while the model waited, took more than
+// twice its CPU time and 2 ms besides.
+func TestSaturated(t *testing.T) {
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		wall, cpu time.Duration
+		want      bool
+	}{
+		{10 * ms, 10 * ms, false},  // a core of its own
+		{22 * ms, 10 * ms, false},  // 2×10 + 2 ms: not more
+		{23 * ms, 10 * ms, true},   // waited for a core
+		{2 * ms, 0, false},         // a batch too small to tell
+		{500 * ms, 100 * ms, true}, // one core in five
+	} {
+		if got := saturated(tc.wall, tc.cpu); got != tc.want {
+			t.Errorf("saturated(%v, %v) = %t, want %t", tc.wall, tc.cpu, got, tc.want)
+		}
+	}
+}
+
+// TestOthersFrom checks the load of other processes: the load average
+// less this process's average use of the cores, never negative.
+func TestOthersFrom(t *testing.T) {
+	for _, tc := range []struct {
+		load1, cpu, wall, want float64
+	}{
+		{0.25, 0, 1, 0.25},    // just started: all of it is others'
+		{2.0, 30, 20, 0.5},    // 1.5 cores our own
+		{1.0, 40, 20, 0},      // more than the average is ours
+		{12.0, 10, 100, 11.9}, // a busy machine
+		{0.3, 5, 0, 0.3},      // no wall time: nothing to subtract
+	} {
+		if got := othersFrom(tc.load1, tc.cpu, tc.wall); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("othersFrom(%v, %v, %v) = %v, want %v", tc.load1, tc.cpu, tc.wall, got, tc.want)
+		}
+	}
+	load, ok := othersLoad()
+	t.Logf("othersLoad() = %.2f, %t", load, ok)
+	if runtime.GOOS == "linux" && (!ok || load < 0) {
+		t.Errorf("othersLoad() = %v, %t: want a load >= 0 on Linux", load, ok)
 	}
 }
