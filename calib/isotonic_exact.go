@@ -1,0 +1,248 @@
+package calib
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"sort"
+)
+
+// IsotonicTieResolution is the resolution below which the exact isotonic
+// fit takes two scores as one: sorted scores are merged into the group
+// of the first score of the group while they exceed it by less than
+// 10⁻¹⁵, the resolution of float64 that scikit-learn's IsotonicRegression
+// merges duplicate inputs at (np.finfo(np.float64).resolution).
+const IsotonicTieResolution = 1e-15
+
+// fitExact fits b to the labelled logits of s by the exact isotonic
+// regression of each class (see Isotonic), leaving b unchanged on error.
+func (b *Isotonic) fitExact(s *Set) error {
+	if err := checkFit(s); err != nil {
+		return err
+	}
+	n, c := s.Len(), s.Classes
+	probs := make([]float64, len(s.Logits))
+	for i := range n {
+		Softmax(probs[i*c:(i+1)*c], s.Row(i))
+	}
+	xs, ys := make([][]float64, c), make([][]float64, c)
+	w := &exactWork{}
+	total := 0
+	for j := range c {
+		xs[j], ys[j] = w.fit(probs, s.Labels, j, c)
+		total += 2 * len(xs[j])
+	}
+	if total > MaxSize {
+		return fmt.Errorf("exact isotonic regression of %d rows and %d classes keeps %d breakpoint values, more than the %d a calibrator may hold: fit on bins (a bin exponent, calibrate --bins-exp)", n, c, total, MaxSize)
+	}
+	*b = Isotonic{X: xs, Y: ys}
+	return nil
+}
+
+// exactWork holds the scratch space of fitting the classes of an exact
+// Isotonic one after another; the zero value is ready to use.
+type exactWork struct {
+	pts     []scorePoint
+	x, y, w []float64
+}
+
+// scorePoint is one row's class-j score and 0/1 target.
+type scorePoint struct{ x, y float64 }
+
+// fit returns the breakpoints of the exact isotonic fit of class j of c
+// to the rows of probs (row-major, c a row) with labels: sorted by score
+// (then target), scores within IsotonicTieResolution of their group's
+// first merged into it at their mean target and summed weight, pooled
+// by PAV, clipped to [0, 1], and reduced to the points where the fitted
+// value changes plus the two ends. It allocates the returned slices.
+func (w *exactWork) fit(probs []float64, labels []int, j, c int) (x, y []float64) {
+	w.pts = w.pts[:0]
+	for i, l := range labels {
+		t := 0.0
+		if l == j {
+			t = 1
+		}
+		w.pts = append(w.pts, scorePoint{probs[i*c+j], t})
+	}
+	slices.SortFunc(w.pts, func(a, b scorePoint) int {
+		if r := cmp.Compare(a.x, b.x); r != 0 {
+			return r
+		}
+		return cmp.Compare(a.y, b.y)
+	})
+	w.x, w.y, w.w = mergeTies(w.pts, w.x[:0], w.y[:0], w.w[:0])
+	pavInPlace(w.y, w.w)
+	for i, v := range w.y {
+		w.y[i] = min(max(v, 0), 1)
+	}
+	return compressBreakpoints(w.x, w.y)
+}
+
+// mergeTies appends to x, y and wt the distinct scores of the sorted
+// points pts, their mean targets and their counts, as scikit-learn's
+// _make_unique: a point less than IsotonicTieResolution above the first
+// score of the current group joins the group, whose score is that first
+// score.
+func mergeTies(pts []scorePoint, x, y, wt []float64) ([]float64, []float64, []float64) {
+	cur := pts[0].x
+	var sw, swy float64
+	for _, p := range pts {
+		if p.x-cur >= IsotonicTieResolution {
+			x, y, wt = append(x, cur), append(y, swy/sw), append(wt, sw)
+			cur, sw, swy = p.x, 1, p.y
+			continue
+		}
+		sw++
+		swy += p.y
+	}
+	return append(x, cur), append(y, swy/sw), append(wt, sw)
+}
+
+// pavInPlace replaces y by its weighted least-squares non-decreasing fit
+// under the positive weights w (which it overwrites), by the
+// pool-adjacent-violators algorithm as scikit-learn's
+// _inplace_contiguous_isotonic_regression runs it: a single pass that
+// pools any non-increasing run (ties included) and backtracks, O(n). It
+// computes what pav does, in scikit-learn's order of operations, so that
+// the pooled blocks and their means agree with scikit-learn's bit for bit
+// on the same input. It panics when the lengths differ.
+func pavInPlace(y, w []float64) {
+	n := len(y)
+	if len(w) != n {
+		panic(fmt.Sprintf("calib: pav of %d values with %d weights", n, len(w)))
+	}
+	// target describes the blocks: if [i..k] is a block, target[i] = k
+	// and target[k] = i; at a block's start i, w[i] is its total weight
+	// and y[i] its weighted mean.
+	target := make([]int, n)
+	for i := range target {
+		target[i] = i
+	}
+	i := 0
+	for i < n {
+		k := target[i] + 1
+		if k == n {
+			break
+		}
+		if y[i] < y[k] {
+			i = k
+			continue
+		}
+		swy, sw := w[i]*y[i], w[i]
+		for {
+			prev := y[k]
+			swy += w[k] * y[k]
+			sw += w[k]
+			k = target[k] + 1
+			if k == n || prev < y[k] {
+				y[i], w[i] = swy/sw, sw
+				target[i], target[k-1] = k-1, i
+				if i > 0 {
+					i = target[i-1]
+				}
+				break
+			}
+		}
+	}
+	for i := 0; i < n; {
+		k := target[i] + 1
+		for m := i + 1; m < k; m++ {
+			y[m] = y[i]
+		}
+		i = k
+	}
+}
+
+// compressBreakpoints returns copies of the points (x, y) reduced as
+// scikit-learn's IsotonicRegression reduces them: the first and last
+// point, and every point whose value differs from that of the point
+// before it or of the point after it. Linear interpolation between the
+// kept points gives the same function on [x_0, x_last].
+func compressBreakpoints(x, y []float64) (kx, ky []float64) {
+	n := len(x)
+	for i := range n {
+		if i == 0 || i == n-1 || y[i] != y[i-1] || y[i] != y[i+1] {
+			kx, ky = append(kx, x[i]), append(ky, y[i])
+		}
+	}
+	return slices.Clip(kx), slices.Clip(ky)
+}
+
+// interpolate returns the piecewise-linear map through the breakpoints
+// (x, y) at v, as scikit-learn's IsotonicRegression.predict with
+// out_of_bounds="clip" computes it (NumPy's interp): v is clipped to
+// [x_0, x_last]; at x_last, and for a single breakpoint, the value is
+// y_last; otherwise, with k the last breakpoint at or below v, it is
+// s·(v − x_k) + y_k with s = (y_(k+1) − y_k)/(x_(k+1) − x_k).
+func interpolate(x, y []float64, v float64) float64 {
+	last := len(x) - 1
+	switch {
+	case v >= x[last]: // also a single breakpoint
+		return y[last]
+	case v <= x[0]:
+		return y[0]
+	}
+	// The first breakpoint above v is k+1: 1 ≤ k+1 ≤ last.
+	k := sort.Search(last, func(i int) bool { return x[i+1] > v })
+	s := (y[k+1] - y[k]) / (x[k+1] - x[k])
+	return s*(v-x[k]) + y[k]
+}
+
+// Breakpoints returns the number of breakpoints of an exact fit, summed
+// over the classes: 0 for a binned fit.
+func (b *Isotonic) Breakpoints() int {
+	n := 0
+	for _, x := range b.X {
+		n += len(x)
+	}
+	return n
+}
+
+// validateExact checks the breakpoints of an exact fit: one list per
+// class for at least 2 classes, x and y of one length ≥ 1, x finite and
+// strictly increasing in [0, 1], y non-decreasing in [0, 1].
+func (b *Isotonic) validateExact() error {
+	if len(b.X) != len(b.Y) {
+		return fmt.Errorf("x has breakpoints of %d classes but y of %d", len(b.X), len(b.Y))
+	}
+	if len(b.X) < 2 {
+		return fmt.Errorf("breakpoints of %d classes: want at least 2 classes", len(b.X))
+	}
+	if 2*b.Breakpoints() > MaxSize {
+		return fmt.Errorf("%d breakpoints: more than the %d values a calibrator may hold", b.Breakpoints(), MaxSize)
+	}
+	for j := range b.X {
+		x, y := b.X[j], b.Y[j]
+		switch {
+		case len(x) != len(y):
+			return fmt.Errorf("class %d has %d breakpoints in x but %d in y", j, len(x), len(y))
+		case len(x) == 0:
+			return fmt.Errorf("class %d has no breakpoints: want at least 1", j)
+		}
+		for i := range x {
+			switch {
+			case !(x[i] >= 0 && x[i] <= 1):
+				return fmt.Errorf("x of class %d, breakpoint %d is %v: want a probability in [0, 1]", j, i, x[i])
+			case !(y[i] >= 0 && y[i] <= 1):
+				return fmt.Errorf("y of class %d, breakpoint %d is %v: want a probability in [0, 1]", j, i, y[i])
+			case i > 0 && !(x[i] > x[i-1]):
+				return fmt.Errorf("x of class %d does not increase from %v at breakpoint %d to %v at %d: want strictly increasing scores", j, x[i-1], i-1, x[i], i)
+			case i > 0 && y[i] < y[i-1]:
+				return fmt.Errorf("y of class %d decreases from %v at breakpoint %d to %v at %d: isotonic fits are non-decreasing", j, y[i-1], i-1, y[i], i)
+			}
+		}
+	}
+	return nil
+}
+
+// predictExact is Predict of an exact fit.
+func (b *Isotonic) predictExact(dst, logits []float64) {
+	if len(b.X) == 0 || len(b.X) != len(b.Y) {
+		panic("calib: Predict on an isotonic calibrator that is not fitted")
+	}
+	predictOneVsAll(dst, logits, len(b.X), &b.Weights, func(g, p []float64) {
+		for j, v := range p {
+			g[j] = interpolate(b.X[j], b.Y[j], v)
+		}
+	})
+}
