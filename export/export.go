@@ -353,12 +353,21 @@ func Standalone(c calib.Calibrator) (*onnx.Model, error) {
 	return onnx.FromProto(pb)
 }
 
+// ProbeBreakpoints is the most breakpoints of each class of an exact
+// isotonic calibrator that Probe puts a row at (and as many rows between
+// breakpoints), so that the probe set stays C·2·ProbeBreakpoints rows at
+// most however many breakpoints a fit keeps.
+const ProbeBreakpoints = 64
+
 // Probe returns a probe set of logits (n×classes, float32, row-major) for
 // verifying calibrator c: random logits at several scales, extreme logits
 // (±1e4), ties, and, for binning calibrators, for every class and bin a
 // row whose softmax probability of that class falls in the middle of
 // that bin; for scaling-binning, for every class and positive threshold
-// a row whose scaled probability of that class lies at the threshold.
+// a row whose scaled probability of that class lies at the threshold;
+// for exact isotonic regression, for every class, rows whose probability
+// of that class lies at its breakpoints and halfway between them (at
+// most ProbeBreakpoints of each, evenly spaced).
 func Probe(c calib.Calibrator, seed uint64) []float32 {
 	k := c.Classes()
 	rng := rand.New(rand.NewPCG(seed, 0x70726f6265)) // "probe"
@@ -410,6 +419,28 @@ func Probe(c calib.Calibrator, seed uint64) []float32 {
 			}
 			row[j] = float32(math.Log(p))
 			add()
+		}
+	}
+	if iso, ok := c.(*calib.Isotonic); ok && iso.Exact() {
+		at := func(j int, p float64) {
+			if !(p > 0 && p < 1) {
+				return
+			}
+			rest := float32(math.Log((1 - p) / float64(k-1)))
+			for i := range row {
+				row[i] = rest
+			}
+			row[j] = float32(math.Log(p))
+			add()
+		}
+		for j, x := range iso.X {
+			step := max(1, (len(x)+ProbeBreakpoints-1)/ProbeBreakpoints)
+			for m := 0; m < len(x); m += step {
+				at(j, x[m])
+				if m+1 < len(x) {
+					at(j, (x[m]+x[m+1])/2)
+				}
+			}
 		}
 	}
 	if sb, ok := c.(*calib.ScalingBinning); ok {
