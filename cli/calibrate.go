@@ -93,6 +93,8 @@ cost is spent and recorded in the ledger all the same). It writes
 the output atomically and never over an input.`,
 		Example: `  fedcalib calibrate --central --method temp --logits cifar10.npz --out temp.json
   fedcalib calibrate --central --method bbq --bins-exp 5 --logits cifar10.npz --out bbq.json
+  # isotonic regression fitted exactly, as scikit-learn's IsotonicRegression per class
+  fedcalib calibrate --central --method isotonic --logits cifar10.npz --out isotonic.json
   fedcalib calibrate --central --method fedcal --seed 7 --logits femnist.npz --out fedcal.json
   # split held-out data in halves: fit on one, report on the other
   fedcalib partition --data-or-logits test.npz --scheme iid --clients 1 --fractions 0,0.5,0.5 --out halves.json
