@@ -3,8 +3,10 @@ package calib
 import (
 	"cmp"
 	"fmt"
+	"runtime"
 	"slices"
 	"sort"
+	"sync"
 )
 
 // IsotonicTieResolution is the resolution below which the exact isotonic
@@ -15,7 +17,8 @@ import (
 const IsotonicTieResolution = 1e-15
 
 // fitExact fits b to the labelled logits of s by the exact isotonic
-// regression of each class (see Isotonic), leaving b unchanged on error.
+// regression of each class (see Isotonic), the classes on up to
+// GOMAXPROCS goroutines, leaving b unchanged on error.
 func (b *Isotonic) fitExact(s *Set) error {
 	if err := checkFit(s); err != nil {
 		return err
@@ -25,12 +28,24 @@ func (b *Isotonic) fitExact(s *Set) error {
 	for i := range n {
 		Softmax(probs[i*c:(i+1)*c], s.Row(i))
 	}
+	// The classes are independent: one worker fits every workers-th
+	// class, each into its own slot, so the result does not depend on
+	// the number of workers.
 	xs, ys := make([][]float64, c), make([][]float64, c)
-	w := &exactWork{}
+	workers := min(runtime.GOMAXPROCS(0), c)
+	var wg sync.WaitGroup
+	for k := range workers {
+		wg.Go(func() {
+			w := &exactWork{}
+			for j := k; j < c; j += workers {
+				xs[j], ys[j] = w.fit(probs, s.Labels, j, c)
+			}
+		})
+	}
+	wg.Wait()
 	total := 0
-	for j := range c {
-		xs[j], ys[j] = w.fit(probs, s.Labels, j, c)
-		total += 2 * len(xs[j])
+	for _, x := range xs {
+		total += 2 * len(x)
 	}
 	if total > MaxSize {
 		return fmt.Errorf("exact isotonic regression of %d rows and %d classes keeps %d breakpoint values, more than the %d a calibrator may hold: fit on bins (a bin exponent, calibrate --bins-exp)", n, c, total, MaxSize)

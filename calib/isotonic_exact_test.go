@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -366,5 +367,34 @@ func TestIsotonicExactRegistry(t *testing.T) {
 	}
 	if b := c.(*Isotonic); b.Exact() || b.Bins != 2 || b.Classes() != 2 {
 		t.Errorf("binned file read as exact %v, %d bins, %d classes", b.Exact(), b.Bins, b.Classes())
+	}
+}
+
+// TestIsotonicExactThreads checks that the exact fit is the same to the
+// bit whether its classes are fitted on one goroutine or several.
+func TestIsotonicExactThreads(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	const n, c = 500, 7
+	s := &Set{Classes: c, Logits: make([]float64, n*c), Labels: make([]int, n)}
+	for i := range s.Logits {
+		s.Logits[i] = rng.NormFloat64() * 2
+	}
+	for i := range s.Labels {
+		s.Labels[i] = rng.IntN(c)
+	}
+	var fits [2]*Isotonic
+	for i, procs := range []int{1, 4} {
+		old := runtime.GOMAXPROCS(procs)
+		fits[i] = new(Isotonic)
+		err := fits[i].Fit(s)
+		runtime.GOMAXPROCS(old)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for j := range c {
+		if !equalWithin(fits[0].X[j], fits[1].X[j], 0) || !equalWithin(fits[0].Y[j], fits[1].Y[j], 0) {
+			t.Errorf("class %d: 1 and 4 threads differ", j)
+		}
 	}
 }
