@@ -24,9 +24,15 @@ func (b *Isotonic) fitExact(s *Set) error {
 		return err
 	}
 	n, c := s.Len(), s.Classes
+	// The probabilities class by class (column-major), so that each
+	// class's fit reads its n scores contiguously.
 	probs := make([]float64, len(s.Logits))
+	row := make([]float64, c)
 	for i := range n {
-		Softmax(probs[i*c:(i+1)*c], s.Row(i))
+		Softmax(row, s.Row(i))
+		for j, v := range row {
+			probs[j*n+i] = v
+		}
 	}
 	// The classes are independent: one worker fits every workers-th
 	// class, each into its own slot, so the result does not depend on
@@ -38,7 +44,7 @@ func (b *Isotonic) fitExact(s *Set) error {
 		wg.Go(func() {
 			w := &exactWork{}
 			for j := k; j < c; j += workers {
-				xs[j], ys[j] = w.fit(probs, s.Labels, j, c)
+				xs[j], ys[j] = w.fit(probs[j*n:(j+1)*n], s.Labels, j)
 			}
 		})
 	}
@@ -64,20 +70,20 @@ type exactWork struct {
 // scorePoint is one row's class-j score and 0/1 target.
 type scorePoint struct{ x, y float64 }
 
-// fit returns the breakpoints of the exact isotonic fit of class j of c
-// to the rows of probs (row-major, c a row) with labels: sorted by score
+// fit returns the breakpoints of the exact isotonic fit of class j to the
+// rows' class-j scores with their labels: sorted by score
 // (then target), scores within IsotonicTieResolution of their group's
 // first merged into it at their mean target and summed weight, pooled
 // by PAV, clipped to [0, 1], and reduced to the points where the fitted
 // value changes plus the two ends. It allocates the returned slices.
-func (w *exactWork) fit(probs []float64, labels []int, j, c int) (x, y []float64) {
+func (w *exactWork) fit(scores []float64, labels []int, j int) (x, y []float64) {
 	w.pts = w.pts[:0]
 	for i, l := range labels {
 		t := 0.0
 		if l == j {
 			t = 1
 		}
-		w.pts = append(w.pts, scorePoint{probs[i*c+j], t})
+		w.pts = append(w.pts, scorePoint{scores[i], t})
 	}
 	slices.SortFunc(w.pts, func(a, b scorePoint) int {
 		if r := cmp.Compare(a.x, b.x); r != 0 {

@@ -59,7 +59,7 @@ func fitScores(x, y []float64) (bx, by []float64) {
 			labels[i] = 1
 		}
 	}
-	return new(exactWork).fit(x, labels, 0, 1)
+	return new(exactWork).fit(x, labels, 0)
 }
 
 // TestIsotonicExactMatchesScikitLearn checks the exact fit of one class
@@ -256,8 +256,12 @@ func TestIsotonicExactProperties(t *testing.T) {
 		p := make([]float64, len(s.Logits))
 		SoftmaxRows(p, s.Logits, c)
 		w := &exactWork{}
+		scores := make([]float64, n)
 		for j := range c {
-			w.fit(p, s.Labels, j, c)
+			for i := range scores {
+				scores[i] = p[i*c+j]
+			}
+			w.fit(scores, s.Labels, j)
 			xs, ys, ws := mergeTies(w.pts, nil, nil, nil)
 			want := pav(ys, ws)
 			if len(xs) <= 8 {
