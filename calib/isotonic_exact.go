@@ -1,7 +1,6 @@
 package calib
 
 import (
-	"cmp"
 	"fmt"
 	"runtime"
 	"slices"
@@ -63,8 +62,9 @@ func (b *Isotonic) fitExact(s *Set) error {
 // exactWork holds the scratch space of fitting the classes of an exact
 // Isotonic one after another; the zero value is ready to use.
 type exactWork struct {
-	pts     []scorePoint
-	x, y, w []float64
+	pos, neg []float64 // the scores of the rows of the class and of the others
+	pts      []scorePoint
+	x, y, w  []float64
 }
 
 // scorePoint is one row's class-j score and 0/1 target.
@@ -77,20 +77,30 @@ type scorePoint struct{ x, y float64 }
 // by PAV, clipped to [0, 1], and reduced to the points where the fitted
 // value changes plus the two ends. It allocates the returned slices.
 func (w *exactWork) fit(scores []float64, labels []int, j int) (x, y []float64) {
-	w.pts = w.pts[:0]
+	// Sorting by (score, target) is sorting the two targets' scores
+	// apart and merging them, targets 0 first among equal scores: two
+	// sorts of plain float64s instead of one of pairs.
+	w.pos, w.neg = w.pos[:0], w.neg[:0]
 	for i, l := range labels {
-		t := 0.0
 		if l == j {
-			t = 1
+			w.pos = append(w.pos, scores[i])
+		} else {
+			w.neg = append(w.neg, scores[i])
 		}
-		w.pts = append(w.pts, scorePoint{scores[i], t})
 	}
-	slices.SortFunc(w.pts, func(a, b scorePoint) int {
-		if r := cmp.Compare(a.x, b.x); r != 0 {
-			return r
+	slices.Sort(w.pos)
+	slices.Sort(w.neg)
+	w.pts = w.pts[:0]
+	a, b := 0, 0
+	for a < len(w.neg) || b < len(w.pos) {
+		if b == len(w.pos) || a < len(w.neg) && w.neg[a] <= w.pos[b] {
+			w.pts = append(w.pts, scorePoint{w.neg[a], 0})
+			a++
+		} else {
+			w.pts = append(w.pts, scorePoint{w.pos[b], 1})
+			b++
 		}
-		return cmp.Compare(a.y, b.y)
-	})
+	}
 	w.x, w.y, w.w = mergeTies(w.pts, w.x[:0], w.y[:0], w.w[:0])
 	pavInPlace(w.y, w.w)
 	for i, v := range w.y {
