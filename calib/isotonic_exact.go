@@ -16,44 +16,96 @@ import (
 const IsotonicTieResolution = 1e-15
 
 // fitExact fits b to the labelled logits of s by the exact isotonic
-// regression of each class (see Isotonic), the classes on up to
-// GOMAXPROCS goroutines, leaving b unchanged on error.
+// regression of each class (see Isotonic), leaving b unchanged on error.
 func (b *Isotonic) fitExact(s *Set) error {
 	if err := checkFit(s); err != nil {
 		return err
 	}
-	n, c := s.Len(), s.Classes
+	return fitExactTo(b, setRows(s))
+}
+
+// FitFloat32 is Fit on float32 rows read in place (Float32Fitter): the
+// calibrator Fit gives on the rows converted to a Set, bit for bit. The
+// exact fit (Bins zero) makes no float64 copy of the rows; a binned fit
+// accumulates its histograms from such a copy.
+func (b *Isotonic) FitFloat32(r *Float32Rows) error {
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	if r.Len() == 0 {
+		return fmt.Errorf("cannot fit: %w", ErrEmpty)
+	}
+	if b.Bins != 0 {
+		s := &Set{Classes: r.Classes, Logits: make([]float64, 0, r.Len()*r.Classes), Labels: make([]int, 0, r.Len())}
+		for k := range r.Len() {
+			i := k
+			if r.Rows != nil {
+				i = r.Rows[k]
+			}
+			for _, v := range r.Logits[i*r.Classes : (i+1)*r.Classes] {
+				s.Logits = append(s.Logits, float64(v))
+			}
+			s.Labels = append(s.Labels, int(r.Labels[i]))
+		}
+		return b.Fit(s)
+	}
+	return fitExactTo(b, tempRows[float32, int32]{logits: r.Logits, labels: r.Labels, rows: r.Rows, c: r.Classes})
+}
+
+// fitExactRows returns the breakpoints of the exact fit of each class to
+// the valid, non-empty rows r, the classes on up to GOMAXPROCS
+// goroutines. It holds the rows' probabilities (8 bytes per row and
+// class) and their labels, not a copy of the logits.
+func fitExactRows[F float32 | float64, L int | int32](r tempRows[F, L]) (xs, ys [][]float64) {
+	n, c := r.len(), r.c
 	// The probabilities class by class (column-major), so that each
 	// class's fit reads its n scores contiguously.
-	probs := make([]float64, len(s.Logits))
+	probs := make([]float64, n*c)
+	labels := make([]int, n)
 	row := make([]float64, c)
-	for i := range n {
-		Softmax(row, s.Row(i))
-		for j, v := range row {
-			probs[j*n+i] = v
+	for k := range n {
+		i := k
+		if r.rows != nil {
+			i = r.rows[k]
 		}
+		for j, v := range r.logits[i*c : (i+1)*c] {
+			row[j] = float64(v)
+		}
+		Softmax(row, row)
+		for j, v := range row {
+			probs[j*n+k] = v
+		}
+		labels[k] = int(r.labels[i])
 	}
 	// The classes are independent: one worker fits every workers-th
 	// class, each into its own slot, so the result does not depend on
 	// the number of workers.
-	xs, ys := make([][]float64, c), make([][]float64, c)
+	xs, ys = make([][]float64, c), make([][]float64, c)
 	workers := min(runtime.GOMAXPROCS(0), c)
 	var wg sync.WaitGroup
 	for k := range workers {
 		wg.Go(func() {
 			w := &exactWork{}
 			for j := k; j < c; j += workers {
-				xs[j], ys[j] = w.fit(probs[j*n:(j+1)*n], s.Labels, j)
+				xs[j], ys[j] = w.fit(probs[j*n:(j+1)*n], labels, j)
 			}
 		})
 	}
 	wg.Wait()
+	return xs, ys
+}
+
+// fitExactTo sets b to the exact fit of the valid, non-empty rows r
+// (fitExactRows), or returns an error, leaving b unchanged, when its
+// breakpoints would hold more than MaxSize values.
+func fitExactTo[F float32 | float64, L int | int32](b *Isotonic, r tempRows[F, L]) error {
+	xs, ys := fitExactRows(r)
 	total := 0
 	for _, x := range xs {
 		total += 2 * len(x)
 	}
 	if total > MaxSize {
-		return fmt.Errorf("exact isotonic regression of %d rows and %d classes keeps %d breakpoint values, more than the %d a calibrator may hold: fit on bins (a bin exponent, calibrate --bins-exp)", n, c, total, MaxSize)
+		return fmt.Errorf("exact isotonic regression of %d rows and %d classes keeps %d breakpoint values, more than the %d a calibrator may hold: fit on bins (a bin exponent, calibrate --bins-exp)", r.len(), r.c, total, MaxSize)
 	}
 	*b = Isotonic{X: xs, Y: ys}
 	return nil

@@ -402,3 +402,55 @@ func TestIsotonicExactThreads(t *testing.T) {
 		}
 	}
 }
+
+// TestIsotonicFitFloat32 checks that FitFloat32 on a selection of float32
+// rows gives, exact and binned, the calibrator that Fit gives on the
+// selected rows converted to a Set, bit for bit, and refuses what Fit
+// refuses.
+func TestIsotonicFitFloat32(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	const n, c = 300, 4
+	r := &Float32Rows{Logits: make([]float32, n*c), Labels: make([]int32, n), Classes: c}
+	for i := range r.Logits {
+		r.Logits[i] = float32(rng.NormFloat64() * 3)
+	}
+	for i := range r.Labels {
+		r.Labels[i] = int32(rng.IntN(c))
+	}
+	for _, rows := range [][]int{nil, {5, 3, 3, 200, 17, 299, 0, 42, 8, 9, 10}} {
+		r.Rows = rows
+		s := &Set{Classes: c}
+		for k := range r.Len() {
+			i := k
+			if rows != nil {
+				i = rows[k]
+			}
+			for _, v := range r.Logits[i*c : (i+1)*c] {
+				s.Logits = append(s.Logits, float64(v))
+			}
+			s.Labels = append(s.Labels, int(r.Labels[i]))
+		}
+		for _, bins := range []int{0, 16} {
+			got, want := &Isotonic{Bins: bins}, &Isotonic{Bins: bins}
+			if err := got.FitFloat32(r); err != nil {
+				t.Fatal(err)
+			}
+			if err := want.Fit(s); err != nil {
+				t.Fatal(err)
+			}
+			g, _ := json.Marshal(got)
+			w, _ := json.Marshal(want)
+			if !bytes.Equal(g, w) || got.Exact() != (bins == 0) {
+				t.Errorf("%d rows, %d bins: FitFloat32\n%s\nFit\n%s", r.Len(), bins, g, w)
+			}
+		}
+	}
+	r.Rows = []int{}
+	if err := new(Isotonic).FitFloat32(r); err == nil || !strings.Contains(err.Error(), "no examples") {
+		t.Errorf("no rows: %v", err)
+	}
+	r.Rows = []int{n}
+	if err := new(Isotonic).FitFloat32(r); err == nil {
+		t.Error("a row outside the block: no error")
+	}
+}

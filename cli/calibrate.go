@@ -309,8 +309,8 @@ func fitDetail(c calib.Calibrator, rep *calib.FitReport) string {
 // histograms accumulated chunk by chunk (eachChunk), so no float64 copy
 // of the rows is made; the counts are exact, so the calibrator is the
 // same. A calibrator that fits float32 rows in place (calib.Float32Fitter:
-// temp) reads the file's block; other methods fit a float64 copy of the
-// selected rows.
+// temp, scalbin, exact isotonic) reads the file's block; other methods
+// fit a float64 copy of the selected rows.
 func fitCentral(ctx context.Context, f *logits.File, sel rowSel, m calib.Method, fl *calibrateFlags) (calib.Calibrator, error) {
 	if m.Family == calib.Binning && fl.binsExp > 0 {
 		src := newFileChunks(f, sel)
