@@ -8,7 +8,8 @@
 // Every calibrator implements Calibrator. Binning calibrators (Histogram,
 // BBQ, Isotonic, EqualMass) work on softmax probabilities and can be built
 // from aggregated one-vs-all histograms, which is how a federated server
-// builds them; scaling calibrators (Temperature, Vector, Matrix,
+// builds them (Isotonic's central fit is exact instead, on the sorted
+// scores, unless given bins); scaling calibrators (Temperature, Vector, Matrix,
 // Dirichlet, OPVector, FedCalMLP, and the one-vs-rest Platt and Beta)
 // work on logits (Beta on the softmax probabilities of the logits). ScalingBinning, of the Hybrid
 // family, scales the logits (Temperature) and then bins the scaled

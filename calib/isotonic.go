@@ -7,25 +7,48 @@ import (
 
 // Bins of isotonic regression.
 const (
-	// IsotonicMexp is the bin exponent of isotonic regression when
-	// Settings.Mexp is zero: 2^10 = 1024 bins per class. The fit pools
-	// bins itself, so a fine grid costs no accuracy, only histogram size
-	// (and, under privacy, the noise of more bins).
+	// IsotonicMexp is the bin exponent of isotonic regression formed
+	// from histograms (a federation, or a central fit given a bin
+	// exponent) when Settings.Mexp or the federation's exponent is
+	// zero: 2^10 = 1024 bins per class. The fit pools bins itself, so a
+	// fine grid costs little accuracy, only histogram size (and, under
+	// privacy, the noise of more bins). A central fit without a bin
+	// exponent is exact and has no bins (Isotonic).
 	IsotonicMexp = 10
-	// IsotonicBins is the number of bins per class of an Isotonic fitted
-	// with Bins = 0: 2^IsotonicMexp.
+	// IsotonicBins is the number of bins per class at IsotonicMexp:
+	// 2^IsotonicMexp.
 	IsotonicBins = 1 << IsotonicMexp
 )
 
 // Isotonic is one-vs-all isotonic regression (Zadrozny and Elkan 2002),
-// method MethodIsotonic, fitted from the same one-vs-all Histograms as
-// Histogram and BBQ, so that a federation forms it from aggregated (and,
-// under privacy, noisy) histograms exactly as it forms those.
+// method MethodIsotonic, in one of two forms: exact, fitted centrally on
+// the rows themselves, or binned, formed from the same one-vs-all
+// Histograms as Histogram and BBQ, so that a federation forms it from
+// aggregated (and, under privacy, noisy) histograms exactly as it forms
+// those. Bins says which: zero for exact, the bins per class otherwise.
 //
-// For class j it fits a non-decreasing function g_j of the class-j softmax
-// probability, constant on each of the Bins equal-width bins (see Bin), by
-// weighted least squares to the indicator 1[y = j]: with P_j(m) and N_j(m)
-// the positive and negative counts of bin m, it minimises
+// Exact (Bins = 0, as scikit-learn's IsotonicRegression with
+// out_of_bounds="clip", y_min 0 and y_max 1, fitted per class on the
+// softmax probabilities). For class j, sort the rows by their class-j
+// probability p̂_j (then by target); merge scores less than
+// IsotonicTieResolution above the first of their group into it, with
+// the mean target 1[y = j] and the count of the group as its value and
+// weight; fit the weighted least-squares non-decreasing sequence to the
+// values by pool-adjacent-violators (pooling equal neighbours too, as
+// scikit-learn does); clip it to [0, 1]; and keep only the first and
+// last score and the scores whose fitted value differs from a
+// neighbour's. X[j] and Y[j] hold these breakpoints: at most twice the
+// number of pooled blocks, and at most the number of distinct scores,
+// so at most 2·min(blocks, N) per class for N rows. The class-j map g_j
+// clips p̂_j to [X[j][0], X[j][last]] and interpolates linearly between
+// the breakpoints (see interpolate). A fit whose breakpoints would hold
+// more than MaxSize values is refused.
+//
+// Binned (Bins > 0). For class j it fits a non-decreasing function g_j
+// of the class-j softmax probability, constant on each of the Bins
+// equal-width bins (see Bin), by weighted least squares to the
+// indicator 1[y = j]: with P_j(m) and N_j(m) the positive and negative
+// counts of bin m, it minimises
 //
 //	Σ_m (P_j(m) + N_j(m)) · (P_j(m)/(P_j(m)+N_j(m)) − g_j(m))²
 //
@@ -41,28 +64,36 @@ const (
 // value). A class none of whose bins holds an example keeps its
 // probability, as an empty bin of Histogram does.
 //
-// Prediction is that of Histogram: the C values, optionally weighted
-// (Weights), are normalised to sum to 1, and a row whose values sum to 0
-// keeps its softmax probabilities.
+// Prediction of either form is that of Histogram: the C values g_j(p̂_j),
+// optionally weighted (Weights), are normalised to sum to 1, and a row
+// whose values sum to 0 keeps its softmax probabilities.
 //
-// Build one with Fit from labelled logits, or with NewIsotonic from
-// (aggregated) Histograms. Noisy counts are clamped at 0 first.
+// Build one with Fit from labelled logits (exact when Bins is zero), or
+// with NewIsotonic from (aggregated) Histograms (binned). Noisy counts
+// are clamped at 0 first.
 type Isotonic struct {
-	// Bins is the number of equal-width bins per class, at most MaxBins.
-	// Zero means IsotonicBins when fitting.
-	Bins int `json:"bins"`
-	// Table holds g_j(m) at Table[j*Bins+m], Classes×Bins: for each class
-	// either non-decreasing probabilities in [0, 1], or EmptyBin in every
-	// bin for a class without examples.
-	Table []float64 `json:"table"`
+	// Bins is the number of equal-width bins per class of a binned fit,
+	// at most MaxBins; zero means the exact fit.
+	Bins int `json:"bins,omitempty"`
+	// Table holds, for a binned fit, g_j(m) at Table[j*Bins+m],
+	// Classes×Bins: for each class either non-decreasing probabilities
+	// in [0, 1], or EmptyBin in every bin for a class without examples.
+	// Nil for an exact fit.
+	Table []float64 `json:"table,omitempty"`
+	// X and Y hold, for an exact fit, the breakpoints of each class:
+	// X[j] the scores (strictly increasing, in [0, 1]), Y[j] the fitted
+	// values there (non-decreasing, in [0, 1]), at least one of each.
+	// Nil for a binned fit.
+	X [][]float64 `json:"x,omitempty"`
+	Y [][]float64 `json:"y,omitempty"`
 	// Weights optionally blends the predictions with the probabilities.
 	Weights
 }
 
-// NewIsotonic returns the isotonic-regression calibrator of the histograms
-// h, which may hold noisy counts: negative counts are taken as 0. It has
-// h.Bins bins and no weighting. It returns an error when h is invalid (see
-// Histograms.Validate).
+// NewIsotonic returns the binned isotonic-regression calibrator of the
+// histograms h, which may hold noisy counts: negative counts are taken as
+// 0. It has h.Bins bins and no weighting. It returns an error when h is
+// invalid (see Histograms.Validate).
 func NewIsotonic(h *Histograms) (*Isotonic, error) {
 	if err := h.Validate(); err != nil {
 		return nil, err
@@ -76,17 +107,18 @@ func NewIsotonic(h *Histograms) (*Isotonic, error) {
 	return b, nil
 }
 
-// Fit fits b to the labelled logits of s with b.Bins bins (IsotonicBins
-// if zero): it accumulates their Histograms and builds the calibrator from
-// them. Any weighting is removed. It returns an error for an invalid or
-// empty set or a bin count outside [0, MaxBins], leaving b unchanged.
+// Fit fits b to the labelled logits of s: exactly when b.Bins is zero,
+// otherwise on b.Bins bins, accumulating their Histograms and building
+// the calibrator from them. Any weighting is removed. It returns an error
+// for an invalid or empty set, a bin count outside [0, MaxBins], or an
+// exact fit of more than MaxSize values, leaving b unchanged.
 func (b *Isotonic) Fit(s *Set) error {
 	bins := b.Bins
 	if bins == 0 {
-		bins = IsotonicBins
+		return b.fitExact(s)
 	}
 	if bins < 1 || bins > MaxBins {
-		return fmt.Errorf("isotonic regression: %d bins: want 1 to %d", bins, MaxBins)
+		return fmt.Errorf("isotonic regression: %d bins: want 1 to %d (0: exact)", bins, MaxBins)
 	}
 	if err := checkFit(s); err != nil {
 		return err
@@ -103,9 +135,17 @@ func (b *Isotonic) Fit(s *Set) error {
 	return nil
 }
 
+// Exact reports whether b is an exact fit (breakpoints), not a binned
+// one (a table).
+func (b *Isotonic) Exact() bool { return b.Bins == 0 }
+
 // Predict writes the calibrated probabilities of the rows of logits into
 // dst; see Calibrator. It panics if b is not fitted.
 func (b *Isotonic) Predict(dst, logits []float64) {
+	if b.Exact() {
+		b.predictExact(dst, logits)
+		return
+	}
 	predictTable(dst, logits, b.Table, b.Bins, &b.Weights)
 }
 
@@ -115,6 +155,9 @@ func (b *Isotonic) Method() string { return MethodIsotonic }
 // Classes returns the number of classes of the fitted calibrator, 0 before
 // fitting.
 func (b *Isotonic) Classes() int {
+	if b.Exact() {
+		return len(b.X)
+	}
 	if b.Bins < 1 {
 		return 0
 	}
@@ -129,9 +172,20 @@ func (b *Isotonic) SetWeighting(mode Weighting, alpha []float64) error {
 	return b.Weights.set(mode, alpha, b.Classes())
 }
 
-// validate checks decoded parameters: a table of probabilities that is
-// non-decreasing within each class, or EmptyBin throughout a class.
+// validate checks decoded parameters: either breakpoints (validateExact)
+// and no bins or table, or a table of probabilities that is
+// non-decreasing within each class, or EmptyBin throughout a class, and
+// no breakpoints.
 func (b *Isotonic) validate() error {
+	if b.Bins == 0 && b.Table == nil {
+		if err := b.validateExact(); err != nil {
+			return err
+		}
+		return b.Weights.check(b.Classes())
+	}
+	if b.X != nil || b.Y != nil {
+		return fmt.Errorf("parameters hold both a binned fit (bins, table) and an exact one (x, y): want one")
+	}
 	if err := checkTable(b.Table, b.Bins, true); err != nil {
 		return err
 	}

@@ -219,8 +219,8 @@ func TestNewIsotonicHand(t *testing.T) {
 	}
 }
 
-// TestIsotonicFitSettings checks the default bins of a fit and of the
-// registry's method.
+// TestIsotonicFitSettings checks the bins of a fit and of the registry's
+// method: none (exact) by default, 2^M for a bin exponent M.
 func TestIsotonicFitSettings(t *testing.T) {
 	m, err := LookupMethod(MethodIsotonic)
 	if err != nil {
@@ -231,7 +231,7 @@ func TestIsotonicFitSettings(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		mexp, bins int
-	}{{0, IsotonicBins}, {3, 8}, {MaxMexp, MaxBins}} {
+	}{{0, 0}, {3, 8}, {MaxMexp, MaxBins}} {
 		c, err := New(MethodIsotonic, Settings{Mexp: tc.mexp})
 		if err != nil {
 			t.Fatal(err)
@@ -248,8 +248,8 @@ func TestIsotonicFitSettings(t *testing.T) {
 	if err := b.Fit(s); err != nil {
 		t.Fatal(err)
 	}
-	if b.Bins != IsotonicBins || b.Classes() != 2 {
-		t.Errorf("zero Isotonic fits %d bins, %d classes: want %d, 2", b.Bins, b.Classes(), IsotonicBins)
+	if !b.Exact() || b.Classes() != 2 || b.Breakpoints() == 0 {
+		t.Errorf("zero Isotonic fits %d bins, %d breakpoints, %d classes: want exact, 2 classes", b.Bins, b.Breakpoints(), b.Classes())
 	}
 	bad := Isotonic{Bins: MaxBins + 1}
 	if err := bad.Fit(s); err == nil {

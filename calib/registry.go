@@ -69,8 +69,10 @@ type Settings struct {
 	// per class for bin and isotonic, the finest of BBQ's schemes for bbq,
 	// the fine histograms scalbin and eqmass form their equal-mass bins
 	// from. Zero means the method's default, Method.DefaultMexp
-	// (DefaultMexp, IsotonicMexp for isotonic, ScalingBinningMexp for
-	// scalbin, EqualMassMexp for eqmass); scaling methods ignore it.
+	// (DefaultMexp, ScalingBinningMexp for scalbin, EqualMassMexp for
+	// eqmass), except for the methods whose central fit is exact
+	// (Method.ExactCentral: isotonic), which New then fits without bins;
+	// scaling methods ignore it.
 	Mexp int
 	// Seed seeds the methods whose fit is random (fedcal's initial
 	// network and example order, dirichlet's cross-validation folds);
@@ -140,6 +142,9 @@ type Method struct {
 	// maxClasses is the most classes the method fits, for the methods
 	// whose parameters grow as classes²; 0 means no limit but MaxSize.
 	maxClasses int
+	// exactCentral: the binning method's central fit without a bin
+	// exponent is exact, on the rows themselves (ExactCentral).
+	exactCentral bool
 }
 
 // MaxFullClasses is the most classes matrix scaling and Dirichlet
@@ -180,12 +185,20 @@ var methods = [...]Method{
 	},
 	{
 		Name: MethodIsotonic, Protocol: "FedIsotonic", Family: Binning,
-		Summary: "one-vs-all isotonic regression (PAV) on 2^M equal-width bins per class, M = 10 by default",
+		Summary: "one-vs-all isotonic regression (PAV): exact on the scores centrally, on 2^M equal-width bins per class federated or with a bin exponent, M = 10 by default",
 		zero:    func() Calibrator { return new(Isotonic) },
-		central: func(s Settings) Calibrator { return &Isotonic{Bins: 1 << s.Mexp} }, // New sets s.Mexp
-		binner:  func(h *Histograms) (Binner, error) { return NewIsotonic(h) },
-		mexp:    IsotonicMexp,
-		size:    histogramSize,
+		// Exact (Bins 0) when s.Mexp is 0: New keeps it 0 for this
+		// method (exactCentral).
+		central: func(s Settings) Calibrator {
+			if s.Mexp == 0 {
+				return new(Isotonic)
+			}
+			return &Isotonic{Bins: 1 << s.Mexp}
+		},
+		binner:       func(h *Histograms) (Binner, error) { return NewIsotonic(h) },
+		mexp:         IsotonicMexp,
+		exactCentral: true,
+		size:         histogramSize,
 	},
 	{
 		Name: MethodEqualMass, Protocol: "FedEqMass", Family: Binning,
@@ -343,7 +356,8 @@ func LookupMethod(name string) (Method, error) {
 }
 
 // New returns an unfitted calibrator of the named method for a central
-// fit, with s's settings (a zero Mexp meaning m.DefaultMexp()). It returns
+// fit, with s's settings (a zero Mexp meaning m.DefaultMexp(), or the
+// exact fit without bins of a method whose m.ExactCentral()). It returns
 // an error for an unknown method, a bin exponent outside [1, MaxMexp] of a
 // binning method, or an ODIR regularisation that CheckODIR refuses.
 func New(name string, s Settings) (Calibrator, error) {
@@ -358,6 +372,9 @@ func New(name string, s Settings) (Calibrator, error) {
 		return nil, err
 	}
 	if m.HasBins() {
+		if s.Mexp == 0 && m.exactCentral {
+			return m.central(s), nil
+		}
 		if s.Mexp == 0 {
 			s.Mexp = m.DefaultMexp()
 		}
@@ -520,6 +537,13 @@ func (m Method) DefaultMexp() int {
 // one-vs-all histograms of 2^M bins per class, so takes a bin exponent
 // (Settings.Mexp): the Binning methods and the Hybrid scalbin.
 func (m Method) HasBins() bool { return m.Family == Binning || m.Family == Hybrid }
+
+// ExactCentral reports whether the Binning method's central fit without
+// a bin exponent (Settings.Mexp zero, calibrate without --bins-exp) is
+// exact, fitted on the rows themselves rather than on histograms
+// (isotonic). Its federated fits, and central fits given an exponent,
+// still form it from histograms of 2^M bins, M = DefaultMexp by default.
+func (m Method) ExactCentral() bool { return m.exactCentral }
 
 // BinExponent reports whether the Binning method's number of bins must be
 // a power of two 2^M, set by its exponent M (BBQ); otherwise any number

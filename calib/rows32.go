@@ -65,7 +65,7 @@ func (r *Float32Rows) Validate() error {
 // Float32Fitter is the optional capability of a calibrator that fits
 // Float32Rows in place. FitFloat32 gives the calibrator that Fit gives on
 // the Set holding the same rows converted to float64, bit for bit.
-// Temperature and ScalingBinning implement it.
+// Temperature, ScalingBinning and Isotonic implement it.
 type Float32Fitter interface {
 	FitFloat32(r *Float32Rows) error
 }

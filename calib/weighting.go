@@ -179,15 +179,7 @@ func predictTable(dst, logits, table []float64, bins int, w *Weights) {
 	if bins < 1 || len(table) == 0 || len(table)%bins != 0 {
 		panic("calib: Predict on a binning calibrator that is not fitted")
 	}
-	c := len(table) / bins
-	if len(dst) != len(logits) || len(logits)%c != 0 {
-		panic("calib: Predict shape mismatch")
-	}
-	buf := make([]float64, 3*c)
-	p, g, u := buf[:c], buf[c:2*c], buf[2*c:]
-	weighted := w.active()
-	for i := 0; i < len(logits); i += c {
-		Softmax(p, logits[i:i+c])
+	predictOneVsAll(dst, logits, len(table)/bins, w, func(g, p []float64) {
 		for j, v := range p {
 			t := table[j*bins+Bin(v, bins)]
 			if t < 0 { // EmptyBin
@@ -195,6 +187,25 @@ func predictTable(dst, logits, table []float64, bins int, w *Weights) {
 			}
 			g[j] = t
 		}
+	})
+}
+
+// predictOneVsAll is the prediction of the one-vs-all calibrators that
+// map each class's softmax probability on its own (the binning
+// calibrators, exact isotonic regression): for each row of c logits,
+// p̂ = softmax(z), g_j = the class-j map of p̂_j as lookup writes it into
+// g, weighted by w, normalised; a row whose g sums to 0 gets p̂. It panics
+// when the shapes do not fit.
+func predictOneVsAll(dst, logits []float64, c int, w *Weights, lookup func(g, p []float64)) {
+	if c < 1 || len(dst) != len(logits) || len(logits)%c != 0 {
+		panic("calib: Predict shape mismatch")
+	}
+	buf := make([]float64, 3*c)
+	p, g, u := buf[:c], buf[c:2*c], buf[2*c:]
+	weighted := w.active()
+	for i := 0; i < len(logits); i += c {
+		Softmax(p, logits[i:i+c])
+		lookup(g, p)
 		out := dst[i : i+c]
 		if !weighted {
 			normaliseOr(out, g, p)

@@ -93,6 +93,8 @@ cost is spent and recorded in the ledger all the same). It writes
 the output atomically and never over an input.`,
 		Example: `  fedcalib calibrate --central --method temp --logits cifar10.npz --out temp.json
   fedcalib calibrate --central --method bbq --bins-exp 5 --logits cifar10.npz --out bbq.json
+  # isotonic regression fitted exactly, as scikit-learn's IsotonicRegression per class
+  fedcalib calibrate --central --method isotonic --logits cifar10.npz --out isotonic.json
   fedcalib calibrate --central --method fedcal --seed 7 --logits femnist.npz --out fedcal.json
   # split held-out data in halves: fit on one, report on the other
   fedcalib partition --data-or-logits test.npz --scheme iid --clients 1 --fractions 0,0.5,0.5 --out halves.json
@@ -187,6 +189,9 @@ func runCalibrate(cmd *cobra.Command, fl *calibrateFlags) error {
 	}
 	if m.HasBins() && !cmd.Flags().Changed("bins-exp") {
 		fl.binsExp = m.DefaultMexp()
+		if m.ExactCentral() {
+			fl.binsExp = 0 // the exact fit, on the rows themselves
+		}
 	}
 	if err := m.CheckSize(f.Classes, 1<<fl.binsExp); err != nil {
 		return fmt.Errorf("%s: %w", fl.logits, err)
@@ -273,11 +278,18 @@ func fitReportOf(c calib.Calibrator) *calib.FitReport {
 	return nil
 }
 
-// fitDetail describes the fitted parameters worth a glance: T, or
+// fitDetail describes the fitted parameters worth a glance: T, the form
+// of isotonic (exact with its breakpoints, or its bins), or
 // dirichlet's variant and chosen regularisation.
 func fitDetail(c calib.Calibrator, rep *calib.FitReport) string {
 	if t, ok := c.(*calib.Temperature); ok {
 		return fmt.Sprintf(", T = %.4g", t.T)
+	}
+	if b, ok := c.(*calib.Isotonic); ok {
+		if b.Exact() {
+			return fmt.Sprintf(", exact, %d breakpoints", b.Breakpoints())
+		}
+		return fmt.Sprintf(", %d bins per class", b.Bins)
 	}
 	if rep == nil || rep.Dirichlet == nil {
 		return ""
@@ -291,14 +303,16 @@ func fitDetail(c calib.Calibrator, rep *calib.FitReport) string {
 }
 
 // fitCentral fits method m, with the settings of fl, to the rows sel of f.
-// A binning method is fitted as its Fit would, but from one-vs-all
+// A binning method with bins (fl.binsExp > 0; 0 is the exact fit of a
+// method whose ExactCentral, fitted as the other methods below) is
+// fitted as its Fit would, but from one-vs-all
 // histograms accumulated chunk by chunk (eachChunk), so no float64 copy
 // of the rows is made; the counts are exact, so the calibrator is the
 // same. A calibrator that fits float32 rows in place (calib.Float32Fitter:
-// temp) reads the file's block; other methods fit a float64 copy of the
-// selected rows.
+// temp, scalbin, exact isotonic) reads the file's block; other methods
+// fit a float64 copy of the selected rows.
 func fitCentral(ctx context.Context, f *logits.File, sel rowSel, m calib.Method, fl *calibrateFlags) (calib.Calibrator, error) {
-	if m.Family == calib.Binning {
+	if m.Family == calib.Binning && fl.binsExp > 0 {
 		src := newFileChunks(f, sel)
 		hs := make([]*calib.Histograms, src.workers())
 		for w := range hs {
@@ -432,7 +446,10 @@ func checkCalibrateFlags(cmd *cobra.Command, fl *calibrateFlags) error {
 func binsExpUsage() string {
 	u := fmt.Sprintf("binning methods and scalbin only: use 2^M bins per class (scalbin, eqmass: the fine bins of their equal-mass bins), M in [1, %d]", calib.MaxMexp)
 	for _, m := range calib.Methods() {
-		if m.HasBins() && m.DefaultMexp() != calib.DefaultMexp {
+		switch {
+		case m.ExactCentral():
+			u += fmt.Sprintf("; without it a central %s fit is exact (no bins) and a federated one takes M = %d", m.Name, m.DefaultMexp())
+		case m.HasBins() && m.DefaultMexp() != calib.DefaultMexp:
 			u += fmt.Sprintf("; %s defaults to M = %d", m.Name, m.DefaultMexp())
 		}
 	}

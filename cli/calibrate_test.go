@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -157,18 +158,28 @@ func TestCalibrateBinsExp(t *testing.T) {
 	for _, tc := range []struct {
 		method, exp string
 		bins        int
-	}{{"bin", "", 128}, {"bin", "3", 8}, {"bbq", "", 128}, {"bbq", "5", 32}, {"isotonic", "", 1024}, {"isotonic", "3", 8}} {
+	}{{"bin", "", 128}, {"bin", "3", 8}, {"bbq", "", 128}, {"bbq", "5", 32}, {"isotonic", "", 0}, {"isotonic", "3", 8}} { // isotonic: exact (no bins) without --bins-exp
 		out := filepath.Join(t.TempDir(), "c.json")
 		args := []string{"--central", "--method", tc.method, "--logits", path, "--out", out}
 		if tc.exp != "" {
 			args = append(args, "--bins-exp", tc.exp)
 		}
-		if code, _, stderr := fedcalib(append([]string{"calibrate"}, args...)...); code != 0 {
+		code, stdout, stderr := fedcalib(append([]string{"calibrate"}, args...)...)
+		if code != 0 {
 			t.Fatal(stderr)
 		}
 		c, _, err := calib.ReadFile(out)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if iso, ok := c.(*calib.Isotonic); ok {
+			want := fmt.Sprintf(", exact, %d breakpoints;", iso.Breakpoints())
+			if !iso.Exact() {
+				want = fmt.Sprintf(", %d bins per class;", iso.Bins)
+			}
+			if !strings.Contains(stdout, want) {
+				t.Errorf("isotonic --bins-exp %q: summary %q does not say %q", tc.exp, stdout, want)
+			}
 		}
 		var bins int
 		switch c := c.(type) {

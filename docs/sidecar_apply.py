@@ -103,6 +103,26 @@ def binning(z, table, bins, params):
     for j in range(c):
         t = table[j * bins + bin_index(p[j], bins)]
         g[j] = p[j] if t < 0 else t
+    return weighted(g, p, params)
+
+
+def interpolate(x, y, v):
+    """The exact isotonic map of one class (SIDECAR.md): v clipped to
+    [x_0, x_last], then linear between the breakpoints, y_last at x_last;
+    NumPy's interp, as scikit-learn's IsotonicRegression.predict."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    v = min(max(v, x[0]), x[-1])
+    return float(np.interp(v, x, y))
+
+
+def isotonic_exact(z, params):
+    p = softmax(z)
+    g = np.array([interpolate(params["x"][j], params["y"][j], p[j]) for j in range(len(z))])
+    return weighted(g, p, params)
+
+
+def weighted(g, p, params):
     weighting = params.get("weighting", "none") or "none"
     if weighting == "none":
         return normalise_or(g, p)
@@ -150,6 +170,8 @@ def calibrate_row(method, c, params, z):
         s = np.clip(p, BETA_EPS, 1 - BETA_EPS)
         u = np.asarray(params["a"]) * np.log(s) - np.asarray(params["b"]) * np.log(1 - s) + np.asarray(params["c"])
         return normalise_or(sigmoid(u), p)
+    if method == "isotonic" and "x" in params:
+        return isotonic_exact(z, params)
     if method in ("bin", "isotonic", "eqmass"):
         return binning(z, params["table"], params["bins"], params)
     if method == "bbq":

@@ -353,12 +353,28 @@ func Standalone(c calib.Calibrator) (*onnx.Model, error) {
 	return onnx.FromProto(pb)
 }
 
+// ProbeBreakpoints is the most breakpoints of each class of an exact
+// isotonic calibrator that Probe puts a row at (and as many rows between
+// breakpoints), so that the probe set stays C·2·ProbeBreakpoints rows at
+// most however many breakpoints a fit keeps; with many classes, fewer
+// (probeBreakpoints).
+const ProbeBreakpoints = 64
+
+// probeBreakpoints returns the breakpoints of each of c classes that
+// Probe puts a row at: ProbeBreakpoints, fewer beyond 128 classes so that
+// they make at most 2·8,192 rows in all, and at least 2 (the ends).
+func probeBreakpoints(c int) int { return min(ProbeBreakpoints, max(2, 8192/c)) }
+
 // Probe returns a probe set of logits (n×classes, float32, row-major) for
 // verifying calibrator c: random logits at several scales, extreme logits
 // (±1e4), ties, and, for binning calibrators, for every class and bin a
 // row whose softmax probability of that class falls in the middle of
 // that bin; for scaling-binning, for every class and positive threshold
-// a row whose scaled probability of that class lies at the threshold.
+// a row whose scaled probability of that class lies at the threshold;
+// for exact isotonic regression, for every class, rows whose probability
+// of that class lies at its breakpoints and halfway between them (at
+// most ProbeBreakpoints of each, evenly spaced, and fewer beyond 128
+// classes).
 func Probe(c calib.Calibrator, seed uint64) []float32 {
 	k := c.Classes()
 	rng := rand.New(rand.NewPCG(seed, 0x70726f6265)) // "probe"
@@ -412,6 +428,29 @@ func Probe(c calib.Calibrator, seed uint64) []float32 {
 			add()
 		}
 	}
+	if iso, ok := c.(*calib.Isotonic); ok && iso.Exact() {
+		at := func(j int, p float64) {
+			if !(p > 0 && p < 1) {
+				return
+			}
+			rest := float32(math.Log((1 - p) / float64(k-1)))
+			for i := range row {
+				row[i] = rest
+			}
+			row[j] = float32(math.Log(p))
+			add()
+		}
+		per := probeBreakpoints(k)
+		for j, x := range iso.X {
+			step := max(1, (len(x)+per-1)/per)
+			for m := 0; m < len(x); m += step {
+				at(j, x[m])
+				if m+1 < len(x) {
+					at(j, (x[m]+x[m+1])/2)
+				}
+			}
+		}
+	}
 	if sb, ok := c.(*calib.ScalingBinning); ok {
 		// Rows whose scaled probability of class j lies at each of its
 		// distinct thresholds, as near as float32 logits reach (a
@@ -437,18 +476,58 @@ func Probe(c calib.Calibrator, seed uint64) []float32 {
 
 // Verify runs the standalone form of c with ONNX Runtime on the probe
 // logits and compares its probabilities with c.Predict, failing when any
-// differs by more than Tolerance or is not finite.
+// differs by more than Tolerance or is not finite. It runs the probe
+// rows in batches of VerifyRows(c) rows.
 func Verify(c calib.Calibrator, probe []float32, opt Options) error {
+	return verify(c, probe, opt, VerifyRows(c))
+}
+
+// verify is Verify running batches of rows rows.
+func verify(c calib.Calibrator, probe []float32, opt Options, rows int) error {
 	m, err := Standalone(c)
 	if err != nil {
 		return err
 	}
-	k := c.Classes()
-	got, err := run(m.Bytes(), "logits", []string{DefaultOutput}, []int64{int64(len(probe) / k), int64(k)}, probe, opt.Runtime)
+	g, err := infer.OpenGraph(m.Bytes(), graphOptions(opt.Runtime, []string{"logits"}, []string{DefaultOutput}))
 	if err != nil {
 		return fmt.Errorf("verify: ONNX Runtime cannot run the calibrator: %w", err)
 	}
-	return compare(c, probe, got[0])
+	defer g.Close()
+	k := c.Classes()
+	step := rows * k
+	got := make([]float32, 0, len(probe))
+	for at := 0; at < len(probe); at += step {
+		batch := probe[at:min(at+step, len(probe))]
+		out, err := g.Run(&infer.Batch{Shape: []int64{int64(len(batch) / k), int64(k)}, Float: batch})
+		if err != nil {
+			return fmt.Errorf("verify: ONNX Runtime cannot run the calibrator: %w", err)
+		}
+		got = append(got, out[0]...)
+	}
+	return compare(c, probe, got)
+}
+
+// verifyValues is the most values of the widest intermediate tensor of
+// the calibrator graph that one run of Verify makes: 2^24, about 150 MB
+// for exact isotonic regression's comparisons (a bool and an int64 each).
+const verifyValues = 1 << 24
+
+// VerifyRows returns the rows of a batch that Verify runs: all of them
+// for most calibrators (up to 2^24 values of C per row), and for exact
+// isotonic regression, whose graph compares every probability with
+// every breakpoint of its class (C·K values per row, K its largest
+// breakpoint count plus one), as many as keep C·K values per row within
+// 2^24, at least one.
+func VerifyRows(c calib.Calibrator) int {
+	width := c.Classes()
+	if iso, ok := c.(*calib.Isotonic); ok && iso.Exact() {
+		k := 0
+		for _, x := range iso.X {
+			k = max(k, len(x)+1)
+		}
+		width *= k
+	}
+	return max(1, verifyValues/max(width, 1))
 }
 
 // compare checks ONNX Runtime's probabilities against c's on logits.

@@ -117,6 +117,10 @@ func build(c calib.Calibrator, src source, output, prefix string) (*Subgraph, er
 	case *calib.BBQ:
 		probs = b.binning(z, c.Table, 1<<c.Mexp, &c.Weights)
 	case *calib.Isotonic:
+		if c.Exact() {
+			probs = b.piecewiseLinear(z, c)
+			break
+		}
 		probs = b.binning(z, c.Table, c.Bins, &c.Weights)
 	case *calib.ScalingBinning:
 		probs = b.scalingBinning(z, c)
@@ -254,7 +258,14 @@ func (b *builder) binning(z string, table []float64, bins int, wt *calib.Weights
 	t := b.op("Gather", []string{b.tensor("table", []int64{int64(len(table))}, table), flat}, onnx.AttrInt("axis", 0))
 	// Empty bins (EmptyBin < 0) keep the probability.
 	g := b.op("Where", []string{b.op("Less", []string{t, b.scalar("zero", 0)}), p, t})
+	return b.weighted(g, p, wt)
+}
 
+// weighted finishes the one-vs-all calibrators (binning, exact
+// isotonic): the class values g of the probabilities p, weighted by wt
+// and normalised as calib does.
+func (b *builder) weighted(g, p string, wt *calib.Weights) string {
+	c := len(wt.Alpha)
 	active := (wt.Weighting == calib.WeightAll || wt.Weighting == calib.WeightChanged) && wt.Alpha != nil
 	if !active {
 		return b.normaliseOr(g, p)
@@ -279,6 +290,61 @@ func (b *builder) binning(z string, table []float64, bins int, wt *calib.Weights
 	}
 	same := b.op("Equal", []string{am(u), am(p)})
 	return b.op("Where", []string{same, u, weighted})
+}
+
+// piecewiseLinear computes exact calib.Isotonic: each class's probability
+// p_j clipped to its first and last breakpoint, then NumPy's linear
+// interpolation s·(p_j − x_k) + y_k, s = (y_(k+1) − y_k)/(x_(k+1) − x_k),
+// with k the last breakpoint at or below p_j; then weighting and
+// normalisation as the binning calibrators. The breakpoints of the C
+// classes are padded to one length K = max_j K_j + 1, each class with at
+// least one point (x_last + 1, y_last) past its last, so that k + 1 always
+// exists and, at p_j = x_last, s = 0 and the value is y_last exactly, as
+// calib gives it. k is the number of class-j breakpoints ≤ p_j, less one:
+// a LessOrEqual of [batch, C, 1] against [C, K] summed over K, so the
+// graph compares batch·C·K values (breakpoints are at most twice the
+// pooled blocks of each class, docs/CALIBRATION.md).
+func (b *builder) piecewiseLinear(z string, c *calib.Isotonic) string {
+	k := 0
+	for _, x := range c.X {
+		k = max(k, len(x)+1)
+	}
+	classes := len(c.X)
+	xs, ys := make([]float64, classes*k), make([]float64, classes*k)
+	lo, hi := make([]float64, classes), make([]float64, classes)
+	offs := make([]int64, classes)
+	for j, x := range c.X {
+		y := c.Y[j]
+		last := len(x) - 1
+		for m := range k {
+			xs[j*k+m], ys[j*k+m] = x[last]+1, y[last]
+			if m <= last {
+				xs[j*k+m], ys[j*k+m] = x[m], y[m]
+			}
+		}
+		lo[j], hi[j] = x[0], x[last]
+		offs[j] = int64(j * k)
+	}
+	p := b.softmax(z)
+	shape := []int64{1, int64(classes)}
+	v := b.op("Max", []string{b.op("Min", []string{p, b.tensor("x_last", shape, hi)}), b.tensor("x_first", shape, lo)})
+	le := b.op("LessOrEqual", []string{
+		b.tensor("x", []int64{int64(classes), int64(k)}, xs),
+		b.op("Unsqueeze", []string{v, b.ints("axes", 2)}),
+	})
+	count := b.op("ReduceSum", []string{b.op("Cast", []string{le}, onnx.AttrInt("to", int64(onnx.Int64))), b.ints("axes", 2)}, onnx.AttrInt("keepdims", 0))
+	offT := onnx.NewTensorInt64(b.fresh("offsets"), shape, offs)
+	b.inits = append(b.inits, offT)
+	// Flat index of breakpoint k of class j: j·K + count − 1.
+	at := b.op("Add", []string{b.op("Sub", []string{count, b.ints("one", 1)}), offT.GetName()})
+	next := b.op("Add", []string{at, b.ints("one", 1)})
+	xt := b.tensor("x_flat", []int64{int64(len(xs))}, xs)
+	yt := b.tensor("y_flat", []int64{int64(len(ys))}, ys)
+	gather := func(t, idx string) string { return b.op("Gather", []string{t, idx}, onnx.AttrInt("axis", 0)) }
+	x0, x1, y0, y1 := gather(xt, at), gather(xt, next), gather(yt, at), gather(yt, next)
+	slope := b.op("Div", []string{b.op("Sub", []string{y1, y0}), b.op("Sub", []string{x1, x0})})
+	g := b.op("Add", []string{b.op("Mul", []string{slope, b.op("Sub", []string{v, x0})}), y0})
+	return b.weighted(g, p, &c.Weights)
 }
 
 // scalingBinning computes calib.ScalingBinning: binning's lookup of

@@ -37,7 +37,7 @@ func TestFedIsotonicDefaultBins(t *testing.T) {
 	if res.Protocol != "FedIsotonic" || fed.Bins != calib.IsotonicBins || res.Histograms.Bins != calib.IsotonicBins {
 		t.Errorf("protocol %q, %d bins, histograms of %d: want FedIsotonic, %d", res.Protocol, fed.Bins, res.Histograms.Bins, calib.IsotonicBins)
 	}
-	central, err := calib.New(calib.MethodIsotonic, calib.Settings{})
+	central, err := calib.New(calib.MethodIsotonic, calib.Settings{Mexp: calib.IsotonicMexp}) // binned, as the federation
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -84,6 +84,23 @@ func numpyCases(t *testing.T, c int) map[string]calib.Calibrator {
 			out[m.Name+" "+string(w)] = cal
 		}
 	}
+	// Isotonic's exact form (no bins), which New gives without a bin
+	// exponent, under each weighting.
+	for _, w := range []calib.Weighting{calib.WeightNone, calib.WeightAll, calib.WeightChanged} {
+		cal, err := calib.New(calib.MethodIsotonic, calib.Settings{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cal.Fit(s); err != nil {
+			t.Fatal(err)
+		}
+		if w != calib.WeightNone {
+			if err := cal.(calib.Binner).SetWeighting(w, alpha); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out["isotonic exact "+string(w)] = cal
+	}
 	collapsed := calib.NewFedCalMLP(c, 3)
 	clear(collapsed.W3)
 	for j := range collapsed.B3 {
