@@ -266,12 +266,13 @@ func (d *Dirichlet) variant() string {
 // With Folds ≥ 2 it first chooses the regularisation: the examples are
 // split into min(Folds, n) folds by a permutation drawn from Seed; for
 // each pair (λ, μ) of the grids (see LambdaGrid), a fit on all folds but
-// one (to DirichletCVGradientTol, warm-started from that fold's fit of the
-// previous pair, the first from the identity) is scored by its NLL on the
-// held-out fold; the
-// pair of the least NLL summed over all held-out examples becomes Lambda
-// and Mu, ties going to the larger λ, then the larger μ (the simpler
-// map). The final fit uses all of s. A set of fewer than 2 examples is
+// one (to DirichletCVGradientTol; warm-started along the grid and across
+// folds, by Newton's method up to DirichletNewtonMaxClasses classes, by
+// L-BFGS beyond: see docs/CALIBRATION.md) is scored by its NLL on the
+// held-out fold; the pair of the least NLL summed over all held-out
+// examples becomes Lambda and Mu, ties going to the larger λ, then the
+// larger μ (the simpler map). The final fit uses all of s, as a fit with
+// them fixed. A set of fewer than 2 examples is
 // fitted with Lambda and Mu as they are.
 //
 // LastFit reports the final fit, with the variant, λ, μ and how they were

@@ -7,7 +7,6 @@ import (
 
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas64"
-
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -37,8 +36,10 @@ const DirichletNewtonMaxClasses = 32
 // the parameters ordered (class, feature); parameter (i, k) is A_ik at
 // i·C + k for k < C and b_i at C² + i for k = C. Each row adds the
 // C(C+1)/2 distinct weights of diag(p) − ppᵀ times the (C+1)(C+2)/2
-// distinct products of x̃x̃ᵀ; the rows are summed in rowSums' fixed blocks,
-// so h is the same to the bit whatever the number of threads.
+// distinct products of x̃x̃ᵀ; the rows are summed in rowSums' fixed blocks
+// (each block's accumulator holds those C(C+1)(C+1)(C+2)/4 sums: 38 MB
+// in all at 32 classes), so h is the same to the bit whatever the number
+// of threads.
 func matrixHessian(h, x []float64, s *Set, r *rowSums) {
 	c := s.Classes
 	cc := c * c
@@ -52,7 +53,7 @@ func matrixHessian(h, x []float64, s *Set, r *rowSums) {
 		zh := make([]float64, c)
 		p := make([]float64, c)
 		// A batch of rows' weights and products, added into acc by one
-		// matrix product accᵀ += wᵀ·xx.
+		// matrix product acc += wᵀ·xx.
 		w := make([]float64, hessianBatch*nw)
 		xx := make([]float64, hessianBatch*nx)
 		for start := lo; start < hi; start += hessianBatch {
@@ -174,8 +175,8 @@ type dirichletNewton struct {
 	hfull []float64 // full Hessian of the mean NLL, (C²+C)²
 	hnll  []float64 // the NLL's Hessian in the free parameters, nu×nu
 	have  bool      // hnll holds a Hessian
-	// Counts for the report and the tests.
-	Hessians, Evaluations, Steps int
+	// Counts of the work done, for the tests.
+	hessians, evaluations, steps int
 }
 
 // newDirichletNewton returns the Newton fitter of variant v on c classes,
@@ -323,7 +324,7 @@ func (d *dirichletNewton) fit(ls *Set, u0 []float64, lambda, mu float64) ([]floa
 	// The objective in the free parameters, as dirichletFit's with the
 	// prior of withPrior.
 	obj := func(g, u []float64) float64 {
-		d.Evaluations++
+		d.evaluations++
 		dirichletExpand(full, u, d.v, c)
 		val := dirichletLoss(gfull, full, ls, lambda, mu, r)
 		dirichletProject(g, gfull, d.v, c)
@@ -369,7 +370,7 @@ func (d *dirichletNewton) fit(ls *Set, u0 []float64, lambda, mu float64) ([]floa
 			break
 		}
 		rep.Iterations++
-		d.Steps++
+		d.steps++
 		// Backtrack until the objective does not rise (by more than its
 		// rounding: a converging step changes it by ≈ g·step, which can be
 		// below one ulp).
@@ -427,7 +428,7 @@ func (d *dirichletNewton) fit(ls *Set, u0 []float64, lambda, mu float64) ([]floa
 // hessian computes the Hessian of the mean NLL at the full parameters x
 // on ls into d.hnll, in the free parameters.
 func (d *dirichletNewton) hessian(ls *Set, x []float64, r *rowSums) {
-	d.Hessians++
+	d.hessians++
 	matrixHessian(d.hfull, x, ls, r)
 	n := d.c*d.c + d.c
 	for a, ia := range d.free {

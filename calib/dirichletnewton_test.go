@@ -3,12 +3,9 @@ package calib
 import (
 	"math"
 	"math/rand/v2"
-	"os"
 	"runtime"
 	"slices"
-	"strconv"
 	"testing"
-	"time"
 )
 
 // dirBenchSet returns n rows of c-class logits drawn as
@@ -31,48 +28,6 @@ func dirBenchSet(rng *rand.Rand, n, c int) *Set {
 		z[k] += 5
 	}
 	return s
-}
-
-func TestDirichletCVExperiment(t *testing.T) {
-	if os.Getenv("DIRCV_EXPERIMENT") == "" {
-		t.Skip("experiment")
-	}
-	rows, _ := strconv.Atoi(os.Getenv("DIRCV_ROWS"))
-	s := dirBenchSet(rand.New(rand.NewPCG(1, 2)), rows, 10)
-	t0 := time.Now()
-	fixed := &Dirichlet{Lambda: 1e-3, Mu: 1e-3}
-	if err := fixed.Fit(s); err != nil {
-		t.Fatal(err)
-	}
-	tf := time.Since(t0)
-	t.Logf("fixed fit %v, %d iterations", tf, fixed.LastFit().Iterations)
-	d := &Dirichlet{Folds: 5}
-	ls := logProbSet(s)
-	lambdas, mus := d.grids(10)
-	for _, newton := range []bool{true, false}[:1+boolInt(os.Getenv("DIRCV_EXPERIMENT") != "newton")] {
-		t0 := time.Now()
-		sums, err := d.heldOut(ls, 5, lambdas, mus, newton)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("newton %v: %v (%.1f× the fixed fit)", newton, time.Since(t0), float64(time.Since(t0))/float64(tf))
-		best := 0
-		for p, v := range sums {
-			t.Logf("  pair %2d (λ %g, μ %g): held-out %.12f", p, lambdas[p/len(mus)], mus[p%len(mus)], v/float64(rows))
-			if v <= sums[best] {
-				best = p
-			}
-		}
-		t.Logf("chose pair %d", best)
-	}
-	_ = math.Abs
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // TestMatrixHessian checks matrixHessian against central differences of
@@ -143,7 +98,7 @@ func TestDirichletNewtonMatchesLBFGS(t *testing.T) {
 			}
 			rel := math.Abs(nrep.Objective-rep.Objective) / rep.Objective
 			t.Logf("%s %+v: L-BFGS %d iterations, Newton %d steps (%d Hessians); objectives differ by %.2g (relative), parameters by %.2g",
-				v, reg, rep.Iterations, nrep.Iterations, nt.Hessians, rel, dx)
+				v, reg, rep.Iterations, nrep.Iterations, nt.hessians, rel, dx)
 			if rel > 1e-10 || dx > 1e-4 {
 				t.Errorf("%s %+v: Newton's optimum %v differs from L-BFGS's %v: objective by %.2g relative, parameters by %.2g",
 					v, reg, nrep.Objective, rep.Objective, rel, dx)
