@@ -271,8 +271,12 @@ func (d *Dirichlet) variant() string {
 // L-BFGS beyond: see docs/CALIBRATION.md) is scored by its NLL on the
 // held-out fold; the pair of the least NLL summed over all held-out
 // examples becomes Lambda and Mu, ties going to the larger λ, then the
-// larger μ (the simpler map). The final fit uses all of s, as a fit with
-// them fixed. A set of fewer than 2 examples is
+// larger μ (the simpler map). The final fit uses all of s and ends at
+// the optimum a fit with them fixed ends at, within Options' tolerance:
+// up to DirichletNewtonMaxClasses classes, unless Options.Prior is
+// negative, it starts at the mean of the folds' optima for the chosen
+// pair and takes Newton steps (see docs/CALIBRATION.md); otherwise it
+// runs L-BFGS from the current parameters. A set of fewer than 2 examples is
 // fitted with Lambda and Mu as they are.
 //
 // LastFit reports the final fit, with the variant, λ, μ and how they were
@@ -296,16 +300,32 @@ func (d *Dirichlet) Fit(s *Set) error {
 	if v == DirichletFixDiag {
 		choice.Mu = 0
 	}
+	var start []float64 // the folds' mean optimum at the chosen pair, by Newton
 	if folds := min(d.Folds, s.Len()); folds >= 2 {
-		if err := d.crossValidate(ls, folds, choice); err != nil {
+		var err error
+		if start, err = d.crossValidate(ls, folds, choice); err != nil {
 			return fmt.Errorf("dirichlet scaler: %w", err)
 		}
 	}
-	x0 := NewMatrix(s.Classes).Params()
-	if d.Classes() != 0 {
-		x0 = d.Params()
+	var x []float64
+	var rep FitReport
+	var err error
+	if start != nil && d.Options.Prior >= 0 {
+		// The objective is strictly convex (the prior), so its one
+		// optimum is the one a fit from the identity finds: Newton's
+		// method gets there in a few steps from the folds' optima.
+		var u []float64
+		if u, rep, err = newDirichletNewton(v, s.Classes, d.Options).fit(ls, start, choice.Lambda, choice.Mu); err == nil {
+			x = make([]float64, s.Classes*s.Classes+s.Classes)
+			dirichletExpand(x, u, v, s.Classes)
+		}
+	} else {
+		x0 := NewMatrix(s.Classes).Params()
+		if d.Classes() != 0 {
+			x0 = d.Params()
+		}
+		x, rep, err = dirichletFit(ls, x0, v, choice.Lambda, choice.Mu, d.Options)
 	}
-	x, rep, err := dirichletFit(ls, x0, v, choice.Lambda, choice.Mu, d.Options)
 	if err != nil {
 		return fmt.Errorf("dirichlet scaler: %w", err)
 	}
@@ -363,12 +383,14 @@ func (d *Dirichlet) grids(c int) (lambdas, mus []float64) {
 
 // crossValidate sets choice's λ and μ to the pair of d's grids whose fits
 // have the least held-out NLL over folds folds of the log-probability set
-// ls, and records the search in choice.
-func (d *Dirichlet) crossValidate(ls *Set, folds int, choice *DirichletChoice) error {
+// ls, and records the search in choice. It returns the mean of the
+// folds' optima at that pair (free parameters) when Newton's method found
+// them, else nil.
+func (d *Dirichlet) crossValidate(ls *Set, folds int, choice *DirichletChoice) ([]float64, error) {
 	lambdas, mus := d.grids(ls.Classes)
-	sums, err := d.heldOut(ls, folds, lambdas, mus, ls.Classes <= DirichletNewtonMaxClasses)
+	sums, starts, err := d.heldOut(ls, folds, lambdas, mus, ls.Classes <= DirichletNewtonMaxClasses)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	best, bestNLL := 0, math.Inf(1)
 	for p, sum := range sums {
@@ -381,37 +403,42 @@ func (d *Dirichlet) crossValidate(ls *Set, folds int, choice *DirichletChoice) e
 	choice.Folds = folds
 	choice.LambdaGrid, choice.MuGrid = lambdas, mus
 	choice.HeldOutNLL = bestNLL / float64(ls.Len())
-	return nil
+	if starts == nil {
+		return nil, nil
+	}
+	return starts[best], nil
 }
 
 // heldOut returns, for each pair p = i·len(mus) + j of the grids, the NLL
 // summed over every held-out example of folds folds of ls, each fold's
 // fit on the others to DirichletCVGradientTol (unless Options asks for
 // less), by Newton's method (crossValidateNewton) or L-BFGS
-// (crossValidateLBFGS). The folds' sums are added in fold order.
-func (d *Dirichlet) heldOut(ls *Set, folds int, lambdas, mus []float64, newton bool) ([]float64, error) {
+// (crossValidateLBFGS). The folds' sums are added in fold order. By
+// Newton's method it also returns, for each pair, the mean of the folds'
+// optima (free parameters).
+func (d *Dirichlet) heldOut(ls *Set, folds int, lambdas, mus []float64, newton bool) (sums []float64, starts [][]float64, err error) {
 	train, test := d.folds(ls, folds)
 	pairs := len(lambdas) * len(mus)
 	nll := make([]float64, pairs*folds) // nll[p*folds+f]
 	cv := d.Options
 	cv.GradientTol = max(cv.gradientTol(), DirichletCVGradientTol)
 	order := snakeOrder(len(lambdas), len(mus))
-	var err error
 	if newton {
-		_, err = d.crossValidateNewton(train, test, lambdas, mus, order, cv, nll)
+		starts = make([][]float64, pairs)
+		_, err = d.crossValidateNewton(train, test, lambdas, mus, order, cv, nll, starts)
 	} else {
 		err = d.crossValidateLBFGS(train, test, lambdas, mus, order, cv, nll)
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	sums := make([]float64, pairs)
+	sums = make([]float64, pairs)
 	for p := range sums {
 		for _, x := range nll[p*folds : (p+1)*folds] {
 			sums[p] += x
 		}
 	}
-	return sums, nil
+	return sums, starts, nil
 }
 
 // snakeOrder returns the pairs (i, j) of an nl × nm grid in snake order,
@@ -466,8 +493,9 @@ func (d *Dirichlet) folds(ls *Set, folds int) (train, test []*Set) {
 // Hessian serves as long as chord steps on it converge fast (see
 // dirichletNewton). Everything runs in one sequence, each sum over rows
 // in rowSums' fixed blocks, so the held-out NLLs do not depend on the
-// number of threads. It returns the fitter, for its counts.
-func (d *Dirichlet) crossValidateNewton(train, test []*Set, lambdas, mus []float64, order [][2]int, o FitOptions, nll []float64) (*dirichletNewton, error) {
+// number of threads. It writes the mean of the folds' optima at each
+// pair into means[p] and returns the fitter, for its counts.
+func (d *Dirichlet) crossValidateNewton(train, test []*Set, lambdas, mus []float64, order [][2]int, o FitOptions, nll []float64, means [][]float64) (*dirichletNewton, error) {
 	folds := len(train)
 	c := train[0].Classes
 	v := d.variant()
@@ -509,6 +537,16 @@ func (d *Dirichlet) crossValidateNewton(train, test []*Set, lambdas, mus []float
 			dirichletExpand(x, u, v, c)
 			nll[(ij[0]*len(mus)+ij[1])*folds+f] = matrixNLL(g, x, test[f], nil) * float64(test[f].Len())
 		}
+		mean := make([]float64, len(next[0]))
+		for _, u := range next {
+			for a, v := range u {
+				mean[a] += v
+			}
+		}
+		for a := range mean {
+			mean[a] /= float64(folds)
+		}
+		means[ij[0]*len(mus)+ij[1]] = mean
 		us = next
 	}
 	return nt, nil

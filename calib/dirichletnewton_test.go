@@ -133,11 +133,11 @@ func TestDirichletCVNewtonChoosesAsLBFGS(t *testing.T) {
 		if tc.d.LambdaGrid != nil {
 			folds = 3
 		}
-		newton, err := tc.d.heldOut(ls, folds, lambdas, mus, true)
+		newton, _, err := tc.d.heldOut(ls, folds, lambdas, mus, true)
 		if err != nil {
 			t.Fatal(err)
 		}
-		lbfgs, err := tc.d.heldOut(ls, folds, lambdas, mus, false)
+		lbfgs, _, err := tc.d.heldOut(ls, folds, lambdas, mus, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -176,7 +176,7 @@ func TestDirichletCVNewtonThreads(t *testing.T) {
 	var want []float64
 	for _, procs := range []int{1, 2, 4} {
 		prev := runtime.GOMAXPROCS(procs)
-		got, err := d.heldOut(s, 5, lambdas, mus, true)
+		got, _, err := d.heldOut(s, 5, lambdas, mus, true)
 		runtime.GOMAXPROCS(prev)
 		if err != nil {
 			t.Fatal(err)

@@ -6,6 +6,6 @@ package calib
 // L-BFGS, with the grids.
 func DirichletHeldOut(d *Dirichlet, s *Set, folds int, newton bool) (sums, lambdas, mus []float64, err error) {
 	lambdas, mus = d.grids(s.Classes)
-	sums, err = d.heldOut(logProbSet(s), folds, lambdas, mus, newton)
+	sums, _, err = d.heldOut(logProbSet(s), folds, lambdas, mus, newton)
 	return sums, lambdas, mus, err
 }
