@@ -159,11 +159,11 @@ func dirichletFree(v string, c int) [][]int {
 	return u
 }
 
-// dirichletNewton fits the grid pairs of one cross-validation by Newton's
-// method (see DirichletNewtonMaxClasses) on one training set at a time.
-// It keeps the last Hessian of the mean NLL in the free parameters, to
-// take chord steps at the next pair or fold. It is not safe for
-// concurrent use.
+// dirichletNewton fits dirichletFit's objective by Newton's method (see
+// DirichletNewtonMaxClasses): the grid pairs of one cross-validation, on
+// one training set at a time, and the final fit after it. It keeps the
+// last Hessian of the mean NLL in the free parameters, to take chord
+// steps at the next pair or fold. It is not safe for concurrent use.
 type dirichletNewton struct {
 	v       string
 	c, nu   int
