@@ -9,8 +9,8 @@
 # seconds, peak RSS, the paired ratios to the peer and the 1-minute load
 # average of each repetition, then the ratios to fedcalib's fixed fit
 # (the cross-validated row's: what the default cross-validation costs
-# against one fit). See docs/BENCHMARKS.md, "Dirichlet, matrix
-# and temperature against plain peers".
+# against one fit). See docs/BENCHMARKS.md, "Dirichlet against a plain
+# PyTorch L-BFGS".
 #
 #   bench/dirichlet.sh                           # 50,000 × 10, 5 repetitions
 #   ROWS=5000 CLASSES=10 REPS=3 bench/dirichlet.sh
