@@ -266,12 +266,17 @@ func (d *Dirichlet) variant() string {
 // With Folds ≥ 2 it first chooses the regularisation: the examples are
 // split into min(Folds, n) folds by a permutation drawn from Seed; for
 // each pair (λ, μ) of the grids (see LambdaGrid), a fit on all folds but
-// one (to DirichletCVGradientTol, warm-started from that fold's fit of the
-// previous pair, the first from the identity) is scored by its NLL on the
-// held-out fold; the
-// pair of the least NLL summed over all held-out examples becomes Lambda
-// and Mu, ties going to the larger λ, then the larger μ (the simpler
-// map). The final fit uses all of s. A set of fewer than 2 examples is
+// one (to DirichletCVGradientTol; warm-started along the grid and across
+// folds, by Newton's method up to DirichletNewtonMaxClasses classes, by
+// L-BFGS beyond: see docs/CALIBRATION.md) is scored by its NLL on the
+// held-out fold; the pair of the least NLL summed over all held-out
+// examples becomes Lambda and Mu, ties going to the larger λ, then the
+// larger μ (the simpler map). The final fit uses all of s and ends at
+// the optimum a fit with them fixed ends at, within Options' tolerance:
+// up to DirichletNewtonMaxClasses classes, unless Options.Prior is
+// negative, it starts at the mean of the folds' optima for the chosen
+// pair and takes Newton steps (see docs/CALIBRATION.md); otherwise it
+// runs L-BFGS from the current parameters. A set of fewer than 2 examples is
 // fitted with Lambda and Mu as they are.
 //
 // LastFit reports the final fit, with the variant, λ, μ and how they were
@@ -295,16 +300,32 @@ func (d *Dirichlet) Fit(s *Set) error {
 	if v == DirichletFixDiag {
 		choice.Mu = 0
 	}
+	var start []float64 // the folds' mean optimum at the chosen pair, by Newton
 	if folds := min(d.Folds, s.Len()); folds >= 2 {
-		if err := d.crossValidate(ls, folds, choice); err != nil {
+		var err error
+		if start, err = d.crossValidate(ls, folds, choice); err != nil {
 			return fmt.Errorf("dirichlet scaler: %w", err)
 		}
 	}
-	x0 := NewMatrix(s.Classes).Params()
-	if d.Classes() != 0 {
-		x0 = d.Params()
+	var x []float64
+	var rep FitReport
+	var err error
+	if start != nil && d.Options.Prior >= 0 {
+		// The objective is strictly convex (the prior), so its one
+		// optimum is the one a fit from the identity finds: Newton's
+		// method gets there in a few steps from the folds' optima.
+		var u []float64
+		if u, rep, err = newDirichletNewton(v, s.Classes, d.Options).fit(ls, start, choice.Lambda, choice.Mu); err == nil {
+			x = make([]float64, s.Classes*s.Classes+s.Classes)
+			dirichletExpand(x, u, v, s.Classes)
+		}
+	} else {
+		x0 := NewMatrix(s.Classes).Params()
+		if d.Classes() != 0 {
+			x0 = d.Params()
+		}
+		x, rep, err = dirichletFit(ls, x0, v, choice.Lambda, choice.Mu, d.Options)
 	}
-	x, rep, err := dirichletFit(ls, x0, v, choice.Lambda, choice.Mu, d.Options)
 	if err != nil {
 		return fmt.Errorf("dirichlet scaler: %w", err)
 	}
@@ -362,12 +383,86 @@ func (d *Dirichlet) grids(c int) (lambdas, mus []float64) {
 
 // crossValidate sets choice's λ and μ to the pair of d's grids whose fits
 // have the least held-out NLL over folds folds of the log-probability set
-// ls, and records the search in choice.
-func (d *Dirichlet) crossValidate(ls *Set, folds int, choice *DirichletChoice) error {
-	n := ls.Len()
+// ls, and records the search in choice. It returns the mean of the
+// folds' optima at that pair (free parameters) when Newton's method found
+// them, else nil.
+func (d *Dirichlet) crossValidate(ls *Set, folds int, choice *DirichletChoice) ([]float64, error) {
+	lambdas, mus := d.grids(ls.Classes)
+	sums, starts, err := d.heldOut(ls, folds, lambdas, mus, ls.Classes <= DirichletNewtonMaxClasses)
+	if err != nil {
+		return nil, err
+	}
+	best, bestNLL := 0, math.Inf(1)
+	for p, sum := range sums {
+		// Grids increase, so a tie keeps the later, larger, pair.
+		if sum <= bestNLL {
+			best, bestNLL = p, sum
+		}
+	}
+	choice.Lambda, choice.Mu = lambdas[best/len(mus)], mus[best%len(mus)]
+	choice.Folds = folds
+	choice.LambdaGrid, choice.MuGrid = lambdas, mus
+	choice.HeldOutNLL = bestNLL / float64(ls.Len())
+	if starts == nil {
+		return nil, nil
+	}
+	return starts[best], nil
+}
+
+// heldOut returns, for each pair p = i·len(mus) + j of the grids, the NLL
+// summed over every held-out example of folds folds of ls, each fold's
+// fit on the others to DirichletCVGradientTol (unless Options asks for
+// less), by Newton's method (crossValidateNewton) or L-BFGS
+// (crossValidateLBFGS). The folds' sums are added in fold order. By
+// Newton's method it also returns, for each pair, the mean of the folds'
+// optima (free parameters).
+func (d *Dirichlet) heldOut(ls *Set, folds int, lambdas, mus []float64, newton bool) (sums []float64, starts [][]float64, err error) {
+	train, test := d.folds(ls, folds)
+	pairs := len(lambdas) * len(mus)
+	nll := make([]float64, pairs*folds) // nll[p*folds+f]
+	cv := d.Options
+	cv.GradientTol = max(cv.gradientTol(), DirichletCVGradientTol)
+	order := snakeOrder(len(lambdas), len(mus))
+	if newton {
+		starts = make([][]float64, pairs)
+		_, err = d.crossValidateNewton(train, test, lambdas, mus, order, cv, nll, starts)
+	} else {
+		err = d.crossValidateLBFGS(train, test, lambdas, mus, order, cv, nll)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	sums = make([]float64, pairs)
+	for p := range sums {
+		for _, x := range nll[p*folds : (p+1)*folds] {
+			sums[p] += x
+		}
+	}
+	return sums, starts, nil
+}
+
+// snakeOrder returns the pairs (i, j) of an nl × nm grid in snake order,
+// row i = 0 left to right, row 1 right to left, …: consecutive pairs are
+// neighbours.
+func snakeOrder(nl, nm int) [][2]int {
+	order := make([][2]int, nl*nm)
+	for k := range order {
+		i, j := k/nm, k%nm
+		if i%2 == 1 {
+			j = nm - 1 - j
+		}
+		order[k] = [2]int{i, j}
+	}
+	return order
+}
+
+// folds splits the log-probability set ls into folds training and
+// held-out sets, by a permutation drawn from d.Seed: example perm[i]
+// is held out of fold i mod folds. Each set keeps ls's order.
+func (d *Dirichlet) folds(ls *Set, folds int) (train, test []*Set) {
 	rng := rand.New(rand.NewPCG(uint64(d.Seed), 0x6469726963686c74)) // "dirichlt"
-	perm := rng.Perm(n)
-	train, test := make([]*Set, folds), make([]*Set, folds)
+	perm := rng.Perm(ls.Len())
+	train, test = make([]*Set, folds), make([]*Set, folds)
 	for f := range folds {
 		var in, out []int
 		for i, e := range perm {
@@ -382,21 +477,93 @@ func (d *Dirichlet) crossValidate(ls *Set, folds int, choice *DirichletChoice) e
 		slices.Sort(out)
 		train[f], test[f] = ls.Subset(in), ls.Subset(out)
 	}
-	// Each fold fits every grid pair in turn, warm-started from its fit of
-	// the previous pair (in snake order over λ × μ, so that consecutive
-	// pairs are neighbours), the first from the identity. The folds run in
-	// parallel and their held-out NLLs are added in fold order, so the
-	// choice does not depend on the number of goroutines.
-	lambdas, mus := d.grids(ls.Classes)
-	pairs := len(lambdas) * len(mus)
-	nll := make([]float64, pairs*folds) // nll[p*folds+f]
-	errs := make([]error, folds)
-	identity := NewMatrix(ls.Classes).Params()
+	return train, test
+}
+
+// crossValidateNewton fits every grid pair, in the given order, on every
+// fold's training set by Newton's method (dirichletNewton), and writes
+// each fit's held-out NLL, summed over the fold's held-out examples, into
+// nll[p*folds+f] for pair p = i·len(mus) + j and fold f.
+//
+// At the first pair the first fold starts at the identity and fold f > 0
+// at fold f − 1's optimum. At each next pair fold f starts at the chord
+// prediction (dirichletNewton.predict) from its optimum of the previous
+// pair, moved by fold f − 1's error of prediction at this pair: the
+// folds share most of their rows, so their predictions err alike. One
+// Hessian serves as long as chord steps on it converge fast (see
+// dirichletNewton). Everything runs in one sequence, each sum over rows
+// in rowSums' fixed blocks, so the held-out NLLs do not depend on the
+// number of threads. It writes the mean of the folds' optima at each
+// pair into means[p] and returns the fitter, for its counts.
+func (d *Dirichlet) crossValidateNewton(train, test []*Set, lambdas, mus []float64, order [][2]int, o FitOptions, nll []float64, means [][]float64) (*dirichletNewton, error) {
+	folds := len(train)
+	c := train[0].Classes
 	v := d.variant()
-	// The folds' fits only rank the grid: they stop at a looser
-	// gradient, DirichletCVGradientTol, unless Options asks for less.
-	cv := d.Options
-	cv.GradientTol = max(cv.gradientTol(), DirichletCVGradientTol)
+	nt := newDirichletNewton(v, c, o)
+	g := make([]float64, c*c+c)
+	x := make([]float64, c*c+c)
+	us := make([][]float64, folds) // each fold's optimum at the previous pair
+	for k, ij := range order {
+		lambda, mu := lambdas[ij[0]], mus[ij[1]]
+		var pred [][]float64
+		if k > 0 {
+			prev := order[k-1]
+			pred = nt.predict(us, lambdas[prev[0]], mus[prev[1]], lambda, mu, train[0].Len())
+		}
+		next := make([][]float64, folds)
+		for f := range folds {
+			var u0 []float64
+			switch {
+			case k == 0 && f == 0:
+				u0 = dirichletReduce(NewMatrix(c).Params(), v, c)
+			case k == 0:
+				u0 = next[f-1]
+			case pred == nil:
+				u0 = us[f]
+			default:
+				u0 = pred[f]
+				if f > 0 {
+					u0 = slices.Clone(u0)
+					for a := range u0 {
+						u0[a] += next[f-1][a] - pred[f-1][a]
+					}
+				}
+			}
+			u, _, err := nt.fit(train[f], u0, lambda, mu)
+			if err != nil {
+				return nil, fmt.Errorf("cross-validation fold %d, λ = %v, μ = %v: %w", f+1, lambda, mu, err)
+			}
+			next[f] = u
+			dirichletExpand(x, u, v, c)
+			nll[(ij[0]*len(mus)+ij[1])*folds+f] = matrixNLL(g, x, test[f], nil) * float64(test[f].Len())
+		}
+		mean := make([]float64, len(next[0]))
+		for _, u := range next {
+			for a, v := range u {
+				mean[a] += v
+			}
+		}
+		for a := range mean {
+			mean[a] /= float64(folds)
+		}
+		means[ij[0]*len(mus)+ij[1]] = mean
+		us = next
+	}
+	return nt, nil
+}
+
+// crossValidateLBFGS is crossValidateNewton's work by L-BFGS, for many
+// classes: each fold fits every pair in turn, warm-started from its fit
+// of the previous pair, the first from the identity. The folds run in
+// parallel and each writes its own held-out NLLs, so they do not depend
+// on the number of goroutines.
+func (d *Dirichlet) crossValidateLBFGS(train, test []*Set, lambdas, mus []float64, order [][2]int, cv FitOptions, nll []float64) error {
+	folds := len(train)
+	c := train[0].Classes
+	pairs := len(order)
+	errs := make([]error, folds)
+	identity := NewMatrix(c).Params()
+	v := d.variant()
 	workers := min(runtime.GOMAXPROCS(0), folds)
 	var wg sync.WaitGroup
 	for w := range workers {
@@ -405,10 +572,7 @@ func (d *Dirichlet) crossValidate(ls *Set, folds int, choice *DirichletChoice) e
 			for f := w; f < folds; f += workers {
 				x := identity
 				for k := range pairs {
-					i, j := k/len(mus), k%len(mus)
-					if i%2 == 1 {
-						j = len(mus) - 1 - j
-					}
+					i, j := order[k][0], order[k][1]
 					lambda, mu := lambdas[i], mus[j]
 					var err error
 					if x, _, err = dirichletFit(train[f], x, v, lambda, mu, cv); err != nil {
@@ -421,25 +585,7 @@ func (d *Dirichlet) crossValidate(ls *Set, folds int, choice *DirichletChoice) e
 		})
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	best, bestNLL := 0, math.Inf(1)
-	for p := range pairs {
-		var sum float64
-		for _, x := range nll[p*folds : (p+1)*folds] {
-			sum += x
-		}
-		// Grids increase, so a tie keeps the later, larger, pair.
-		if sum <= bestNLL {
-			best, bestNLL = p, sum
-		}
-	}
-	choice.Lambda, choice.Mu = lambdas[best/len(mus)], mus[best%len(mus)]
-	choice.Folds = folds
-	choice.LambdaGrid, choice.MuGrid = lambdas, mus
-	choice.HeldOutNLL = bestNLL / float64(n)
-	return nil
+	return errors.Join(errs...)
 }
 
 // dirichletFit minimises the mean NLL of matrix scaling of variant v on
