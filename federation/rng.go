@@ -12,6 +12,7 @@ const (
 	domainClient
 	domainNoise
 	domainSelect
+	domainSubset
 )
 
 // mix64 is the SplitMix64 finaliser (Steele, Lea and Flood 2014): a

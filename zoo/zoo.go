@@ -43,6 +43,9 @@ type Provenance struct {
 	ModelSHA256 string `json:"model_sha256"`
 	// Sources are the data sets read, in row order.
 	Sources []Source `json:"sources"`
+	// Subset, when not nil, says that the logits are those of a fixed
+	// subset of a larger data set (Subset.Of), which Sources hold.
+	Subset *Subset `json:"subset,omitempty"`
 	// Producer says what computed the logits, such as "fedcalib infer
 	// (commit 8ed7d0f), ONNX Runtime 1.20.1, 1 thread".
 	Producer string `json:"producer,omitempty"`

@@ -9,6 +9,14 @@
 // Logits computed where the ONNX file is not kept (the GPU machine of
 // models/gpu-zoo.sh) are packed with --model-sha256 HEX in place of --model.
 //
+// subset makes a fixed subset of a data set too large to commit (the
+// rows of some splits of clients drawn from its partition), for pack to
+// pack the logits of (--subset):
+//
+//	go run ./cmd/zoo-logits subset --data roles:../shared/data/shakespeare-leaf-roles.tar.gz \
+//	    --partition models/partitions/shakespeare-roles-natural.json.gz --clients 100 --seed 1 \
+//	    --splits calibration,test --out-partition /tmp/p.json --out-data /tmp/s.json --out-record /tmp/s.subset.json
+//
 // show prints the provenance record, the file's size and SHA-256, after
 // checking the values against the record; its exit status is 1 when that
 // check fails. The Makefile's `logits-pack` target runs pack for every
@@ -24,6 +32,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/fedcalib/fedcalib/federation"
 	"github.com/fedcalib/fedcalib/infer/logits"
 	"github.com/fedcalib/fedcalib/internal/fileio"
 	"github.com/fedcalib/fedcalib/zoo"
@@ -42,6 +51,8 @@ func main() {
 	switch os.Args[1] {
 	case "pack":
 		err = pack(os.Args[2:])
+	case "subset":
+		err = subset(os.Args[2:])
 	case "show":
 		err = show(os.Args[2:])
 	default:
@@ -54,7 +65,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: zoo-logits pack --name N (--model M.onnx | --model-sha256 HEX) --data SPEC... --logits IN.npz --out OUT.npz [--producer TEXT] [--decoder TEXT]\n       zoo-logits show FILE.npz...")
+	fmt.Fprintln(os.Stderr, "usage: zoo-logits pack --name N (--model M.onnx | --model-sha256 HEX) --data SPEC... --logits IN.npz --out OUT.npz [--producer TEXT] [--decoder TEXT] [--subset RECORD.json]\n       zoo-logits subset --data SPEC... --partition FULL.json[.gz] --clients K --seed S --splits LIST --out-partition P.json --out-data SUBSET.json --out-record RECORD.json\n       zoo-logits show FILE.npz...")
 	os.Exit(2)
 }
 
@@ -67,6 +78,7 @@ func pack(args []string) error {
 	out := fs.String("out", "", "the committed logits file to write, e.g. models/logits/mnist-cnn.npz")
 	producer := fs.String("producer", "", "what computed the logits, e.g. \"fedcalib infer (commit abc1234)\"")
 	decoder := fs.String("decoder", "", "how the records were decoded, where not by fedcalib's own readers (replaces each source's decoder)")
+	subsetRecord := fs.String("subset", "", "the record zoo-logits subset wrote, when --data is a subset it made")
 	var data specs
 	fs.Var(&data, "data", "a data spec infer read, in row order (repeat for several)")
 	fs.Parse(args)
@@ -82,11 +94,25 @@ func pack(args []string) error {
 	} else if b, err := hex.DecodeString(msha); err != nil || len(b) != sha256.Size {
 		return fmt.Errorf("--model-sha256 %q: want 64 hex digits", *modelSHA)
 	}
-	p := zoo.Provenance{Model: *name, ModelSHA256: msha, Producer: *producer}
+	var sub *zoo.Subset
+	if *subsetRecord != "" {
+		b, err := os.ReadFile(*subsetRecord)
+		if err != nil {
+			return err
+		}
+		sub = new(zoo.Subset)
+		if err := json.Unmarshal(b, sub); err != nil {
+			return fmt.Errorf("%s: %w", *subsetRecord, err)
+		}
+	}
+	p := zoo.Provenance{Model: *name, ModelSHA256: msha, Producer: *producer, Subset: sub}
 	for _, d := range data {
 		s, err := zoo.NewSource(d)
 		if err != nil {
 			return err
+		}
+		if sub != nil {
+			s.Decoder = zoo.SubsetDecoder
 		}
 		if *decoder != "" {
 			s.Decoder = *decoder
@@ -101,6 +127,62 @@ func pack(args []string) error {
 		return err
 	}
 	return show([]string{*out})
+}
+
+func subset(args []string) error {
+	fs := flag.NewFlagSet("subset", flag.ExitOnError)
+	part := fs.String("partition", "", "the whole data set's partition file, e.g. models/partitions/shakespeare-roles-natural.json.gz")
+	clients := fs.Int("clients", 0, "the number of clients to draw")
+	seed := fs.Uint64("seed", 1, "the seed they are drawn with")
+	splits := fs.String("splits", "calibration,test", "the splits of each drawn client to keep")
+	outPart := fs.String("out-partition", "", "the subset's partition file to write (JSON)")
+	outData := fs.String("out-data", "", "the subset's data to write (LEAF JSON), for fedcalib infer --data leaf:FILE")
+	outRecord := fs.String("out-record", "", "the subset's record to write (JSON), for pack --subset")
+	var data specs
+	fs.Var(&data, "data", "a data spec of the whole data set, in row order (repeat for several)")
+	fs.Parse(args)
+	if *part == "" || *clients == 0 || *outPart == "" || *outData == "" || *outRecord == "" || len(data) == 0 {
+		usage()
+	}
+	ss, err := zoo.ParseSplits(*splits)
+	if err != nil {
+		return err
+	}
+	full, err := federation.ReadPartition(*part)
+	if err != nil {
+		return err
+	}
+	rec := zoo.Subset{Clients: *clients, Seed: *seed}
+	for _, s := range ss {
+		rec.Splits = append(rec.Splits, s.String())
+	}
+	for _, d := range data {
+		s, err := zoo.NewSource(d)
+		if err != nil {
+			return err
+		}
+		rec.Of = append(rec.Of, s)
+	}
+	if rec.Partition, err = zoo.FileSHA256(*part); err != nil {
+		return err
+	}
+	sub, err := zoo.MakeSubset(data, full, zoo.SubsetOptions{Clients: *clients, Seed: *seed, Splits: ss}, *outData)
+	if err != nil {
+		return err
+	}
+	if err := federation.WritePartition(*outPart, sub); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := fileio.Write(*outRecord, append(b, '\n')); err != nil {
+		return err
+	}
+	fmt.Printf("subset: %d of %d clients, %d rows (%s) of %d: %s, %s, %s\n",
+		sub.Len(), full.Len(), sub.Data.Examples, *splits, full.Data.Examples, *outData, *outPart, *outRecord)
+	return nil
 }
 
 func show(paths []string) error {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/fedcalib/fedcalib/experiment"
+	"github.com/fedcalib/fedcalib/internal/fileio"
 	"github.com/fedcalib/fedcalib/zoo"
 )
 
@@ -34,43 +35,68 @@ var (
 )
 
 // TestCommittedLogits checks each committed logits file against its
-// model card: the file's SHA-256 and the model's are those the card's
-// "Committed logits" section records, and the values hash to what the
-// file's provenance says (zoo.Verify).
+// model card: the file's SHA-256 is one the card's "Committed logits"
+// section records and the model's the one it records, and the values
+// hash to what the file's provenance says (zoo.Verify). A file is named
+// after its model (its provenance's), or after the model with "-subset"
+// when it holds a fixed subset of the model's data (a subset record).
 func TestCommittedLogits(t *testing.T) {
 	files := committedLogits(t)
 	if len(files) == 0 {
 		t.Fatal("no committed logits under models/logits")
 	}
 	for name, path := range files {
-		card, err := os.ReadFile(filepath.Join("../../models", name, "CARD.md"))
+		rec, err := zoo.ReadProvenance(path)
 		if err != nil {
 			t.Errorf("%s: %v", name, err)
 			continue
 		}
-		fm, mm := cardLogitsSHA.FindSubmatch(card), cardModelSHA.FindSubmatch(card)
-		if fm == nil || mm == nil {
+		want := rec.Model
+		if rec.Subset != nil {
+			want += "-subset"
+		}
+		if name != want {
+			t.Errorf("%s: provenance names model %q (subset: %v): the file should be %s.npz", name, rec.Model, rec.Subset != nil, want)
+			continue
+		}
+		card, err := os.ReadFile(filepath.Join("../../models", rec.Model, "CARD.md"))
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		fms, mm := cardLogitsSHA.FindAllSubmatch(card, -1), cardModelSHA.FindSubmatch(card)
+		if fms == nil || mm == nil {
 			t.Errorf("%s: CARD.md records no \"logits file sha256\" and \"from the model of sha256\"", name)
 			continue
 		}
-		p, err := zoo.Verify(path, string(fm[1]), string(mm[1]))
+		sum, err := fileio.SHA256(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fileSHA := string(fms[0][1])
+		for _, fm := range fms {
+			if string(fm[1]) == sum {
+				fileSHA = sum
+			}
+		}
+		p, err := zoo.Verify(path, fileSHA, string(mm[1]))
 		if err != nil {
 			t.Errorf("%s: %v", name, err)
 			continue
 		}
-		if p.Model != name || len(p.Sources) == 0 {
-			t.Errorf("%s: provenance names model %q and %d sources", name, p.Model, len(p.Sources))
+		if len(p.Sources) == 0 || (p.Subset != nil && (len(p.Subset.Of) == 0 || p.Subset.Clients < 1)) {
+			t.Errorf("%s: provenance names %d sources, subset %+v", name, len(p.Sources), p.Subset)
 		}
 	}
 }
 
 // TestCommittedCells recomputes a sample of the cells of Tables 1 and 2
-// (weighted FedBBQ and FedTemp, seed 3, on every dataset whose logits
-// are committed) and checks that each row equals the committed row of
+// and of their shakespeare-lstm-subset configurations (weighted FedBBQ
+// and FedTemp, seed 3, on every dataset whose logits are committed) and checks that each row equals the committed row of
 // the same cell byte for byte: `make experiments` recomputes them all.
 func TestCommittedCells(t *testing.T) {
 	files := committedLogits(t)
-	for _, table := range []string{"table1", "table2"} {
+	for _, table := range []string{"table1", "table2", "table1-shakespeare-subset", "table2-shakespeare-subset"} {
 		cfg, err := experiment.ReadConfig(table + ".yaml")
 		if err != nil {
 			t.Fatal(err)

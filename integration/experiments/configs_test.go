@@ -52,12 +52,22 @@ func TestConfigs(t *testing.T) {
 // TestTableSettings checks Tables 1 and 2 against the paper: T = 12,
 // 5 seeds, p = 0.1, M = 7, β = 0.1 partitions; Table 2 at (ε, δ) = (1,
 // 1e-5) with C = 0.5 and [C₊, C₋] = [10, 50]; and the columns: the
-// paper's five and the calibrators added beyond it (issue #17).
+// paper's five and the calibrators added beyond it (issue #17); the
+// shakespeare-lstm-subset configurations in the same settings, with
+// every column but FedDirichlet.
 func TestTableSettings(t *testing.T) {
+	all := []string{"FedBBQ", "FedBBQ all weight", "FedCal", "FedOPVector", "FedTemp",
+		"FedIsotonic", "FedIsotonic all weight", "FedDirichlet", "FedScalBin",
+		"FedPlatt", "FedBeta", "FedEqMass", "FedEqMass all weight"}
+	noDirichlet := slices.DeleteFunc(slices.Clone(all), func(s string) bool { return s == "FedDirichlet" })
 	for _, tc := range []struct {
 		path    string
 		private bool
-	}{{"table1.yaml", false}, {"table2.yaml", true}} {
+		columns []string
+	}{
+		{"table1.yaml", false, all}, {"table2.yaml", true, all},
+		{"table1-shakespeare-subset.yaml", false, noDirichlet}, {"table2-shakespeare-subset.yaml", true, noDirichlet},
+	} {
 		cfg, err := experiment.ReadConfig(tc.path)
 		if err != nil {
 			t.Fatal(err)
@@ -84,9 +94,7 @@ func TestTableSettings(t *testing.T) {
 			}
 		}
 		want := len(cfg.Datasets) * 5
-		columns := []string{"FedBBQ", "FedBBQ all weight", "FedCal", "FedOPVector", "FedTemp",
-			"FedIsotonic", "FedIsotonic all weight", "FedDirichlet", "FedScalBin",
-			"FedPlatt", "FedBeta", "FedEqMass", "FedEqMass all weight"}
+		columns := tc.columns
 		for _, l := range columns {
 			if labels[l] != want {
 				t.Errorf("%s: %d %s cells, want %d (5 seeds per dataset)", tc.path, labels[l], l, want)
