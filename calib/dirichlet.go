@@ -392,21 +392,27 @@ func (d *Dirichlet) crossValidate(ls *Set, folds int, choice *DirichletChoice) (
 	if err != nil {
 		return nil, err
 	}
-	best, bestNLL := 0, math.Inf(1)
-	for p, sum := range sums {
-		// Grids increase, so a tie keeps the later, larger, pair.
-		if sum <= bestNLL {
-			best, bestNLL = p, sum
-		}
-	}
+	best := bestPair(sums)
 	choice.Lambda, choice.Mu = lambdas[best/len(mus)], mus[best%len(mus)]
 	choice.Folds = folds
 	choice.LambdaGrid, choice.MuGrid = lambdas, mus
-	choice.HeldOutNLL = bestNLL / float64(ls.Len())
+	choice.HeldOutNLL = sums[best] / float64(ls.Len())
 	if starts == nil {
 		return nil, nil
 	}
 	return starts[best], nil
+}
+
+// bestPair returns the grid pair with the least held-out NLL sum. Grids
+// increase, so a tie keeps the later, larger, pair.
+func bestPair(sums []float64) int {
+	best := 0
+	for p, sum := range sums {
+		if sum <= sums[best] {
+			best = p
+		}
+	}
+	return best
 }
 
 // heldOut returns, for each pair p = i·len(mus) + j of the grids, the NLL

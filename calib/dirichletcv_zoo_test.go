@@ -43,16 +43,7 @@ func TestDirichletCVZooLogits(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		argmin := func(v []float64) int {
-			best := 0
-			for p, x := range v {
-				if x <= v[best] {
-					best = p
-				}
-			}
-			return best
-		}
-		bn := argmin(newton)
+		bn := calib.DirichletBestPair(newton)
 		t.Logf("%s, %d rows: Newton chose λ = %g, μ = %g (pair %d, held-out NLL %.6f); L-BFGS chose pair %d",
 			model, s.Len(), lambdas[bn/len(mus)], mus[bn%len(mus)], bn, newton[bn]/float64(s.Len()), tc.pair)
 		if bn != tc.pair {

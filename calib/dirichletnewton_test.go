@@ -141,20 +141,11 @@ func TestDirichletCVNewtonChoosesAsLBFGS(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		argmin := func(v []float64) int {
-			best := 0
-			for p, x := range v {
-				if x <= v[best] {
-					best = p
-				}
-			}
-			return best
-		}
 		var worst float64
 		for p := range newton {
 			worst = max(worst, math.Abs(newton[p]-lbfgs[p])/lbfgs[p])
 		}
-		bn, bl := argmin(newton), argmin(lbfgs)
+		bn, bl := bestPair(newton), bestPair(lbfgs)
 		t.Logf("%s: Newton chose pair %d (λ %g, μ %g), L-BFGS pair %d; held-out NLLs differ by at most %.2g (relative)",
 			tc.name, bn, lambdas[bn/len(mus)], mus[bn%len(mus)], bl, worst)
 		if bn != bl {

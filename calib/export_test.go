@@ -9,3 +9,7 @@ func DirichletHeldOut(d *Dirichlet, s *Set, folds int, newton bool) (sums, lambd
 	sums, _, err = d.heldOut(logProbSet(s), folds, lambdas, mus, newton)
 	return sums, lambdas, mus, err
 }
+
+// DirichletBestPair exposes the cross-validation's choice among the grid
+// pairs' held-out sums (bestPair) to the external tests.
+func DirichletBestPair(sums []float64) int { return bestPair(sums) }
