@@ -166,21 +166,7 @@ func TestCheckCalibratedModel(t *testing.T) {
 	if code, _, stderr := fedcalib("export", "--model", "../infer/testdata/tiny.onnx", "--calibrator", cf, "--out", out); code != 0 {
 		t.Fatalf("export: exit %d: %s", code, stderr)
 	}
-	reports := make([]checkReport, 2)
-	for i, args := range [][]string{
-		{"--model", out},
-		{"--model", "../infer/testdata/tiny.onnx", "--calibrator", cf},
-	} {
-		args = append([]string{"check", "--data", "idx:" + images, "--json", "--threads", "1", "--min-cwece-improvement", "-1"}, args...)
-		code, stdout, stderr := fedcalib(args...)
-		if code != 0 {
-			t.Fatalf("%v: exit %d: %s", args, code, stderr)
-		}
-		if err := json.Unmarshal([]byte(stdout), &reports[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	g, p := reports[0], reports[1]
+	g, p := checkTwice(t, images, nil, []string{"--model", out}, []string{"--model", "../infer/testdata/tiny.onnx", "--calibrator", cf})
 	if g.Method != "temp" || g.Before != p.Before || g.After.Accuracy != p.After.Accuracy || abs(g.After.CWECE-p.After.CWECE) > 1e-6 || abs(g.After.NLL-p.After.NLL) > 1e-5 {
 		t.Errorf("calibrated graph %+v\nGo calibrator  %+v", g, p)
 	}
@@ -210,21 +196,7 @@ func TestSoftmaxModelEndToEnd(t *testing.T) {
 			t.Fatalf("%s: exit %d: %s", args[0], code, stderr)
 		}
 	}
-	reports := make([]checkReport, 2)
-	for i, args := range [][]string{
-		{"--model", out},
-		{"--model", model, "--calibrator", cf, "--input", "probabilities"},
-	} {
-		args = append([]string{"check", "--data", "idx:" + images, "--json", "--threads", "1", "--min-cwece-improvement", "-1", "--max-accuracy-drop", "1"}, args...)
-		code, stdout, stderr := fedcalib(args...)
-		if code != 0 {
-			t.Fatalf("%v: exit %d: %s", args, code, stderr)
-		}
-		if err := json.Unmarshal([]byte(stdout), &reports[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	g, p := reports[0], reports[1]
+	g, p := checkTwice(t, images, []string{"--max-accuracy-drop", "1"}, []string{"--model", out}, []string{"--model", model, "--calibrator", cf, "--input", "probabilities"})
 	if abs(g.Before.NLL-p.Before.NLL) > 1e-9 || g.Before.Accuracy != p.Before.Accuracy || g.After.Accuracy != p.After.Accuracy ||
 		abs(g.After.CWECE-p.After.CWECE) > 1e-6 || abs(g.After.NLL-p.After.NLL) > 1e-5 {
 		t.Errorf("calibrated graph %+v\nGo calibrator  %+v", g, p)
@@ -368,4 +340,24 @@ func TestInputKindRecorded(t *testing.T) {
 			t.Errorf("%v: exit %d, %q; want %d and one line with %q", tc.args, code, stderr, ExitUsage, tc.want)
 		}
 	}
+}
+
+// checkTwice runs `fedcalib check --json` over the IDX images once per
+// argument set (after the common flags and extra) and returns the two
+// reports: the calibrated graph's and the model-plus-calibrator's.
+func checkTwice(t *testing.T, images string, extra []string, graph, sidecar []string) (g, p checkReport) {
+	t.Helper()
+	reports := make([]checkReport, 2)
+	for i, set := range [][]string{graph, sidecar} {
+		args := append([]string{"check", "--data", "idx:" + images, "--json", "--threads", "1", "--min-cwece-improvement", "-1"}, extra...)
+		args = append(args, set...)
+		code, stdout, stderr := fedcalib(args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, stderr)
+		}
+		if err := json.Unmarshal([]byte(stdout), &reports[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return reports[0], reports[1]
 }

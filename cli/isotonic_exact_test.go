@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -41,21 +40,7 @@ func TestExactIsotonicEndToEnd(t *testing.T) {
 	if iso := c.(*calib.Isotonic); !iso.Exact() || f.Provenance.Protocol != "central" {
 		t.Fatalf("calibrator exact %v, protocol %q: want an exact central fit", iso.Exact(), f.Provenance.Protocol)
 	}
-	reports := make([]checkReport, 2)
-	for i, args := range [][]string{
-		{"--model", out},
-		{"--model", model, "--calibrator", cf},
-	} {
-		args = append([]string{"check", "--data", "idx:" + images, "--json", "--threads", "1", "--min-cwece-improvement", "-1", "--max-accuracy-drop", "1"}, args...)
-		code, stdout, stderr := fedcalib(args...)
-		if code != 0 {
-			t.Fatalf("%v: exit %d: %s", args, code, stderr)
-		}
-		if err := json.Unmarshal([]byte(stdout), &reports[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	g, p := reports[0], reports[1]
+	g, p := checkTwice(t, images, []string{"--max-accuracy-drop", "1"}, []string{"--model", out}, []string{"--model", model, "--calibrator", cf})
 	if g.Method != calib.MethodIsotonic || g.Before != p.Before || g.After.Accuracy != p.After.Accuracy ||
 		abs(g.After.CWECE-p.After.CWECE) > 1e-6 || abs(g.After.NLL-p.After.NLL) > 1e-5 {
 		t.Errorf("calibrated graph %+v\nGo calibrator  %+v", g, p)
