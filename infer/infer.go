@@ -74,13 +74,16 @@ func (r *Result) File() *logits.File {
 // labels and client ids. It does not close rd. Errors name the record
 // (counting from 0) that caused them; ctx cancels between batches.
 //
-// Reading and preprocessing run one batch ahead, on a second goroutine
-// (unless Options.Sequential): while ONNX Runtime runs batch i, batch i+1
-// is read into the other of two reused batch buffers, so nothing is
-// copied and at most one batch is read ahead. Batches run in order, so
-// the result is the same as reading between runs. The package
-// documentation ("The thread plan") says how this shares the cores with
-// ONNX Runtime.
+// Reading and preprocessing run ahead, on a goroutine of their own
+// (unless Options.Sequential), into reused batch buffers: while ONNX
+// Runtime runs the batches in flight, the next is read into a free
+// buffer, so nothing is copied and at most one batch is read ahead of
+// the runs. With several runs in flight (Options.Runs), each runs on a
+// goroutine of its own and their logits are joined in the data's order,
+// so the result is the same as reading between runs; when rd knows its
+// size and holds fewer than Runs × Batch records, the batches are made
+// smaller so that every run has one. The package documentation ("The
+// thread plan") says how this shares the cores with ONNX Runtime.
 func (s *Session) Infer(ctx context.Context, rd data.Reader) (*Result, error) {
 	progress := Progress{Total: -1}
 	if sz, ok := rd.(data.Sized); ok {
@@ -89,49 +92,60 @@ func (s *Session) Infer(ctx context.Context, rd data.Reader) (*Result, error) {
 	if s.opt.Progress != nil {
 		s.opt.Progress(progress)
 	}
-
+	runs := s.runs
+	if s.opt.Sequential {
+		runs = 1
+	}
+	size := s.opt.Batch
+	if runs > 1 && progress.Total > 0 {
+		size = min(size, (progress.Total+runs-1)/runs)
+	}
 	b := &batcher{
 		rd:       rd,
 		enc:      newEncoder(s.pre, s.dtype, s.in.Name, s.in.Dimensions[1:]),
 		dtype:    s.dtype,
-		size:     s.opt.Batch,
+		size:     size,
 		clients:  make(map[string]int32),
 		planHook: s.planHook,
 	}
 	res := &Result{}
 	var extra [][]float32
-	batches, stop := b.batches(ctx, !s.opt.Sequential, !s.opt.ForegroundReader)
-	defer stop()
-	for fb := range batches {
-		if fb.err != nil {
-			return nil, fb.err
-		}
-		if err := ctx.Err(); err != nil {
+	acct := accountant{s: s, res: res, progress: progress}
+	var stop func()
+	if runs > 1 {
+		// A reader at background priority would get a core only when the
+		// model's threads leave one idle, which a run per core never does.
+		var out <-chan filled
+		out, _, stop = b.readAhead(ctx, runs+1, false)
+		defer stop()
+		if err := s.runConcurrently(ctx, out, runs, b.enc, &acct, &extra); err != nil {
 			return nil, err
 		}
-		bt := fb.slot
-		base := len(res.Logits)
-		var err error
-		if res.Logits, extra, err = s.RunExtra(res.Logits, extra, bt.buf.head(bt.rows, b.enc.size)); err != nil {
-			return nil, fmt.Errorf("records %d to %d: %w", bt.first, bt.first+bt.rows-1, err)
+	} else {
+		slots := 0 // read between runs
+		if !s.opt.Sequential {
+			slots = 2
 		}
-		if base == 0 && looksLikeProbabilities(res.Logits, s.classes) {
-			s.opt.Logger.Warn("model outputs look like probabilities (rows are non-negative and sum to 1), but calibrators want logits: export the model without its final softmax",
-				"model", s.path, "output", s.out.Name)
-		}
-		for i, l := range bt.labels {
-			if l < 0 || l >= int64(s.classes) {
-				return nil, fmt.Errorf("record %d: label %d is outside [0, %d), the model's classes", bt.first+i, l, s.classes)
+		var batches iter.Seq[filled]
+		batches, stop = b.batches(ctx, slots, !s.opt.ForegroundReader)
+		defer stop()
+		for fb := range batches {
+			if fb.err != nil {
+				return nil, fb.err
 			}
-		}
-		for _, l := range bt.labels {
-			res.Labels = append(res.Labels, int32(l)) // in [0, classes), checked above
-		}
-		res.Client = append(res.Client, bt.client...)
-		fb.release()
-		if s.opt.Progress != nil {
-			progress.Done = bt.first + bt.rows
-			s.opt.Progress(progress)
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			bt := fb.slot
+			base := len(res.Logits)
+			var err error
+			if res.Logits, extra, err = s.RunExtra(res.Logits, extra, bt.buf.head(bt.rows, b.enc.size)); err != nil {
+				return nil, fmt.Errorf("records %d to %d: %w", bt.first, bt.first+bt.rows-1, err)
+			}
+			if err := acct.add(bt, base); err != nil {
+				return nil, err
+			}
+			fb.release()
 		}
 	}
 	stop() // the reader is done: b's fields are ours
@@ -169,6 +183,171 @@ func (s *Session) Infer(ctx context.Context, rd data.Reader) (*Result, error) {
 	return res, nil
 }
 
+// An accountant does Infer's bookkeeping of each batch that has run, in
+// the data's order.
+type accountant struct {
+	s        *Session
+	res      *Result
+	progress Progress
+}
+
+// add accounts for batch bt, whose logits are a.res.Logits[base:]: it
+// warns once if the first batch's look like probabilities, checks the
+// labels against the classes, appends the labels and client ids and
+// reports the progress.
+func (a *accountant) add(bt *slot, base int) error {
+	s, res := a.s, a.res
+	if base == 0 && looksLikeProbabilities(res.Logits, s.classes) {
+		s.opt.Logger.Warn("model outputs look like probabilities (rows are non-negative and sum to 1), but calibrators want logits: export the model without its final softmax",
+			"model", s.path, "output", s.out.Name)
+	}
+	for i, l := range bt.labels {
+		if l < 0 || l >= int64(s.classes) {
+			return fmt.Errorf("record %d: label %d is outside [0, %d), the model's classes", bt.first+i, l, s.classes)
+		}
+	}
+	for _, l := range bt.labels {
+		res.Labels = append(res.Labels, int32(l)) // in [0, classes), checked above
+	}
+	res.Client = append(res.Client, bt.client...)
+	if s.opt.Progress != nil {
+		a.progress.Done = bt.first + bt.rows
+		s.opt.Progress(a.progress)
+	}
+	return nil
+}
+
+// runConcurrently runs the batches, encoded by enc, on runs goroutines at once, each
+// batch's logits (and Options.Extra outputs) into its slot, and hands
+// them to acct, appended to acct.res.Logits and *extra, in the batches'
+// order. The error it returns is the one of the earliest record: a run
+// that fails is reported before a later batch's reading error. A model
+// whose output columns are not known before it runs (s.classes or an
+// extra output's columns zero) runs its first batch alone, which fixes
+// them, so that concurrent runs never write to s.
+func (s *Session) runConcurrently(ctx context.Context, batches <-chan filled, runs int, enc *encoder, acct *accountant, extra *[][]float32) error {
+	type ran struct {
+		seq int
+		f   filled
+		err error
+	}
+	run := func(seq int, f filled) ran {
+		if s.runHook != nil {
+			s.runHook(seq)
+		}
+		sl := f.slot
+		for k := range sl.extra {
+			sl.extra[k] = sl.extra[k][:0]
+		}
+		var err error
+		sl.out, sl.extra, err = s.RunExtra(sl.out[:0], sl.extra, sl.buf.head(sl.rows, enc.size))
+		return ran{seq, f, err}
+	}
+	jobs := make(chan ran)
+	done := make(chan ran, runs+1) // one per slot at most is outstanding
+	var wg sync.WaitGroup
+	for range runs {
+		wg.Go(func() {
+			for j := range jobs {
+				done <- run(j.seq, j.f)
+			}
+		})
+	}
+	defer func() {
+		close(jobs)
+		wg.Wait()
+	}()
+	pending := make(map[int]ran)
+	next, sent := 0, 0
+	collect := func(r ran) error {
+		pending[r.seq] = r
+		for {
+			r, ok := pending[next]
+			if !ok {
+				return nil
+			}
+			delete(pending, next)
+			next++
+			bt := r.f.slot
+			if r.err != nil {
+				return fmt.Errorf("records %d to %d: %w", bt.first, bt.first+bt.rows-1, r.err)
+			}
+			base := len(acct.res.Logits)
+			acct.res.Logits = append(acct.res.Logits, bt.out...)
+			for len(*extra) < len(bt.extra) {
+				*extra = append(*extra, nil)
+			}
+			for k, v := range bt.extra {
+				(*extra)[k] = append((*extra)[k], v...)
+			}
+			if err := acct.add(bt, base); err != nil {
+				return err
+			}
+			r.f.release()
+		}
+	}
+	// The batch read and not yet queued, if any: while it waits for a
+	// run, the loop takes no other, so the reader stays one batch ahead.
+	var ready *filled
+	for {
+		var in <-chan filled
+		var queue chan<- ran
+		var job ran
+		if ready == nil {
+			in = batches
+		} else {
+			queue, job = jobs, ran{seq: sent, f: *ready}
+		}
+		if in == nil && queue == nil && next == sent {
+			return nil
+		}
+		select {
+		case f, ok := <-in:
+			switch {
+			case !ok:
+				batches = nil // every batch is read: collect what runs
+				if next == sent {
+					return nil
+				}
+			case f.err != nil:
+				// An earlier batch's failure names earlier records.
+				for next < sent {
+					if err := collect(<-done); err != nil {
+						return err
+					}
+				}
+				return f.err
+			default:
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				if sent == 0 && !s.columnsKnown() {
+					sent++
+					if err := collect(run(0, f)); err != nil {
+						return err
+					}
+					continue
+				}
+				ready = &f
+			}
+		case queue <- job:
+			ready = nil
+			sent++
+		case r := <-done:
+			if err := collect(r); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// columnsKnown reports whether the columns of the model's output and of
+// every extra output are known, as they are before the first run for a
+// model whose output shapes fix them.
+func (s *Session) columnsKnown() bool {
+	return s.classes > 0 && !slices.Contains(s.cols, 0)
+}
+
 // A batcher reads records into batch slots, reused.
 type batcher struct {
 	rd    data.Reader
@@ -196,6 +375,9 @@ type slot struct {
 	labels []int64
 	client []int32 // client ids of the rows
 	paused bool    // whether a fill stopped before the batch was full
+
+	out   []float32   // the batch's logits, when it runs concurrently with others
+	extra [][]float32 // and its Options.Extra outputs
 }
 
 // A filled is a batch ready to run, or the error that ended the reading.
@@ -208,15 +390,17 @@ type filled struct {
 // batches returns the batches of b's records in order, ending after the
 // last one or with the first error, and a function that stops the
 // reading and waits until the reader is no longer used; it is safe to
-// call more than once. Each batch's slot must be released before the next
-// is received. With ahead, a second goroutine fills the next slot while
-// the caller runs the current one: two slots, so at most one batch is
-// read ahead, and no copies; with background too, that goroutine reads
-// every batch after the first at background priority until it is
-// promoted (threads.go, readerPlan). Without ahead, each batch is read
-// when the caller asks for it, on the caller's goroutine.
-func (b *batcher) batches(ctx context.Context, ahead, background bool) (iter.Seq[filled], func()) {
-	if !ahead {
+// call more than once. With slots (at least 2), a second goroutine fills
+// the next of that many reused slots while the caller runs the batches
+// it holds: each batch's slot goes back to the reader when the caller
+// releases it, so the reader is at most one batch ahead of a caller that
+// holds slots-1 batches, and nothing is copied; with background too,
+// that goroutine reads every batch after the first at background
+// priority until it is promoted (threads.go, readerPlan). With slots 0,
+// each batch is read when the caller asks for it, on the caller's
+// goroutine, and its slot must be released before the next is received.
+func (b *batcher) batches(ctx context.Context, slots int, background bool) (iter.Seq[filled], func()) {
+	if slots == 0 {
 		sl := &slot{}
 		seq := func(yield func(filled) bool) {
 			for {
@@ -239,13 +423,71 @@ func (b *batcher) batches(ctx context.Context, ahead, background bool) (iter.Seq
 		}
 		return seq, func() {}
 	}
-	free := make(chan *slot, 2)
-	free <- &slot{}
-	free <- &slot{}
+	out, plan, stop := b.readAhead(ctx, slots, background)
+	seq := func(yield func(filled) bool) {
+		var busy time.Duration // how long the caller took over the last batch
+		var timer *time.Timer
+		defer func() {
+			if timer != nil {
+				timer.Stop()
+			}
+		}()
+		for {
+			var f filled
+			var ok bool
+			select {
+			case f, ok = <-out:
+			default:
+				// Wait, and promote the reader once the wait is longer
+				// than its patience (readerPlan.patience).
+				if d := plan.patience(busy); plan.background && d > 0 && !plan.promoted() {
+					if timer == nil {
+						timer = time.NewTimer(d)
+					} else {
+						timer.Reset(d)
+					}
+					select {
+					case f, ok = <-out:
+						timer.Stop()
+					case <-timer.C:
+						plan.promoteNow()
+						f, ok = <-out
+					}
+				} else {
+					f, ok = <-out
+				}
+			}
+			if !ok {
+				return
+			}
+			t0 := time.Now()
+			if !yield(f) {
+				return
+			}
+			busy = time.Since(t0)
+		}
+	}
+	return seq, stop
+}
+
+// readAhead starts the goroutine that fills slots reused slots with b's
+// batches, in order, as batches describes, and returns the channel it
+// sends them on (closed after the last batch or the first error), its
+// reader plan and the function that stops it and waits until it is no
+// longer used; a caller that receives from the channel directly must
+// release each slot it is done with.
+func (b *batcher) readAhead(ctx context.Context, slots int, background bool) (<-chan filled, *readerPlan, func()) {
+	if slots < 2 {
+		panic(fmt.Sprintf("infer: reading ahead into %d slots", slots))
+	}
+	free := make(chan *slot, slots)
+	for range slots {
+		free <- &slot{}
+	}
 	out := make(chan filled) // unbuffered: the free slots bound the reading ahead
 	done := make(chan struct{})
 	var wg sync.WaitGroup
-	var plan readerPlan
+	plan := readerPlan{background: background}
 	if b.planHook != nil {
 		b.planHook(&plan)
 	}
@@ -328,50 +570,7 @@ func (b *batcher) batches(ctx context.Context, ahead, background bool) (iter.Seq
 		once.Do(func() { close(done) })
 		wg.Wait()
 	}
-	seq := func(yield func(filled) bool) {
-		var busy time.Duration // how long the caller took over the last batch
-		var timer *time.Timer
-		defer func() {
-			if timer != nil {
-				timer.Stop()
-			}
-		}()
-		for {
-			var f filled
-			var ok bool
-			select {
-			case f, ok = <-out:
-			default:
-				// Wait, and promote the reader once the wait is longer
-				// than its patience (readerPlan.patience).
-				if d := plan.patience(busy); background && d > 0 && !plan.promoted() {
-					if timer == nil {
-						timer = time.NewTimer(d)
-					} else {
-						timer.Reset(d)
-					}
-					select {
-					case f, ok = <-out:
-						timer.Stop()
-					case <-timer.C:
-						plan.promoteNow()
-						f, ok = <-out
-					}
-				} else {
-					f, ok = <-out
-				}
-			}
-			if !ok {
-				return
-			}
-			t0 := time.Now()
-			if !yield(f) {
-				return
-			}
-			busy = time.Since(t0)
-		}
-	}
-	return seq, stop
+	return out, &plan, stop
 }
 
 // fill reads records into sl until it holds b.size or the data ends, and
@@ -479,7 +678,7 @@ func (s *Session) Encode(ctx context.Context, rd data.Reader, n int) (*Batch, []
 		size:    n,
 		clients: make(map[string]int32),
 	}
-	batches, stop := b.batches(ctx, false, false)
+	batches, stop := b.batches(ctx, 0, false)
 	defer stop()
 	for fb := range batches {
 		if fb.err != nil {

@@ -4,6 +4,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -69,6 +70,23 @@ func newPeer(b *testing.B, model string, s *Session, batches []*Batch, threads i
 	return p
 }
 
+// runConcurrently runs the batches on w goroutines at once, batch i on
+// goroutine i mod w (the loop a user would write for runs in parallel).
+func (p *peer) runConcurrently(b *testing.B, w int) {
+	var wg sync.WaitGroup
+	for g := range w {
+		wg.Go(func() {
+			for i := g; i < len(p.ins); i += w {
+				if err := p.sess.Run(p.ins[i:i+1], p.outs[i:i+1]); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
 func (p *peer) run(b *testing.B) {
 	for i := range p.ins {
 		if err := p.sess.Run(p.ins[i:i+1], p.outs[i:i+1]); err != nil {
@@ -94,9 +112,14 @@ func cpuTime(b *testing.B) time.Duration {
 //	             defaults, spinning pool threads included: the loop a user
 //	             would write, over the records decoded beforehand;
 //	peer-nospin  the same with spinning off (session.intra_op.allow_spinning 0);
+//	peer-par     one intra-op thread, the batches run on as many goroutines
+//	             at once as the threads the others get (batch i on
+//	             goroutine i mod threads);
 //	infer        data.Open + Session.Infer end to end at the default thread
 //	             plan (threads.go): reading, decoding, preprocessing, runs,
 //	             labels, checks;
+//	infer-1run   the same with one run at a time (Options.Runs 1) on all
+//	             the threads: the plan before the concurrent runs;
 //	infer-spin   the same with Options.Spin;
 //	infer-seq    the same with Options.Sequential;
 //	infer-fg     the same with Options.ForegroundReader (the reader at
@@ -126,7 +149,7 @@ func BenchmarkInferOverhead(b *testing.B) {
 	}
 	infer := func(opt Options, always ...bool) func() {
 		o := benchOptions(b)
-		o.Spin, o.Sequential, o.ForegroundReader = opt.Spin, opt.Sequential, opt.ForegroundReader
+		o.Spin, o.Sequential, o.ForegroundReader, o.Runs = opt.Spin, opt.Sequential, opt.ForegroundReader, opt.Runs
 		if opt.Threads != 0 {
 			o.Threads = opt.Threads
 		}
@@ -147,8 +170,17 @@ func BenchmarkInferOverhead(b *testing.B) {
 		case "peer", "peer-nospin", "peer-spin":
 			p := newPeer(b, model, s, batches, threads, map[string]string{"peer": "", "peer-nospin": "0", "peer-spin": "1"}[name])
 			run[k] = func() { p.run(b) }
+		case "peer-par":
+			w := threads
+			if w == 0 {
+				w = DefaultThreads()
+			}
+			p := newPeer(b, model, s, batches, 1, "")
+			run[k] = func() { p.runConcurrently(b, w) }
 		case "infer":
 			run[k] = infer(Options{})
+		case "infer-1run":
+			run[k] = infer(Options{Runs: 1})
 		case "infer-spin":
 			run[k] = infer(Options{Spin: true})
 		case "infer-seq":

@@ -104,3 +104,94 @@ func btoi(b bool) int {
 	}
 	return 0
 }
+
+// TestConcurrentRunsInOrder checks that batches run at once are joined in
+// the data's order however they finish: the first batch of every three
+// that has two after it runs last (its run waits until they have
+// finished), and the result is still that of one run at a time, for
+// batch sizes that divide the records or not.
+func TestConcurrentRunsInOrder(t *testing.T) {
+	imgs := images(23, 16, 4)
+	recs := imageRecords(imgs, 4, 4, 1)
+	for i := range recs {
+		recs[i].Client = fmt.Sprintf("c%d", i*5%3)
+	}
+	for _, batch := range []int{1, 2, 5} {
+		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
+			want, err := openTest(t, "testdata/tiny.onnx", Options{Batch: batch, Threads: 1, Runs: 1}).
+				Infer(context.Background(), &sliceReader{recs: recs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := openTest(t, "testdata/tiny.onnx", Options{Batch: batch, Threads: 1, Runs: 3})
+			var finished atomic.Int64
+			var late atomic.Int64 // batches that ran after a later one
+			batches := (len(recs) + batch - 1) / batch
+			s.runHook = func(seq int) {
+				if seq%3 == 0 && seq+2 < batches {
+					for deadline := time.Now().Add(200 * time.Millisecond); finished.Load() < int64(seq)+2 && time.Now().Before(deadline); {
+						time.Sleep(time.Millisecond)
+					}
+					if finished.Load() >= int64(seq)+2 {
+						late.Add(1)
+					}
+				}
+				finished.Add(1)
+			}
+			got, err := s.Infer(context.Background(), &sliceReader{recs: recs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("three runs at once:\n%+v\none at a time:\n%+v", got, want)
+			}
+			if late.Load() == 0 {
+				t.Errorf("no batch finished after a later one: the test did not reorder the runs")
+			}
+		})
+	}
+}
+
+// TestConcurrentRunsStop checks the errors of concurrent runs: a run that
+// fails is reported, naming its records, before a later batch's reading
+// error and before later runs' results; reading stops once Infer has
+// returned, at most one batch ahead of the runs in flight.
+func TestConcurrentRunsStop(t *testing.T) {
+	nan := make([]float32, 16)
+	nan[0] = float32(math.NaN())
+	recs := make([]data.Record, 40)
+	for i := range recs {
+		recs[i] = data.Record{Float: make([]float32, 16)}
+	}
+	recs[5].Float = nan // batch 2 of 2-record batches fails in the model
+	for _, runs := range []int{2, 3} {
+		s := openTest(t, "testdata/tiny.onnx", Options{Batch: 2, Threads: 1, Runs: runs})
+		rd := &countingReader{sliceReader: sliceReader{recs: recs}}
+		_, err := s.Infer(context.Background(), rd)
+		if err == nil || !strings.Contains(err.Error(), "records 4 to 5") {
+			t.Fatalf("runs %d: error %v, want one naming records 4 to 5", runs, err)
+		}
+		n := rd.calls.Load()
+		time.Sleep(20 * time.Millisecond)
+		if rd.calls.Load() != n {
+			t.Errorf("runs %d: the reader was read after Infer returned", runs)
+		}
+		// Batches 0 and 1 are done with; runs+1 slots hold batch 2 and
+		// the ones after it.
+		if max := int64(2 * (2 + runs + 1)); n > max {
+			t.Errorf("runs %d: %d records read, want at most %d", runs, n, max)
+		}
+		// The reader fails at record 7 (batch 3), after batch 2's run
+		// fails: the run's error names the earlier records.
+		s = openTest(t, "testdata/tiny.onnx", Options{Batch: 2, Threads: 1, Runs: runs})
+		fail := errors.New("disk on fire")
+		_, err = s.Infer(context.Background(), &sliceReader{recs: recs[:10], err: fail, failAt: 7})
+		if err == nil || !strings.Contains(err.Error(), "records 4 to 5") || errors.Is(err, fail) {
+			t.Errorf("runs %d: run and reading errors: %v, want the run's, naming records 4 to 5", runs, err)
+		}
+		_, err = s.Infer(context.Background(), &sliceReader{recs: recs[:4], err: fail, failAt: 3})
+		if !errors.Is(err, fail) || !strings.Contains(err.Error(), "reading record 3") {
+			t.Errorf("runs %d: reader error: %v", runs, err)
+		}
+	}
+}

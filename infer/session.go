@@ -25,18 +25,26 @@ const DefaultBatch = 256
 const MaxThreads = 1024
 
 // Options configures a Session. The zero value runs the first input and
-// first float32 output of the model on DefaultThreads() threads that
-// sleep when idle, 256 records at a time, reading one batch ahead at
-// background priority, with the preprocessing recorded in the model (the
-// thread plan: threads.go).
+// first float32 output of the model 256 records at a time, one batch per
+// core at once on one thread each, reading one batch ahead, with the
+// preprocessing recorded in the model (the thread plan: threads.go).
 type Options struct {
 	// Runtime is the ONNX Runtime shared library to load. Empty means
 	// ResolveRuntime's search: $ONNXRUNTIME_SHARED_LIBRARY_PATH, then the
 	// cache that Setup fills.
 	Runtime string
-	// Threads is the number of intra-op threads. Zero means
-	// DefaultThreads(), one per core this process may use.
+	// Threads is the number of intra-op threads of each model run. Zero
+	// means the thread plan's choice (runPlan): one when Runs is zero
+	// too, so that Infer runs one batch per core at a time, else the
+	// cores this process may use (DefaultThreads) shared out among the
+	// Runs.
 	Threads int
+	// Runs is the number of batches Infer runs through the model at
+	// once, on as many goroutines, each run on Threads intra-op threads.
+	// Zero means the thread plan's choice: one run per core this process
+	// may use (DefaultThreads) when Threads is zero and Infer reads
+	// ahead, else one. The logits do not depend on it.
+	Runs int
 	// Spin lets ONNX Runtime's pool threads spin while they wait for
 	// work, as ONNX Runtime does by default, instead of sleeping. False
 	// (the zero value) makes them sleep, so that they do not fight the
@@ -44,9 +52,9 @@ type Options struct {
 	// gains only on a machine where nothing else runs.
 	Spin bool
 	// Sequential makes Infer read each batch between model runs, on its
-	// own goroutine. False (the zero value) reads, decodes and
-	// preprocesses the next batch on a second goroutine while ONNX
-	// Runtime runs the current one.
+	// own goroutine, one run at a time whatever Runs says. False (the
+	// zero value) reads, decodes and preprocesses the next batch on a
+	// goroutine of its own while ONNX Runtime runs the current ones.
 	Sequential bool
 	// ForegroundReader runs that second goroutine at normal priority
 	// throughout. False (the zero value) reads the first batch at normal
@@ -112,8 +120,10 @@ type Session struct {
 	pre     Preprocessing
 	classes int   // output columns; 0 until known
 	cols    []int // columns of each extra output; 0 until known
+	runs    int   // model runs Infer keeps in flight (runPlan)
 
 	planHook func(*readerPlan) // batcher.planHook (tests)
+	runHook  func(seq int)     // called before batch seq runs concurrently with others (tests)
 }
 
 // OpenSession loads the ONNX model at path, loading ONNX Runtime first if
@@ -122,7 +132,10 @@ type Session struct {
 // metadata or overrides.
 func OpenSession(path string, opt Options) (*Session, error) {
 	if opt.Threads < 0 || opt.Threads > MaxThreads {
-		return nil, fmt.Errorf("threads = %d: want 0 (all cores) to %d", opt.Threads, MaxThreads)
+		return nil, fmt.Errorf("threads = %d: want 0 (the thread plan's choice) to %d", opt.Threads, MaxThreads)
+	}
+	if opt.Runs < 0 || opt.Runs > MaxThreads {
+		return nil, fmt.Errorf("runs = %d: want 0 (the thread plan's choice) to %d", opt.Runs, MaxThreads)
 	}
 	if opt.Batch < 0 {
 		return nil, fmt.Errorf("batch = %d: want a positive batch size", opt.Batch)
@@ -143,13 +156,15 @@ func OpenSession(path string, opt Options) (*Session, error) {
 		return nil, err
 	}
 	s := &Session{path: path, opt: opt}
+	threads, runs := runPlan(opt)
+	s.runs = runs
 	if err := s.discover(model); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	outs := append([]string{s.out.Name}, infoNames(s.extra)...)
 	s.sess, err = newORTSession(func(in, out []string, so *ort.SessionOptions) (*ort.DynamicAdvancedSession, error) {
 		return ort.NewDynamicAdvancedSessionWithONNXData(model, in, out, so)
-	}, []string{s.in.Name}, outs, threadPlan{opt.Threads, opt.Spin})
+	}, []string{s.in.Name}, outs, threadPlan{threads, opt.Spin})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -423,7 +438,9 @@ func (s *Session) RunExtra(dst []float32, extra [][]float32, b *Batch) ([]float3
 		if err := checkFinite(t.GetData(), int(t.GetShape()[1])); err != nil {
 			return dst[:base], extra, fmt.Errorf("model output %q: %w", o.Name, err)
 		}
-		s.cols[k] = int(t.GetShape()[1])
+		if s.cols[k] == 0 {
+			s.cols[k] = int(t.GetShape()[1]) // rowsOf checked it against a known one
+		}
 		more[k] = t.GetData()
 	}
 	for len(extra) < len(more) {

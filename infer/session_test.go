@@ -317,27 +317,33 @@ func TestRunMatchesInfer(t *testing.T) {
 }
 
 func TestInferProgress(t *testing.T) {
+	// With several runs, 5 records of a reader that tells its length run
+	// in batches of at most ⌈5 / runs⌉, so that every run has one.
 	for _, tc := range []struct {
-		batch int
-		want  []Progress
+		batch, runs int
+		want        []Progress
 	}{
-		{2, []Progress{{0, 5}, {2, 5}, {4, 5}, {5, 5}}},
-		{5, []Progress{{0, 5}, {5, 5}}},
-		{256, []Progress{{0, 5}, {5, 5}}},
+		{2, 1, []Progress{{0, 5}, {2, 5}, {4, 5}, {5, 5}}},
+		{5, 1, []Progress{{0, 5}, {5, 5}}},
+		{256, 1, []Progress{{0, 5}, {5, 5}}},
+		{2, 2, []Progress{{0, 5}, {2, 5}, {4, 5}, {5, 5}}},
+		{5, 2, []Progress{{0, 5}, {3, 5}, {5, 5}}},
+		{256, 3, []Progress{{0, 5}, {2, 5}, {4, 5}, {5, 5}}},
+		{256, 5, []Progress{{0, 5}, {1, 5}, {2, 5}, {3, 5}, {4, 5}, {5, 5}}},
 	} {
 		var got []Progress
-		s := openTest(t, "testdata/tiny.onnx", Options{Progress: func(p Progress) { got = append(got, p) }, Batch: tc.batch})
+		s := openTest(t, "testdata/tiny.onnx", Options{Progress: func(p Progress) { got = append(got, p) }, Batch: tc.batch, Runs: tc.runs})
 		rd := &sizedReader{sliceReader{recs: imageRecords(images(5, 16, 9), 4, 4, 1)}}
 		if _, err := s.Infer(context.Background(), rd); err != nil {
 			t.Fatal(err)
 		}
 		if !slices.Equal(got, tc.want) {
-			t.Errorf("batch %d: progress %v, want %v", tc.batch, got, tc.want)
+			t.Errorf("batch %d, runs %d: progress %v, want %v", tc.batch, tc.runs, got, tc.want)
 		}
 	}
 	// A reader that cannot tell its length reports a total of -1.
 	var got []Progress
-	s := openTest(t, "testdata/tiny.onnx", Options{Progress: func(p Progress) { got = append(got, p) }, Batch: 3})
+	s := openTest(t, "testdata/tiny.onnx", Options{Progress: func(p Progress) { got = append(got, p) }, Batch: 3, Runs: 2})
 	if _, err := s.Infer(context.Background(), &sliceReader{recs: imageRecords(images(5, 16, 9), 4, 4, 1)}); err != nil {
 		t.Fatal(err)
 	}

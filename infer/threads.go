@@ -20,6 +20,30 @@ import (
 // a container, where runtime.NumCPU would count the host's cores).
 func DefaultThreads() int { return runtime.GOMAXPROCS(0) }
 
+// runPlan returns how Session.Infer runs a model for opt (package
+// documentation, "The thread plan"): the intra-op threads of each model
+// run and how many runs it keeps in flight at once, each on its own batch.
+// At the zero Options that is one run per core (DefaultThreads), each on
+// one thread: a run on one thread has no barriers to wait at, so a
+// reader or another process that takes a core for a while slows one
+// run, not every thread of a parallel operator. Given Threads, or
+// reading between runs (Sequential), one run at a time unless Runs says
+// otherwise; given Runs alone, the cores shared out among them (at least
+// one thread each).
+func runPlan(opt Options) (threads, runs int) {
+	threads, runs = opt.Threads, opt.Runs
+	if runs == 0 {
+		runs = 1
+		if threads == 0 && !opt.Sequential {
+			runs = DefaultThreads()
+		}
+	}
+	if threads == 0 {
+		threads = max(1, DefaultThreads()/runs)
+	}
+	return threads, runs
+}
+
 // Spinning config entries of ONNX Runtime's session options.
 const (
 	intraSpinKey = "session.intra_op.allow_spinning"
@@ -60,9 +84,10 @@ func (p threadPlan) apply(so *ort.SessionOptions) error {
 // (package documentation, "The thread plan"). The zero value is a plan
 // whose reader has not been promoted.
 type readerPlan struct {
-	promote atomic.Bool   // set once the reader is to leave background priority
-	always  bool          // lower the reader even on a busy machine (tests)
-	floor   time.Duration // the least patience; zero means minPatience
+	promote    atomic.Bool   // set once the reader is to leave background priority
+	background bool          // whether the reader starts at background priority after its first batch
+	always     bool          // lower the reader even on a busy machine (tests)
+	floor      time.Duration // the least patience; zero means minPatience
 
 	wall0 time.Time     // when the first batch began
 	cpu0  time.Duration // the reader thread's CPU time then

@@ -43,9 +43,31 @@ func TestThreadPlan(t *testing.T) {
 	}
 }
 
-// TestDefaultThreads checks that the default follows GOMAXPROCS (the
-// cores the process may use), not the machine's CPU count.
+// TestDefaultThreads checks the thread plan's choice of intra-op threads
+// and concurrent runs on 4 cores, and that the default follows GOMAXPROCS
+// (the cores the process may use), not the machine's CPU count.
 func TestDefaultThreads(t *testing.T) {
+	for _, tc := range []struct {
+		opt           Options
+		threads, runs int
+	}{
+		{Options{}, 1, 4},
+		{Options{Threads: 2}, 2, 1},
+		{Options{Sequential: true}, 4, 1},
+		{Options{Runs: 2}, 2, 2},
+		{Options{Runs: 3}, 1, 3},
+		{Options{Runs: 8}, 1, 8},
+		{Options{Runs: 3, Threads: 3}, 3, 3},
+		{Options{Runs: 2, Sequential: true}, 2, 2},
+	} {
+		func() {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+			if threads, runs := runPlan(tc.opt); threads != tc.threads || runs != tc.runs {
+				t.Errorf("runPlan(%+v) on 4 cores = %d threads, %d runs; want %d, %d", tc.opt, threads, runs, tc.threads, tc.runs)
+			}
+		}()
+	}
+
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	if got := DefaultThreads(); got != 1 {
 		t.Errorf("DefaultThreads() = %d under GOMAXPROCS 1, want 1", got)
@@ -53,8 +75,9 @@ func TestDefaultThreads(t *testing.T) {
 }
 
 // TestThreadPlanSameLogits checks that the thread plan changes the speed,
-// not the result: every combination of threads, spinning and reading
-// ahead gives the logits of one thread reading between runs, bit for bit.
+// not the result: every combination of threads, concurrent runs,
+// spinning and reading ahead gives the logits of one thread reading
+// between runs, bit for bit.
 func TestThreadPlanSameLogits(t *testing.T) {
 	imgs := images(37, 16, 5)
 	recs := imageRecords(imgs, 4, 4, 1)
@@ -67,6 +90,11 @@ func TestThreadPlanSameLogits(t *testing.T) {
 		{ForegroundReader: true},
 		{Threads: 1, ForegroundReader: true},
 		{},
+		{Runs: 1},
+		{Runs: 2, Threads: 1},
+		{Runs: 3, Threads: 2},
+		{Runs: 5, Spin: true},
+		{Runs: 4, Sequential: true},
 	} {
 		opt.Batch = 8
 		s := openTest(t, "testdata/tiny.onnx", opt)
