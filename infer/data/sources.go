@@ -30,7 +30,7 @@ func (l *pathList) next() (string, io.Reader, error) {
 	}
 	name := l.paths[0]
 	l.paths = l.paths[1:]
-	s, err := openStream(name)
+	s, err := openStream(name, true)
 	if err != nil {
 		return "", nil, err
 	}

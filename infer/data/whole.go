@@ -1,0 +1,99 @@
+package data
+
+import (
+	"io"
+	"os"
+
+	"github.com/fedcalib/fedcalib/infer/data/internal/deflate"
+)
+
+// maxWholeGzip bounds a gzip file that openStream inflates whole with
+// libdeflate, compressed and decompressed: 256 MiB (MNIST's training
+// images take 47 MB). Larger data is decompressed as it is read. The
+// output is sized by this bound, never by the gzip trailer's ISIZE, which
+// the file's author chooses; its pages cost memory only once written, so
+// a file that would inflate beyond the bound costs at most this much
+// before it is read the streaming way instead.
+const maxWholeGzip = 256 << 20
+
+// maxDeflateRatio is deflate's largest expansion: a 258-byte match coded
+// in two bits, 1032 bytes out per byte in.
+const maxDeflateRatio = 1032
+
+// releaseStep is how many bytes a wholeGzip reader consumes between
+// returns of their pages to the system.
+const releaseStep = 4 << 20
+
+// wholeGzip reads the decompressed content of a gzip file from memory
+// that is not Go's heap (mapped by mapBytes), giving back the pages it
+// has read as it goes and all of them at the end, so that reading a file
+// whole costs its decompressed size at the start and less and less after.
+type wholeGzip struct {
+	mem      []byte // the mapping; nil once released
+	buf      []byte // the decompressed content, a prefix of mem
+	off      int    // bytes read
+	released int    // bytes of buf given back, a multiple of the page size
+}
+
+// inflateWhole decompresses the gzip file f with libdeflate and returns a
+// reader of its content, or nil, having read nothing through f's offset,
+// when f is not a regular file of at most maxWholeGzip bytes, the
+// library or the memory is not there, or the data is not clean gzip of at
+// most maxWholeGzip bytes (the caller then reads f the streaming way,
+// which reports what is wrong with it).
+func inflateWhole(f *os.File) *wholeGzip {
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() == 0 || fi.Size() > maxWholeGzip {
+		return nil
+	}
+	d, err := deflate.NewDecompressor()
+	if err != nil {
+		return nil // no libdeflate: only slower
+	}
+	defer d.Close()
+	size := int(fi.Size())
+	in := mapBytes(size)
+	if in == nil {
+		return nil
+	}
+	defer unmapBytes(in)
+	if _, err := f.ReadAt(in, 0); err != nil {
+		return nil
+	}
+	out := mapBytes(int(min(int64(maxWholeGzip), int64(size)*maxDeflateRatio)))
+	if out == nil {
+		return nil
+	}
+	n, err := d.Gunzip(out, in)
+	if err != nil {
+		unmapBytes(out)
+		return nil
+	}
+	return &wholeGzip{mem: out, buf: out[:n]}
+}
+
+// Read copies the next bytes of the content into p.
+func (w *wholeGzip) Read(p []byte) (int, error) {
+	if w.off == len(w.buf) {
+		w.release()
+		return 0, io.EOF
+	}
+	n := copy(p, w.buf[w.off:])
+	w.off += n
+	if w.off == len(w.buf) {
+		w.release()
+	} else if w.off-w.released >= releaseStep {
+		end := w.off &^ (os.Getpagesize() - 1)
+		dropBytes(w.buf[w.released:end])
+		w.released = end
+	}
+	return n, nil
+}
+
+// release gives the whole mapping back; Read then returns io.EOF.
+func (w *wholeGzip) release() {
+	if w.mem != nil {
+		unmapBytes(w.mem)
+	}
+	w.mem, w.buf, w.off, w.released = nil, nil, 0, 0
+}
