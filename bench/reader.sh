@@ -25,6 +25,13 @@
 #   MODEL  the model that fixes the encoding (default models/mnist-tiny)
 #   SPEC   the data spec (default mnist:$(make -s mnist-dir):test, 10,000
 #          gzip-compressed IDX images)
+#   CLI    1 (the default) also runs the whole `fedcalib infer` of both
+#          trees, REPS pairs, over mnist:all (70,000 records) with
+#          --read-ahead=false --threads 1 (reading between runs, one
+#          ONNX Runtime thread, no spinning: process CPU = reader + model),
+#          and prints each one's median wall and CPU seconds, peak RSS, the
+#          median paired CPU ratio, and whether the logits files are
+#          identical; 0 skips it
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -42,6 +49,11 @@ git archive "$OLD" | tar -x -C "$TMP/old"
 cp infer/reader_bench_test.go "$TMP/old/infer/"
 (cd "$TMP/old" && go test -c -o "$TMP/old.test" ./infer)
 go test -c -o "$TMP/new.test" ./infer
+CLI=${CLI:-1}
+if [ "$CLI" = 1 ]; then
+	(cd "$TMP/old" && go build -o "$TMP/old.bin" ./cmd/fedcalib)
+	go build -o "$TMP/new.bin" ./cmd/fedcalib
+fi
 
 load() { cut -d' ' -f1 /proc/loadavg; }
 before=$(load)
@@ -73,3 +85,25 @@ awk -v before="$before" -v after="$(load)" '
 			for (r = 1; r <= reps; r++) { c[r] = C[v, r]; s[r] = S[v, r]; x[r] = C[v, r] / C["old", r] }
 			printf "%-10s %16.2f %12.0f %16.3f %9.1f MiB\n", v, median(c, reps), median(s, reps), median(x, reps), R[v] / 1024 }
 		printf "load %s before, %s after\n", before, after }' "$TMP/runs"
+
+[ "$CLI" = 1 ] || exit 0
+all=mnist:$(make -s mnist-dir):all
+before=$(load)
+echo "-- fedcalib infer --read-ahead=false --threads 1, mnist-tiny, $all, $REPS pairs"
+for rep in $(seq "$REPS"); do
+	order="old new"; [ $((rep % 2)) = 0 ] && order="new old"
+	for v in $order; do
+		/usr/bin/time -f "$rep $v %e %U %S %M" -a -o "$TMP/cli" "$TMP/$v.bin" infer --model "$MODEL" --data "$all" \
+			--out "$TMP/$v.npz" --quiet --read-ahead=false --threads 1
+	done
+	cmp -s "$TMP/old.npz" "$TMP/new.npz" || echo "   round $rep: the logits files differ"
+done
+awk -v before="$before" -v after="$(load)" '
+	function median(a, n,   i, j, t) { for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] > a[j]; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
+		return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+	{ W[$2, $1] = $3; C[$2, $1] = $4 + $5; if ($6 > R[$2]) R[$2] = $6; if ($1 > reps) reps = $1 }
+	END {
+		for (q = 1; q <= 2; q++) { v = q == 1 ? "old" : "new"
+			for (r = 1; r <= reps; r++) { w[r] = W[v, r]; c[r] = C[v, r]; x[r] = C[v, r] / C["old", r] }
+			printf "   %s: %.2f s wall, %.2f s CPU (median), CPU vs old %.3f (median of pairs), peak RSS %.1f MiB\n", v, median(w, reps), median(c, reps), median(x, reps), R[v] / 1024 }
+		printf "   load %s before, %s after; logits files identical unless said above\n", before, after }' "$TMP/cli"
