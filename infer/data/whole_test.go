@@ -104,6 +104,7 @@ func gzipFixtures(t *testing.T, dir string) map[string]string {
 		"bad-crc.gz":          trailer(good, 1, 0),
 		"isize-too-small.gz":  trailer(good, 0, -1),
 		"isize-too-large.gz":  trailer(good, 0, 1<<20),
+		"isize-over-cap.gz":   trailer(good, 0, maxWholeGzip),
 		"corrupt-deflate.gz":  append(append(bytes.Clone(good[:40]), good[40]^0xff), good[41:]...),
 		"magic-only.gz":       {0x1f, 0x8b},
 	}
