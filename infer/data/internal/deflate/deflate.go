@@ -121,7 +121,8 @@ var loaded = sync.OnceValues(func() (*library, error) {
 
 // Decompressor inflates gzip data. It holds a libdeflate decompressor and
 // must not be used by two goroutines at once. Close frees it; a
-// Decompressor dropped without Close frees it when garbage-collected.
+// Decompressor dropped without Close frees it when garbage-collected. The
+// zero value holds none: make one with NewDecompressor.
 type Decompressor struct {
 	lib     *library
 	h       C.fc_dfhandle

@@ -2,7 +2,8 @@
 
 package deflate
 
-// Decompressor inflates gzip data; in a build without cgo there is none.
+// Decompressor inflates gzip data; in a build without cgo there is none,
+// and the zero value is unusable.
 type Decompressor struct{}
 
 // NewDecompressor returns an error wrapping ErrNotFound: a build without
