@@ -41,15 +41,15 @@ type wholeGzip struct {
 }
 
 // inflateWhole decompresses the gzip file f with libdeflate and returns a
-// reader of its content, or nil, having read nothing through f's offset,
-// when f is not a regular file of at most maxWholeGzip bytes, the
+// reader of its content. It reads f with ReadAt, leaving its offset where
+// it was, and returns nil when f is not a regular file of at most maxWholeGzip bytes, the
 // library or the memory is not there, or the data is not clean gzip of at
 // most maxWholeGzip bytes, or says in its trailer that it is not (the
 // caller then reads f the streaming way, which reports what is wrong with
 // it).
 func inflateWhole(f *os.File) *wholeGzip {
 	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() || fi.Size() == 0 || fi.Size() > maxWholeGzip {
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() < 4 || fi.Size() > maxWholeGzip {
 		return nil
 	}
 	d, err := deflate.NewDecompressor()
@@ -61,9 +61,6 @@ func inflateWhole(f *os.File) *wholeGzip {
 	// The last member's ISIZE, its size modulo 4 GiB, may be a lie: it
 	// only turns away data that says it will not fit, before it is read.
 	var isize [4]byte
-	if size < 4 {
-		return nil
-	}
 	if _, err := f.ReadAt(isize[:], int64(size-4)); err != nil || binary.LittleEndian.Uint32(isize[:]) > maxWholeGzip {
 		return nil
 	}
