@@ -1,6 +1,7 @@
 package infer
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"slices"
@@ -32,17 +33,19 @@ type encoder struct {
 	dims  []int64 // model input dims without the batch dimension; <0 dynamic
 
 	// Fixed by plan.
-	kind     recordKind
-	recShape []int   // the first record's shape, as given (or [len])
-	sample   []int64 // per-record tensor shape, in the model's layout
-	size     int     // values per record
-	src      []int32 // src[i] is the record index of row element i; nil = identity
-	chans    int     // channels of the record
-	chanOf   []int32 // chanOf[i] is the channel of row element i; nil = all 0
-	lut      []float32
-	a, b     []float64 // per channel: x = v*a[c] + b[c] for float records
-	vocab    map[rune]int64
-	ascii    [128]int64 // vocab of ASCII runes, -1 if absent
+	kind        recordKind
+	recShape    []int   // the first record's shape, as given (or [len])
+	sample      []int64 // per-record tensor shape, in the model's layout
+	size        int     // values per record
+	src         []int32 // src[i] is the record index of row element i; nil = identity
+	chans       int     // channels of the record
+	chanOf      []int32 // chanOf[i] is the channel of row element i; nil = all 0
+	lut         []float32
+	planar      bool      // src[ch*hw+p] = p*chans+ch: HWC pixels into channel planes
+	interleaved bool      // src nil and chanOf[i] = i%chans: channels as the record has them
+	a, b        []float64 // per channel: x = v*a[c] + b[c] for float records
+	vocab       map[rune]int64
+	ascii       [128]int64 // vocab of ASCII runes, -1 if absent
 }
 
 func newEncoder(pre Preprocessing, dtype DType, input string, dims []int64) *encoder {
@@ -146,6 +149,10 @@ func (e *encoder) plan(r *data.Record) error {
 		return fmt.Errorf("record shape %v: want height×width×channels, height×width or flat", shape)
 	}
 	e.chans = c
+	e.planar, e.interleaved = false, false
+	if c > 1 {
+		e.planar, e.interleaved = e.src != nil && isPlanar(e.src, c), e.src == nil && isInterleaved(e.chanOf, c)
+	}
 	if err := e.checkShape(fmt.Sprintf("record shape %v", shape)); err != nil {
 		return err
 	}
@@ -237,23 +244,7 @@ func (e *encoder) encode(r *data.Record, f []float32, n []int64) error {
 			}
 			return nil
 		}
-		src := r.Image[:e.size]
-		switch {
-		case e.chans == 1:
-			lut := (*[256]float32)(e.lut) // a byte indexes it without a bounds check
-			f = f[:len(src)]
-			for i, v := range src {
-				f[i] = lut[v]
-			}
-		case e.src == nil:
-			for i, v := range src {
-				f[i] = e.lut[int(e.chanOf[i])*256+int(v)]
-			}
-		default:
-			for i, s := range e.src {
-				f[i] = e.lut[int(e.chanOf[i])*256+int(src[s])]
-			}
-		}
+		e.encodeImage(f[:e.size], r.Image[:e.size])
 	case kindFloat:
 		if err := e.sameShape(r, len(r.Float)); err != nil {
 			return err
@@ -277,6 +268,76 @@ func (e *encoder) encode(r *data.Record, f []float32, n []int64) error {
 		}
 	}
 	return nil
+}
+
+// encodeImage writes the pixels src through the lookup tables into f
+// (both of e.size values). Each value is e.lut[c*256+v] for the channel c
+// and source pixel v of f's element, as reference (encode_test.go)
+// computes them from e.src and e.chanOf one element at a time; the
+// layouts met in practice take loops that know the layout instead of
+// reading those tables.
+func (e *encoder) encodeImage(f []float32, src []uint8) {
+	c := e.chans
+	switch {
+	case c == 1:
+		lutBytes(f, src, (*[256]float32)(e.lut))
+	case e.planar:
+		// HWC pixels into channel planes: f[ch*hw+p] = src[p*c+ch].
+		hw := len(src) / c
+		for ch := range c {
+			lut := (*[256]float32)(e.lut[ch*256:])
+			dst := f[ch*hw : (ch+1)*hw]
+			for p := range dst {
+				dst[p] = lut[src[p*c+ch]]
+			}
+		}
+	case e.interleaved:
+		// Channels in the record's order: element i is channel i%c.
+		for ch := range c {
+			lut := (*[256]float32)(e.lut[ch*256:])
+			for i := ch; i < len(src); i += c {
+				f[i] = lut[src[i]]
+			}
+		}
+	default:
+		reference(e, f, src)
+	}
+}
+
+// lutBytes sets f[i] = lut[src[i]] for every i < len(src) (len(f) ≥
+// len(src)), eight bytes at a time: one 8-byte load for eight lookups
+// takes about half the time of a loop over single bytes.
+func lutBytes(f []float32, src []uint8, lut *[256]float32) {
+	f = f[:len(src)]
+	i := 0
+	for ; i+8 <= len(src); i += 8 {
+		w := binary.LittleEndian.Uint64(src[i:])
+		d := (*[8]float32)(f[i:])
+		d[0] = lut[byte(w)]
+		d[1] = lut[byte(w>>8)]
+		d[2] = lut[byte(w>>16)]
+		d[3] = lut[byte(w>>24)]
+		d[4] = lut[byte(w>>32)]
+		d[5] = lut[byte(w>>40)]
+		d[6] = lut[byte(w>>48)]
+		d[7] = lut[byte(w>>56)]
+	}
+	for ; i < len(src); i++ {
+		f[i] = lut[src[i]]
+	}
+}
+
+// reference is the definition of encodeImage: one element at a time,
+// through e.src (nil: element i reads pixel i) and e.chanOf (nil: every
+// element is channel 0).
+func reference(e *encoder, f []float32, src []uint8) {
+	for i := range f {
+		ch := 0
+		if e.chanOf != nil {
+			ch = int(e.chanOf[i])
+		}
+		f[i] = e.lut[ch*256+int(src[e.at(i)])]
+	}
 }
 
 func (e *encoder) at(i int) int {
@@ -327,6 +388,28 @@ func (e *encoder) encodeText(s string, dst []int64) error {
 		return fmt.Errorf("text has %d characters, but earlier records had %d", i, len(dst))
 	}
 	return nil
+}
+
+// isPlanar reports whether src maps channel planes to HWC pixels of c
+// channels: src[ch*hw+p] = p*c+ch.
+func isPlanar(src []int32, c int) bool {
+	hw := len(src) / c
+	for i, s := range src {
+		if int(s) != (i%hw)*c+i/hw {
+			return false
+		}
+	}
+	return len(src) == hw*c
+}
+
+// isInterleaved reports whether chanOf gives element i channel i%c.
+func isInterleaved(chanOf []int32, c int) bool {
+	for i, ch := range chanOf {
+		if int(ch) != i%c {
+			return false
+		}
+	}
+	return true
 }
 
 func fixed(dims []int64) bool {

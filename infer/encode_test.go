@@ -156,3 +156,86 @@ func BenchmarkEncodeMNIST(b *testing.B) {
 		}
 	}
 }
+
+// TestEncodeImageReference checks the layout-specific loops of
+// encodeImage against reference, the element-at-a-time definition, and
+// against the normalisation computed independently from each element's
+// channel and pixel, on every layout and on sizes that are not multiples
+// of the 8 pixels lutBytes takes at a time.
+func TestEncodeImageReference(t *testing.T) {
+	pre := func(layout Layout, c int) Preprocessing {
+		p := Preprocessing{Scale: 1.0 / 255, Layout: layout}
+		for ch := range c {
+			p.Mean = append(p.Mean, 0.1+0.2*float64(ch))
+			p.Std = append(p.Std, 0.3+0.1*float64(ch))
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name   string
+		layout Layout
+		shape  []int   // record shape
+		dims   []int64 // model input dims
+		path   string  // the loop encodeImage takes
+		// chanPix gives element i's channel and the index of its pixel in
+		// the record, derived from the layout by hand.
+		chanPix func(i int) (int, int)
+	}{
+		{"MNIST NCHW", NCHW, []int{28, 28, 1}, []int64{1, 28, 28}, "lutBytes", func(i int) (int, int) { return 0, i }},
+		{"gray 5x3 NHWC", NHWC, []int{5, 3}, []int64{5, 3, 1}, "lutBytes", func(i int) (int, int) { return 0, i }},
+		{"gray flat 13", NC, []int{13}, []int64{13}, "lutBytes", func(i int) (int, int) { return 0, i }},
+		{"RGB 4x5 NCHW", NCHW, []int{4, 5, 3}, []int64{3, 4, 5}, "planar", func(i int) (int, int) { return i / 20, (i%20)*3 + i/20 }},
+		{"RGB 4x5 NHWC", NHWC, []int{4, 5, 3}, []int64{4, 5, 3}, "interleaved", func(i int) (int, int) { return i % 3, i }},
+		{"RGB 4x5 NC", NC, []int{4, 5, 3}, []int64{60}, "interleaved", func(i int) (int, int) { return i % 3, i }},
+		{"RGBA 3x3 NCHW", NCHW, []int{3, 3, 4}, []int64{4, 3, 3}, "planar", func(i int) (int, int) { return i / 9, (i%9)*4 + i/9 }},
+		{"flat CHW into NCHW", NCHW, []int{12}, []int64{3, 2, 2}, "reference", func(i int) (int, int) { return i / 4, i }},
+		{"flat HWC into NHWC", NHWC, []int{12}, []int64{2, 2, 3}, "interleaved", func(i int) (int, int) { return i % 3, i }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := 1
+			if len(tc.shape) == 3 {
+				c = tc.shape[2]
+			}
+			if tc.layout != NC && len(tc.shape) == 1 {
+				c = int(tc.dims[0])
+				if tc.layout == NHWC {
+					c = int(tc.dims[2])
+				}
+			}
+			p := pre(tc.layout, c)
+			e := newEncoder(p, Float32, "x", tc.dims)
+			n := prod(tc.shape)
+			rec := data.Record{Image: images(1, n, 5)[0], Shape: tc.shape}
+			rec.Image[0], rec.Image[n-1] = 0, 255 // both ends of the table
+			if err := e.plan(&rec); err != nil {
+				t.Fatal(err)
+			}
+			path := "reference"
+			switch {
+			case e.chans == 1:
+				path = "lutBytes"
+			case e.planar:
+				path = "planar"
+			case e.interleaved:
+				path = "interleaved"
+			}
+			if path != tc.path {
+				t.Errorf("encodeImage takes the %s loop, want %s", path, tc.path)
+			}
+			got := make([]float32, n)
+			if err := e.encode(&rec, got, nil); err != nil {
+				t.Fatal(err)
+			}
+			ref := make([]float32, n)
+			reference(e, ref, rec.Image)
+			for i := range n {
+				ch, pix := tc.chanPix(i)
+				v := float64(rec.Image[pix])
+				want := float32((v*p.Scale - p.Mean[ch]) / p.Std[ch])
+				if got[i] != want || ref[i] != want {
+					t.Fatalf("element %d (channel %d, pixel %d = %v): encoded %v, reference %v, want %v", i, ch, pix, v, got[i], ref[i], want)
+				}
+			}
+		})
+	}
+}

@@ -31,28 +31,35 @@ func reportRecords(b *testing.B, records int) {
 }
 
 // BenchmarkIDX reads MNIST's training set (60,000 gzip-compressed
-// images). The baseline "gunzip" only decompresses the two files.
+// images). The baselines "gunzip" and "gunzip-stream" only decompress the
+// two files, with libdeflate where it loads and with klauspost/compress.
 func BenchmarkIDX(b *testing.B) {
 	dir := mnistDir(b)
 	images := dir + "/train-images-idx3-ubyte.gz"
 	labels := dir + "/train-labels-idx1-ubyte.gz"
-	b.Run("gunzip", func(b *testing.B) {
-		records := 0
-		for b.Loop() {
-			for _, name := range []string{images, labels} {
-				s, err := openStream(name)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if _, err := io.Copy(io.Discard, s); err != nil {
-					b.Fatal(err)
-				}
-				s.Close()
-			}
-			records += 60000
+	for _, whole := range []bool{true, false} {
+		name := "gunzip"
+		if !whole {
+			name = "gunzip-stream"
 		}
-		reportRecords(b, records)
-	})
+		b.Run(name, func(b *testing.B) {
+			records := 0
+			for b.Loop() {
+				for _, name := range []string{images, labels} {
+					s, err := openStream(name, whole)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if _, err := io.Copy(io.Discard, s); err != nil {
+						b.Fatal(err)
+					}
+					s.Close()
+				}
+				records += 60000
+			}
+			reportRecords(b, records)
+		})
+	}
 	b.Run("reader", func(b *testing.B) {
 		records := 0
 		for b.Loop() {

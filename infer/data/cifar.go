@@ -128,7 +128,7 @@ func openCIFARSpec(rest string, f *cifarFormat) (Reader, error) {
 		if len(paths) == 0 {
 			return nil, fmt.Errorf("data: %s: no %s %s batches", dir, f.name, sp)
 		}
-		return newCIFARReader(f, &pathList{paths: paths}, cifarCount(paths, f)), nil
+		return newCIFARReader(f, &pathList{paths: paths, whole: true}, cifarCount(paths, f)), nil
 	case isTar(p):
 		t, err := openTar(p)
 		if err != nil {
@@ -141,7 +141,7 @@ func openCIFARSpec(rest string, f *cifarFormat) (Reader, error) {
 			return nil, fmt.Errorf("data: %s: a single batch file takes no split (got %q)", p, option)
 		}
 		paths := []string{p}
-		return newCIFARReader(f, &pathList{paths: paths}, cifarCount(paths, f)), nil
+		return newCIFARReader(f, &pathList{paths: paths, whole: true}, cifarCount(paths, f)), nil
 	}
 }
 

@@ -12,7 +12,15 @@
 //
 // A spec is FORMAT:PATH[:OPTION]. A gzip-compressed file is recognised by
 // its content wherever a file is read on its own rather than from an
-// archive (IDX, CIFAR batches, LEAF .json, role .txt, .npy).
+// archive (IDX, CIFAR batches, LEAF .json, role .txt, .npy). An IDX,
+// CIFAR batch or .npy file, whose records cost little more than inflating
+// them, is inflated whole by libdeflate (libdeflate.so.0, Debian's
+// libdeflate0, or the file the environment variable FEDCALIB_LIBDEFLATE
+// names, loaded the first time) when it is a regular file of at most
+// 256 MiB, compressed and decompressed, and clean gzip; otherwise, or
+// without the library, and for the text formats, whose parsing costs
+// more, it is decompressed as it is read, more slowly, with the same
+// bytes and errors.
 // A path that contains ':' works when no option follows it.
 //
 //	mnist:DIR[:train|test]      {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]

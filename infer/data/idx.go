@@ -113,11 +113,11 @@ func openIDXSpec(rest string) (Reader, error) {
 
 // openIDX opens an IDX image file and its label file.
 func openIDX(images, labels string, classes []string) (Reader, error) {
-	is, err := openStream(images)
+	is, err := openStream(images, true)
 	if err != nil {
 		return nil, err
 	}
-	ls, err := openStream(labels)
+	ls, err := openStream(labels, true)
 	if err != nil {
 		is.Close()
 		return nil, err

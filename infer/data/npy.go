@@ -425,11 +425,11 @@ func openNPYSpec(rest string) (Reader, error) {
 	if yName == "" {
 		return nil, fmt.Errorf("data: npy:%s: give the label array too, as npy:X.npy,Y.npy", rest)
 	}
-	xs, err := openStream(xName)
+	xs, err := openStream(xName, true)
 	if err != nil {
 		return nil, err
 	}
-	ys, err := openStream(yName)
+	ys, err := openStream(yName, true)
 	if err != nil {
 		xs.Close()
 		return nil, err

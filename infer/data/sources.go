@@ -14,9 +14,11 @@ type files interface {
 	Close() error
 }
 
-// pathList yields files from a list of paths, decompressing gzip ones.
+// pathList yields files from a list of paths, decompressing gzip ones,
+// inflated whole where whole is set (see openStream).
 type pathList struct {
 	paths []string
+	whole bool
 	cur   *stream
 }
 
@@ -30,7 +32,7 @@ func (l *pathList) next() (string, io.Reader, error) {
 	}
 	name := l.paths[0]
 	l.paths = l.paths[1:]
-	s, err := openStream(name)
+	s, err := openStream(name, l.whole)
 	if err != nil {
 		return "", nil, err
 	}

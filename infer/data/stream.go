@@ -18,14 +18,21 @@ const gzipMagic = "\x1f\x8b"
 // stream is a buffered reader over a file, decompressed when the file is
 // gzip.
 type stream struct {
-	*bufio.Reader
-	f  *os.File
-	gz *gzip.Reader
+	io.Reader
+	f     *os.File
+	gz    *gzip.Reader
+	whole *wholeGzip
 }
 
 // openStream opens name for sequential reading, decompressing it when its
-// content starts with the gzip magic number.
-func openStream(name string) (*stream, error) {
+// content starts with the gzip magic number. With whole, a gzip file is
+// inflated at once with libdeflate when it can be (inflateWhole: a
+// regular file of at most maxWholeGzip bytes decompressed, the library
+// loads, the data is clean gzip); otherwise, and always without whole,
+// it is decompressed as it is read, by klauspost/compress. Both give the
+// same bytes; a file libdeflate refuses is read the second way, which
+// reports what is wrong with it as before.
+func openStream(name string, whole bool) (*stream, error) {
 	f, err := os.Open(name)
 	if err != nil {
 		return nil, fmt.Errorf("data: %w", err)
@@ -33,6 +40,14 @@ func openStream(name string) (*stream, error) {
 	s := &stream{f: f}
 	br := bufio.NewReaderSize(f, 1<<16)
 	if magic, _ := br.Peek(2); string(magic) == gzipMagic {
+		if whole {
+			// inflateWhole reads with ReadAt, so br is still at the
+			// start of the file if it declines.
+			if s.whole = inflateWhole(f); s.whole != nil {
+				s.Reader = s.whole
+				return s, nil
+			}
+		}
 		s.gz, err = gzip.NewReader(br)
 		if err != nil {
 			f.Close()
@@ -48,6 +63,9 @@ func openStream(name string) (*stream, error) {
 func (s *stream) Close() error {
 	if s.gz != nil {
 		s.gz.Close()
+	}
+	if s.whole != nil {
+		s.whole.release()
 	}
 	return s.f.Close()
 }
@@ -67,8 +85,11 @@ type tarStream struct {
 }
 
 // openTar opens the tar archive name.
+// An archive is decompressed as it is read, not whole: it holds whole
+// files (images), whose decoding costs more than inflating them, and may
+// be large.
 func openTar(name string) (*tarStream, error) {
-	s, err := openStream(name)
+	s, err := openStream(name, false)
 	if err != nil {
 		return nil, err
 	}
