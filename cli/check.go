@@ -42,7 +42,8 @@ func newCheckCmd() *cobra.Command {
 	var (
 		modelPath, calibPath, spec, logitsPath, split, ortLib string
 		maxDrop, minGain, maxNLL, confidence                  float64
-		bins, batch, threads, resamples                       int
+		bins, batch, resamples                                int
+		plan                                                  infer.Options
 		seed                                                  uint64
 		asJSON                                                bool
 		vectorsDir                                            string
@@ -149,7 +150,7 @@ exceeds it. The report prints each interval. What is checked:
 				if spec == "" {
 					return fmt.Errorf("--model needs --data SPEC, the labelled data to check on")
 				}
-				opt := infer.Options{Runtime: ortLib, Batch: batch, Threads: threads,
+				opt := infer.Options{Runtime: ortLib, Batch: batch, Threads: plan.Threads, Runs: plan.Runs,
 					Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 				s, probs, method, err = checkModel(cmd, modelPath, calibPath, spec, opt, input)
 			default:
@@ -208,7 +209,7 @@ exceeds it. The report prints each interval. What is checked:
 	f.Var((*seedValue)(&seed), "seed", "with --confidence: seed of the resamples, 0 to 2^64−1")
 	f.IntVar(&bins, "bins", calib.DefaultMetricBins, "equal-width bins of cwECE and ECE")
 	f.IntVar(&batch, "batch", infer.DefaultBatch, "records per model run")
-	f.IntVar(&threads, "threads", infer.DefaultThreads(), "ONNX Runtime intra-op threads; by default one per core this process may use (GOMAXPROCS), as infer")
+	registerThreadFlags(f, &plan)
 	f.StringVar(&ortLib, "ort-lib", "", "the ONNX Runtime shared library (default: $"+infer.RuntimeEnv+", then the setup cache)")
 	f.StringVar(&vectorsDir, "test-vectors", "", `replay the test vectors of "fedcalib export --test-vectors DIR" (with --model, another model)`)
 	f.BoolVar(&asJSON, "json", false, "print a JSON report (pass, failures, before, after, accuracy_drop, cwece_improvement)")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
 	"github.com/fedcalib/fedcalib/calib"
@@ -85,21 +86,23 @@ records that it holds probabilities (its "input" array), and calibrate,
 eval and check read it as --input probabilities does. A progress bar is drawn on stderr when it is a
 terminal, unless --quiet.
 
-Threads: ONNX Runtime runs the model on --threads intra-op threads (one
-per core this process may use) that sleep when idle (--spin makes them
-spin, as ONNX Runtime does by default); one goroutine reads, decodes and
-preprocesses the next batch while the model runs the current one
-(--read-ahead), after the first batch on a thread of background
-priority (Linux's SCHED_IDLE) that runs only on cores the model leaves
-idle, so that reading never slows the model down. It stays at normal
-priority on a busy machine (other processes' load, the load average
-less infer's own use, of half a core or more) and when the first batch
-found no idle core, and continues at
-normal priority once infer has had to wait for a batch longer than the
-model ran (a busy machine, or reading that costs more than the model);
---background-reader=false keeps it at normal priority throughout.
-Spinning threads lose their cores whenever anything else runs, the
-reader included, and then run at a fraction of their speed;
+Threads: by default infer runs one batch per core this process may use
+at once (--runs), each on one ONNX Runtime thread, and joins their
+logits in the data's order; one goroutine reads, decodes and
+preprocesses the next batch meanwhile (--read-ahead). A run on one
+thread waits for no other thread, so reading, the Go runtime or another
+process slows one run while it takes a core, not all of them. Data that
+knows its size and has fewer records than runs × --batch runs in smaller
+batches, so that every run has one. --threads N alone runs one batch at
+a time on N intra-op threads (the plan before --runs) that sleep when
+idle (--spin makes them spin, as ONNX Runtime does by default); the
+reader then runs after the first batch on a thread of background
+priority (Linux's SCHED_IDLE) that takes only cores the model leaves
+idle, unless the machine is busy (other processes' load of half a core
+or more), the first batch found no idle core, or infer has had to wait
+for a batch longer than the model ran; --background-reader=false keeps
+it at normal priority throughout. Spinning threads lose their cores
+whenever anything else runs and then run at a fraction of their speed;
 docs/ARCHITECTURE.md ("The thread plan") says why. The logits do not
 depend on any of these flags.
 
@@ -108,9 +111,9 @@ else the cache "fedcalib setup" fills.
 
 ` + data.SpecHelp,
 		Example: `  fedcalib infer --model mnist_cnn.onnx --data mnist:data/mnist:test --out mnist_test.npz
-  fedcalib infer --model femnist.onnx --data leaf:femnist/data:test --out femnist.npz --batch 512 --threads 2
-  # on a dedicated machine, spinning pool threads:
-  fedcalib infer --model mnist_cnn.onnx --data mnist:data/mnist:test --out mnist_test.npz --spin
+  fedcalib infer --model femnist.onnx --data leaf:femnist/data:test --out femnist.npz --batch 512 --runs 2
+  # one batch at a time on all 4 cores of a dedicated machine, spinning pool threads:
+  fedcalib infer --model mnist_cnn.onnx --data mnist:data/mnist:test --out mnist_test.npz --threads 4 --spin
   # two datasets in order (rows of the first, then of the second):
   fedcalib infer --model cifar.onnx --data imagefolder:cifar10.tar.gz:train --data imagefolder:cifar10.tar.gz:test --out all.npz
   # a model exported without fedcalib metadata:
@@ -177,10 +180,10 @@ else the cache "fedcalib setup" fills.
 	f.StringArrayVar(&specs, "data", nil, "the dataset spec, FORMAT:PATH[:OPTION] (required; grammar above); repeat it to read several in order, e.g. a train then a test split")
 	f.StringVar(&out, "out", "", "the .npz logits file to write (required; replaced atomically)")
 	f.IntVar(&opt.Batch, "batch", infer.DefaultBatch, "records per model run")
-	f.IntVar(&opt.Threads, "threads", infer.DefaultThreads(), "ONNX Runtime intra-op threads; by default one per core this process may use (GOMAXPROCS), e.g. --threads 1 to leave the other cores to other work")
-	f.BoolVar(&opt.Spin, "spin", false, "let ONNX Runtime's pool threads spin while they wait for work (its own default) instead of sleeping: can be faster on a machine where nothing else runs, much slower when anything does (e.g. --spin on a dedicated machine)")
+	registerThreadFlags(f, &opt)
+	f.BoolVar(&opt.Spin, "spin", false, "let ONNX Runtime's pool threads spin while they wait for work (its own default) instead of sleeping: can be faster on a machine where nothing else runs, much slower when anything does (e.g. --threads 4 --spin on a dedicated 4-core machine)")
 	f.BoolVar(&readAhead, "read-ahead", true, "read, decode and preprocess the next batch on a second goroutine while the model runs the current one; --read-ahead=false reads between runs")
-	f.BoolVar(&backgroundReader, "background-reader", true, "run that goroutine at background priority (SCHED_IDLE) after the first batch, when the machine is quiet, promoted to normal priority once infer waits on it longer than the model runs; e.g. --background-reader=false to read ahead at normal priority throughout")
+	f.BoolVar(&backgroundReader, "background-reader", true, "with one run at a time (--runs 1, or --threads alone): run that goroutine at background priority (SCHED_IDLE) after the first batch, when the machine is quiet, promoted to normal priority once infer waits on it longer than the model runs; e.g. --background-reader=false to read ahead at normal priority throughout")
 	f.StringVar(&opt.Input, "input", "", "the model input to feed (default: the first)")
 	f.StringVar(&opt.Output, "output", "", "the model output to collect (default: the first float32 output)")
 	f.StringVar(&labels, "labels", "", "a labels file, one class name a line in output order, stored in the logits file (must agree with the model's "+infer.KeyClasses+", when it has them)")
@@ -281,6 +284,13 @@ func (b *bar) finish() {
 	}
 }
 
+// registerThreadFlags registers the thread plan's flags, which infer and
+// check share: --threads and --runs, into opt.Threads and opt.Runs.
+func registerThreadFlags(f *pflag.FlagSet, opt *infer.Options) {
+	f.IntVar(&opt.Threads, "threads", 0, "ONNX Runtime intra-op threads of each run; 0, the default, is the thread plan's choice: 1 per run, or all the cores this process may use (GOMAXPROCS) shared out among --runs; --threads N alone runs one batch at a time on N threads (e.g. --threads 1 to leave the other cores to other work)")
+	f.IntVar(&opt.Runs, "runs", 0, "batches run through the model at once, each on its own goroutine; 0, the default, is the thread plan's choice: one per core this process may use unless --threads is given or --read-ahead=false, then 1 (e.g. --runs 1 --threads 4 for the lowest latency per batch)")
+}
+
 // maxBatch is the largest --batch: infer allocates the input tensor of a
 // whole batch up front, and larger batches run no faster on a CPU.
 const maxBatch = 1 << 16
@@ -296,8 +306,11 @@ func runInfer(ctx context.Context, model, spec string, opt infer.Options, specs 
 	if opt.Batch <= 0 || opt.Batch > maxBatch {
 		return nil, fmt.Errorf("--batch %d: want 1 to %d records per model run", opt.Batch, maxBatch)
 	}
-	if opt.Threads <= 0 {
-		return nil, fmt.Errorf("--threads %d: want a positive number of threads", opt.Threads)
+	if opt.Threads < 0 || opt.Threads > infer.MaxThreads {
+		return nil, fmt.Errorf("--threads %d: want 1 to %d intra-op threads, or 0 for the thread plan's choice", opt.Threads, infer.MaxThreads)
+	}
+	if opt.Runs < 0 || opt.Runs > infer.MaxThreads {
+		return nil, fmt.Errorf("--runs %d: want 1 to %d runs at once, or 0 for the thread plan's choice", opt.Runs, infer.MaxThreads)
 	}
 	s, err := openSession(model, opt)
 	if err != nil {

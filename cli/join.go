@@ -251,7 +251,7 @@ func joinPrecheck(ctx context.Context, fl *joinFlags) (*logits.File, error) {
 // data.
 func joinRows(cmd *cobra.Command, fl *joinFlags, pre *logits.File, w network.Welcome, s federation.Split) (*calib.Set, error) {
 	if fl.model != "" {
-		res, err := runInfer(cmd.Context(), fl.model, fl.data, infer.Options{Batch: infer.DefaultBatch, Threads: infer.DefaultThreads()})
+		res, err := runInfer(cmd.Context(), fl.model, fl.data, infer.Options{Batch: infer.DefaultBatch})
 		if err != nil {
 			return nil, err
 		}

@@ -37,10 +37,21 @@
 // code that feeds it is decided in one place (threads.go), for every
 // Session and Graph:
 //
+//   - Session.Infer keeps one batch per core in flight (Options.Runs; zero
+//     means DefaultThreads, the cores this process may use, when
+//     Options.Threads is zero too), each run by a goroutine of its own on
+//     one intra-op thread, and joins their logits in the data's order. A
+//     run on one thread has no barrier to wait at, so a reader, the Go
+//     runtime or another process that takes a core for a while slows one
+//     run, not every thread of a parallel operator. Data that knows its
+//     size (data.Sized) and holds fewer than Runs × Batch records runs in
+//     smaller batches, so that every run has one. Options.Threads alone,
+//     Options.Runs 1 or Options.Sequential runs one batch at a time,
+//     the plan of the items below;
 //   - ONNX Runtime runs each model on Options.Threads intra-op threads (the
-//     calling thread and Threads-1 pool threads; zero means
-//     DefaultThreads, one per core this process may use) and one
-//     inter-op thread;
+//     calling thread and Threads-1 pool threads; zero means the plan's
+//     choice: one per run, or DefaultThreads shared out among the runs)
+//     and one inter-op thread;
 //   - its pool threads sleep when they run out of work instead of
 //     spinning (Options.Spin false). A spinning pool thread holds its
 //     core between the operators of a run and between runs, so anything
@@ -51,15 +62,16 @@
 //     0.4–0.7× the speed of a sleeping one (docs/BENCHMARKS.md). Spin
 //     restores ONNX Runtime's default, for a machine where nothing else
 //     runs;
-//   - Session.Infer reads, decodes and preprocesses batch i+1 on one
-//     goroutine while ONNX Runtime runs batch i (Options.Sequential
-//     false): two batch buffers, at most one batch ahead, no copies. With
-//     sleeping pool threads the reader runs in the gaps they leave (the
-//     serial parts of a run, the end of each parallel operator);
-//   - that goroutine reads the first batch at normal priority (the
-//     model waits for it) and the rest on an OS thread of its own at
-//     background priority (Linux's SCHED_IDLE; Options.ForegroundReader
-//     false), so that it runs only on cores the model's threads leave
+//   - Session.Infer reads, decodes and preprocesses the next batch on one
+//     goroutine while ONNX Runtime runs the current ones
+//     (Options.Sequential false): reused batch buffers, one more than the
+//     runs, so at most one batch ahead, no copies. With one run at a time
+//     and sleeping pool threads the reader runs in the gaps they leave
+//     (the serial parts of a run, the end of each parallel operator);
+//   - with one run at a time, that goroutine reads the first batch at
+//     normal priority (the model waits for it) and the rest on an OS
+//     thread of its own at background priority (Linux's SCHED_IDLE;
+//     Options.ForegroundReader false), so that it runs only on cores the model's threads leave
 //     idle and a model thread that wakes preempts it at once: reading
 //     never stalls a parallel operator of the model. It stays at normal
 //     priority on a busy machine (other processes' load of half a core
@@ -70,9 +82,10 @@
 //     one (the machine has become busy, or reading costs more than the
 //     model).
 //
-// The logits do not depend on the plan: batches run in order, so every
-// combination of threads, spinning, reading ahead and reader priority
-// gives the same result bit for bit.
+// The logits do not depend on the plan: every batch runs on the same
+// session and its rows are joined in the data's order, so every
+// combination of runs, threads, spinning, reading ahead and reader
+// priority gives the same result bit for bit.
 //
 // The package prints nothing: Infer reports how far it is through
 // Options.Progress, and warnings go to Options.Logger.

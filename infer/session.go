@@ -56,8 +56,9 @@ type Options struct {
 	// zero value) reads, decodes and preprocesses the next batch on a
 	// goroutine of its own while ONNX Runtime runs the current ones.
 	Sequential bool
-	// ForegroundReader runs that second goroutine at normal priority
-	// throughout. False (the zero value) reads the first batch at normal
+	// ForegroundReader runs that goroutine at normal priority throughout
+	// when Infer runs one batch at a time (with several runs at once it
+	// always does). False (the zero value) reads the first batch at normal
 	// priority and the rest on a thread of background priority (Linux's
 	// SCHED_IDLE), so that the reader runs only on cores the model's
 	// threads leave idle and never preempts them; it stays at normal
