@@ -21,13 +21,16 @@
 # is, then with one extra busy-looping process beside it), it runs
 # infer/BenchmarkInferOverhead for PAIRS iterations: per iteration, in
 # rotating order, the variants VARIANTS (default
-# peer,peer-nospin,infer,infer-fg,infer-seq): the bare loop at ONNX Runtime's
-# defaults ("peer", spinning pool threads), the same with spinning off
-# ("peer-nospin"), Infer end to end at its defaults ("infer": reading,
-# decoding, preprocessing, runs; the reader at background priority), with
-# the reader at normal priority ("infer-fg", the plan before) and reading
-# between runs ("infer-seq"); "infer-less1" (one intra-op thread fewer) may
-# be added. All run on THREADS intra-op threads (default: GOMAXPROCS). "busy"
+# peer,peer-nospin,infer,infer-1run,infer-seq): the bare loop at ONNX
+# Runtime's defaults ("peer", spinning pool threads), the same with spinning
+# off ("peer-nospin"), Infer end to end at its defaults ("infer": reading,
+# decoding, preprocessing, one run per core at once on one thread each),
+# one run at a time on all the threads ("infer-1run", the plan before,
+# its reader at background priority) and reading between runs
+# ("infer-seq"); "infer-fg" (one run, reader at normal priority),
+# "infer-less1" (one intra-op thread fewer) and "peer-par" (the bare loop
+# on as many goroutines, one thread each) may be added. All use THREADS
+# threads in all (default: GOMAXPROCS). "busy"
 # is one extra process busy-looping on a core. It prints the median
 # records/s of each, the medians of the paired ratios (records/s; process CPU
 # time), the test process's peak RSS and the 1-minute load average before and
@@ -42,8 +45,9 @@
 # share each calibrator adds (goal <= 1 %).
 #
 # Case cli: the whole `fedcalib infer` process on mnist-tiny over all 70,000
-# MNIST images at its defaults, with --background-reader=false, --threads 1
-# and --spin, PAIRS rounds of the four in turn, for each load of LOADS; it
+# MNIST images at its defaults, with --runs 1 (one run at a time on all
+# the cores), --threads 1 (one run on one thread) and --runs 1 --spin,
+# PAIRS rounds of the four in turn, for each load of LOADS; it
 # prints each run's wall time, CPU time and peak RSS, then the median of the
 # paired wall ratios to the default.
 #
@@ -62,7 +66,7 @@ N=${N:-64}
 RBATCH=${RBATCH:-16}
 RDEPTH=${RDEPTH:-50}
 TORCH=${TORCH:-0}
-VARIANTS=${VARIANTS:-peer,peer-nospin,infer,infer-fg,infer-seq}
+VARIANTS=${VARIANTS:-peer,peer-nospin,infer,infer-1run,infer-seq}
 WORKERS=${WORKERS:-2}
 PYTHON=${PYTHON:-/usr/bin/python3}
 DIR=${DIR:-/tmp/fedcalib-infer-bench}
@@ -85,7 +89,7 @@ for c in $CASES; do
 			echo "-- cli: fedcalib infer, mnist-tiny, mnist:all (70,000), load $l ($(load) before)"
 			: >"$DIR/cli.times"
 			for r in $(seq "$PAIRS"); do
-				for v in default --background-reader=false "--threads 1" --spin; do
+				for v in default "--runs 1" "--threads 1" "--runs 1 --spin"; do
 					a=(); [ "$v" = default ] || a=($v)
 					/usr/bin/time -f "$r	$v	%e	%U	%S	%M" -o "$DIR/cli.time" "$DIR/fedcalib" infer \
 						--model models/mnist-tiny/model.onnx --data "mnist:$mdir:all" \

@@ -129,7 +129,7 @@ func TestConcurrentRunsInOrder(t *testing.T) {
 			batches := (len(recs) + batch - 1) / batch
 			s.runHook = func(seq int) {
 				if seq%3 == 0 && seq+2 < batches {
-					for deadline := time.Now().Add(200 * time.Millisecond); finished.Load() < int64(seq)+2 && time.Now().Before(deadline); {
+					for deadline := time.Now().Add(10 * time.Second); finished.Load() < int64(seq)+2 && time.Now().Before(deadline); {
 						time.Sleep(time.Millisecond)
 					}
 					if finished.Load() >= int64(seq)+2 {
