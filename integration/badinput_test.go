@@ -352,7 +352,10 @@ func badCases(fx *badFixtures) []badCase {
 	}
 	for _, v := range []string{"0", "-1", huge} {
 		check("batch "+v, "--model", fx.model, "--calibrator", t10, "--data", idx, "--batch", v).ort = true
+	}
+	for _, v := range []string{"-1", huge} { // 0 is the thread plan's choice
 		check("threads "+v, "--model", fx.model, "--calibrator", t10, "--data", idx, "--threads", v).ort = true
+		check("runs "+v, "--model", fx.model, "--calibrator", t10, "--data", idx, "--runs", v).ort = true
 	}
 	check("logits missing", "--logits", p("none.npz"), "--calibrator", t10)
 	check("calibrator wrong class count", "--logits", l10, "--calibrator", t3)
@@ -368,7 +371,10 @@ func badCases(fx *badFixtures) []badCase {
 	}
 	for _, v := range []string{"0", "-1", huge, overflow} {
 		inf("batch "+v, "--model", fx.model, "--data", idx, "--out", "l.npz", "--batch", v)
+	}
+	for _, v := range []string{"-1", huge, overflow} { // 0 is the thread plan's choice
 		inf("threads "+v, "--model", fx.model, "--data", idx, "--out", "l.npz", "--threads", v)
+		inf("runs "+v, "--model", fx.model, "--data", idx, "--out", "l.npz", "--runs", v)
 	}
 	inf("model missing", "--model", p("none.onnx"), "--data", idx, "--out", "l.npz")
 	inf("model empty", "--model", p("empty.onnx"), "--data", idx, "--out", "l.npz")
