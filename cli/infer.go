@@ -87,8 +87,9 @@ eval and check read it as --input probabilities does. A progress bar is drawn on
 terminal, unless --quiet.
 
 Threads: by default infer runs one batch per core this process may use
-at once (--runs), each on one ONNX Runtime thread, and joins their
-logits in the data's order; one goroutine reads, decodes and
+at once (--runs; up to four, then the cores shared out among four or
+fewer runs), each on one ONNX Runtime thread, and joins their logits in
+the data's order; one goroutine reads, decodes and
 preprocesses the next batch meanwhile (--read-ahead). A run on one
 thread waits for no other thread, so reading, the Go runtime or another
 process slows one run while it takes a core, not all of them. Data that
@@ -287,8 +288,8 @@ func (b *bar) finish() {
 // registerThreadFlags registers the thread plan's flags, which infer and
 // check share: --threads and --runs, into opt.Threads and opt.Runs.
 func registerThreadFlags(f *pflag.FlagSet, opt *infer.Options) {
-	f.IntVar(&opt.Threads, "threads", 0, "ONNX Runtime intra-op threads of each run; 0, the default, is the thread plan's choice: 1 per run, or all the cores this process may use (GOMAXPROCS) shared out among --runs; --threads N alone runs one batch at a time on N threads (e.g. --threads 1 to leave the other cores to other work)")
-	f.IntVar(&opt.Runs, "runs", 0, "batches run through the model at once, each on its own goroutine; 0, the default, is the thread plan's choice: one per core this process may use unless --threads is given or --read-ahead=false, then 1 (e.g. --runs 1 --threads 4 for the lowest latency per batch)")
+	f.IntVar(&opt.Threads, "threads", 0, "ONNX Runtime intra-op threads of each run; 0, the default, is the thread plan's choice: the cores this process may use (GOMAXPROCS) shared out among the runs, 1 per run on up to 4 cores; --threads N alone runs one batch at a time on N threads (e.g. --threads 1 to leave the other cores to other work)")
+	f.IntVar(&opt.Runs, "runs", 0, "batches run through the model at once, each on its own goroutine and holding its own activations in memory; 0, the default, is the thread plan's choice: one per core this process may use up to 4 (on more cores, the most up to 4 that divide them), or 1 when --threads is given or --read-ahead=false (e.g. --runs 1 --threads 4 for the lowest latency per batch and memory)")
 }
 
 // maxBatch is the largest --batch: infer allocates the input tensor of a

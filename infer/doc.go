@@ -38,9 +38,11 @@
 // Session and Graph:
 //
 //   - Session.Infer keeps one batch per core in flight (Options.Runs; zero
-//     means DefaultThreads, the cores this process may use, when
-//     Options.Threads is zero too), each run by a goroutine of its own on
-//     one intra-op thread, and joins their logits in the data's order. A
+//     means DefaultThreads, the cores this process may use, up to four,
+//     when Options.Threads is zero too; on more cores the most runs up
+//     to four that divide them), each run by a goroutine of its own on
+//     one intra-op thread (or an equal share of the cores), and joins
+//     their logits in the data's order. A
 //     run on one thread has no barrier to wait at, so a reader, the Go
 //     runtime or another process that takes a core for a while slows one
 //     run, not every thread of a parallel operator. Data that knows its
@@ -50,7 +52,7 @@
 //     the plan of the items below;
 //   - ONNX Runtime runs each model on Options.Threads intra-op threads (the
 //     calling thread and Threads-1 pool threads; zero means the plan's
-//     choice: one per run, or DefaultThreads shared out among the runs)
+//     choice: DefaultThreads shared out among the runs)
 //     and one inter-op thread;
 //   - its pool threads sleep when they run out of work instead of
 //     spinning (Options.Spin false). A spinning pool thread holds its

@@ -34,16 +34,17 @@ type Options struct {
 	// cache that Setup fills.
 	Runtime string
 	// Threads is the number of intra-op threads of each model run. Zero
-	// means the thread plan's choice (runPlan): one when Runs is zero
-	// too, so that Infer runs one batch per core at a time, else the
-	// cores this process may use (DefaultThreads) shared out among the
-	// Runs.
+	// means the thread plan's choice (runPlan): the cores this process
+	// may use (DefaultThreads) shared out among the runs, which is one
+	// thread per run on up to four cores.
 	Threads int
 	// Runs is the number of batches Infer runs through the model at
-	// once, on as many goroutines, each run on Threads intra-op threads.
-	// Zero means the thread plan's choice: one run per core this process
-	// may use (DefaultThreads) when Threads is zero and Infer reads
-	// ahead, else one. The logits do not depend on it.
+	// once, on as many goroutines, each run on Threads intra-op threads
+	// and holding its own activations in memory. Zero means the thread
+	// plan's choice when Threads is zero and Infer reads ahead: one run
+	// per core this process may use (DefaultThreads) on up to four
+	// cores, else the most runs up to four that divide the cores
+	// (runPlan); and one run otherwise. The logits do not depend on it.
 	Runs int
 	// Spin lets ONNX Runtime's pool threads spin while they wait for
 	// work, as ONNX Runtime does by default, instead of sleeping. False

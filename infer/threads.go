@@ -23,26 +23,41 @@ func DefaultThreads() int { return runtime.GOMAXPROCS(0) }
 // runPlan returns how Session.Infer runs a model for opt (package
 // documentation, "The thread plan"): the intra-op threads of each model
 // run and how many runs it keeps in flight at once, each on its own batch.
-// At the zero Options that is one run per core (DefaultThreads), each on
-// one thread: a run on one thread has no barriers to wait at, so a
-// reader or another process that takes a core for a while slows one
-// run, not every thread of a parallel operator. Given Threads, or
-// reading between runs (Sequential), one run at a time unless Runs says
-// otherwise; given Runs alone, the cores shared out among them (at least
-// one thread each).
+// At the zero Options that is as many runs as the cores this process may
+// use (DefaultThreads), at most maxRuns, each on one thread, or on an
+// equal share of the cores where there are more than maxRuns of them
+// (the largest number of runs up to maxRuns that divides the cores): a
+// run on one thread has no barriers to wait at, so a reader or another
+// process that takes a core for a while slows one run, not every thread
+// of a parallel operator. Given Threads, or reading between runs
+// (Sequential), one run at a time unless Runs says otherwise; given Runs
+// alone, the cores shared out among them (at least one thread each).
 func runPlan(opt Options) (threads, runs int) {
 	threads, runs = opt.Threads, opt.Runs
+	cores := DefaultThreads()
 	if runs == 0 {
 		runs = 1
 		if threads == 0 && !opt.Sequential {
-			runs = DefaultThreads()
+			for r := min(cores, maxRuns); r > 1; r-- {
+				if cores%r == 0 {
+					runs = r
+					break
+				}
+			}
 		}
 	}
 	if threads == 0 {
-		threads = max(1, DefaultThreads()/runs)
+		threads = max(1, cores/runs)
 	}
 	return threads, runs
 }
+
+// maxRuns is the most runs the thread plan keeps in flight by default.
+// Each run holds its own activations (a ResNet-50 about 25 MB per
+// record, so 6 GB at the default batch of 256), so memory grows with the
+// runs; past a few cores, intra-op threads share the work of a run well
+// enough.
+const maxRuns = 4
 
 // Spinning config entries of ONNX Runtime's session options.
 const (

@@ -44,26 +44,33 @@ func TestThreadPlan(t *testing.T) {
 }
 
 // TestDefaultThreads checks the thread plan's choice of intra-op threads
-// and concurrent runs on 4 cores, and that the default follows GOMAXPROCS
+// and concurrent runs on 1 to 16 cores, and that the default follows GOMAXPROCS
 // (the cores the process may use), not the machine's CPU count.
 func TestDefaultThreads(t *testing.T) {
 	for _, tc := range []struct {
+		cores         int
 		opt           Options
 		threads, runs int
 	}{
-		{Options{}, 1, 4},
-		{Options{Threads: 2}, 2, 1},
-		{Options{Sequential: true}, 4, 1},
-		{Options{Runs: 2}, 2, 2},
-		{Options{Runs: 3}, 1, 3},
-		{Options{Runs: 8}, 1, 8},
-		{Options{Runs: 3, Threads: 3}, 3, 3},
-		{Options{Runs: 2, Sequential: true}, 2, 2},
+		{1, Options{}, 1, 1},
+		{2, Options{}, 1, 2},
+		{3, Options{}, 1, 3},
+		{4, Options{}, 1, 4},
+		{5, Options{}, 5, 1}, // no number of runs from 2 to maxRuns divides 5
+		{6, Options{}, 2, 3},
+		{16, Options{}, 4, 4},
+		{4, Options{Threads: 2}, 2, 1},
+		{4, Options{Sequential: true}, 4, 1},
+		{4, Options{Runs: 2}, 2, 2},
+		{4, Options{Runs: 3}, 1, 3},
+		{4, Options{Runs: 8}, 1, 8},
+		{4, Options{Runs: 3, Threads: 3}, 3, 3},
+		{4, Options{Runs: 2, Sequential: true}, 2, 2},
 	} {
 		func() {
-			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(tc.cores))
 			if threads, runs := runPlan(tc.opt); threads != tc.threads || runs != tc.runs {
-				t.Errorf("runPlan(%+v) on 4 cores = %d threads, %d runs; want %d, %d", tc.opt, threads, runs, tc.threads, tc.runs)
+				t.Errorf("runPlan(%+v) on %d cores = %d threads, %d runs; want %d, %d", tc.opt, tc.cores, threads, runs, tc.threads, tc.runs)
 			}
 		}()
 	}
