@@ -18,20 +18,26 @@ const gzipMagic = "\x1f\x8b"
 // stream is a buffered reader over a file, decompressed when the file is
 // gzip.
 type stream struct {
-	io.Reader
-	f     *os.File
-	gz    *gzip.Reader
-	whole *wholeGzip
+	io.Reader // what Read reads from now
+	f         *os.File
+	gz        *gzip.Reader
+	whole     *wholeGzip        // the content inflated whole, once Read reads from it
+	pending   <-chan *wholeGzip // the inflating of the whole content under way, or nil
+	read      int64             // bytes of content Read has returned
+	hold      bool              // Read leaves pending alone (tests)
 }
 
 // openStream opens name for sequential reading, decompressing it when its
-// content starts with the gzip magic number. With whole, a gzip file is
-// inflated at once with libdeflate when it can be (inflateWhole: a
-// regular file of at most maxWholeGzip bytes decompressed, the library
-// loads, the data is clean gzip); otherwise, and always without whole,
-// it is decompressed as it is read, by klauspost/compress. Both give the
-// same bytes; a file libdeflate refuses is read the second way, which
-// reports what is wrong with it as before.
+// content starts with the gzip magic number, as it is read, by
+// klauspost/compress. With whole, a gzip file is also inflated at once
+// with libdeflate, on a goroutine of its own, where it can be
+// (inflateWhole: a regular file of at most maxWholeGzip bytes
+// decompressed, the library loads, the data is clean gzip): once that is
+// done, Read goes on from the whole content at the offset it has
+// reached, so the first records come as soon as the streaming reader
+// gives them and the rest at libdeflate's speed. Both give the same
+// bytes; a file libdeflate refuses is read the streaming way to its end,
+// which reports what is wrong with it as before.
 func openStream(name string, whole bool) (*stream, error) {
 	f, err := os.Open(name)
 	if err != nil {
@@ -40,27 +46,68 @@ func openStream(name string, whole bool) (*stream, error) {
 	s := &stream{f: f}
 	br := bufio.NewReaderSize(f, 1<<16)
 	if magic, _ := br.Peek(2); string(magic) == gzipMagic {
-		if whole {
-			// inflateWhole reads with ReadAt, so br is still at the
-			// start of the file if it declines.
-			if s.whole = inflateWhole(f); s.whole != nil {
-				s.Reader = s.whole
-				return s, nil
-			}
-		}
 		s.gz, err = gzip.NewReader(br)
 		if err != nil {
 			f.Close()
 			return nil, formatError(name, err, "bad gzip header")
 		}
 		br = bufio.NewReaderSize(s.gz, 1<<16)
+		if whole {
+			// inflateWhole reads f with ReadAt, which leaves the
+			// streaming reader's offset alone.
+			done := make(chan *wholeGzip, 1)
+			go func() { done <- inflateWhole(f) }()
+			s.pending = done
+		}
 	}
 	s.Reader = br
 	return s, nil
 }
 
-// Close closes the file.
+// Read reads the next bytes of the content, from the whole content once
+// it has been inflated.
+func (s *stream) Read(p []byte) (int, error) {
+	if s.pending != nil && !s.hold {
+		select {
+		case w := <-s.pending:
+			s.adopt(w)
+		default:
+		}
+	}
+	n, err := s.Reader.Read(p)
+	s.read += int64(n)
+	return n, err
+}
+
+// wait waits until the whole content is inflated, or found not to be,
+// and reads from it from then on if it is.
+func (s *stream) wait() {
+	if s.pending != nil {
+		s.adopt(<-s.pending)
+	}
+}
+
+// adopt takes w, the whole content inflated (nil if it could not be), as
+// what Read reads from, at the offset Read has reached.
+func (s *stream) adopt(w *wholeGzip) {
+	s.pending = nil
+	if w == nil {
+		return
+	}
+	if s.read > int64(len(w.buf)) {
+		// The two decoders disagree (they should not): the streaming
+		// one, which reports what is wrong, goes on.
+		w.release()
+		return
+	}
+	w.off = int(s.read)
+	s.whole, s.Reader = w, w
+}
+
+// Close closes the file, after the inflating of the whole content, if
+// under way, has ended.
 func (s *stream) Close() error {
+	s.wait()
 	if s.gz != nil {
 		s.gz.Close()
 	}

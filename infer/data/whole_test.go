@@ -63,10 +63,11 @@ func readStream(t *testing.T, name string, whole bool, chunk int) ([]byte, error
 	for {
 		n, err := s.Read(buf)
 		out = append(out, buf[:n]...)
-		if err == io.EOF {
-			return out, nil, s.whole != nil
-		}
 		if err != nil {
+			s.wait() // whether the whole content was inflated, however soon the streaming reader got there
+			if err == io.EOF {
+				err = nil
+			}
 			return out, err, s.whole != nil
 		}
 	}
@@ -160,6 +161,48 @@ func TestWholeGzip(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestWholeGzipTakesOver checks that reading goes on from the content
+// inflated whole at whatever offset the streaming reader has reached when
+// libdeflate is done: the bytes are the streaming reader's, whether it
+// takes over at the start, in the middle of a buffer, at a buffer's end,
+// one byte before the end or at the end.
+func TestWholeGzipTakesOver(t *testing.T) {
+	requireLibdeflate(t)
+	path := gzipFixtures(t, t.TempDir())["clean.gz"]
+	want, wantErr, _ := readStream(t, path, false, 1<<16)
+	if wantErr != nil {
+		t.Fatal(wantErr)
+	}
+	for _, at := range []int{0, 1, 784, 1 << 16, 1<<16 + 1, len(want) - 1, len(want)} {
+		s, err := openStream(path, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.hold = true
+		got := make([]byte, at)
+		if _, err := io.ReadFull(s, got); err != nil {
+			t.Fatalf("at %d: streaming: %v", at, err)
+		}
+		if s.whole != nil {
+			t.Fatalf("at %d: read from the whole content while held", at)
+		}
+		s.wait()
+		if s.whole == nil {
+			t.Fatalf("at %d: the clean file was not inflated whole", at)
+		}
+		rest, err := io.ReadAll(s)
+		if err != nil {
+			t.Fatalf("at %d: %v", at, err)
+		}
+		if got = append(got, rest...); !bytes.Equal(got, want) {
+			t.Errorf("taken over at %d: %d bytes differ from the streaming reader's %d", at, len(got), len(want))
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
