@@ -58,30 +58,38 @@ func tinyBatch(ref *tinyWeights, imgs [][]uint8) *Batch {
 
 // TestInferExtra collects the logits and a second output in the same runs,
 // one at a time or three at once, and checks both against the float64
-// reference.
+// reference, with the outputs' columns known when the session opens and
+// (open) left to the first run, which then runs alone.
 func TestInferExtra(t *testing.T) {
 	_, path, _ := twoOutputs(t)
 	ref := loadTinyWeights(t)
 	imgs := images(10, 16, 3)
-	for _, batch := range []int{1, 3, 10} {
-		for _, runs := range []int{1, 3} {
-			s := openTest(t, path, Options{Batch: batch, Threads: 1, Runs: runs, Extra: []string{"probabilities"}})
-			res, err := s.Infer(context.Background(), &sliceReader{recs: imageRecords(imgs, 4, 4, 1)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(res.Extra) != 1 || res.Extra[0].Name != "probabilities" || res.Extra[0].Columns != 3 || len(res.Extra[0].Values) != 3*len(imgs) {
-				t.Fatalf("batch %d, runs %d: extra outputs %+v, want one of 10×3 probabilities", batch, runs, res.Extra)
-			}
-			for i, img := range imgs {
-				z := ref.tinyLogits(img)
-				p := softmax64(z)
-				for c := range z {
-					if got := res.Logits[i*3+c]; !closeTo(got, z[c]) {
-						t.Errorf("batch %d, runs %d, record %d, class %d: logit %v, want %v", batch, runs, i, c, got, z[c])
-					}
-					if got := res.Extra[0].Values[i*3+c]; !closeTo(got, p[c]) {
-						t.Errorf("batch %d, runs %d, record %d, class %d: probability %v, want %v", batch, runs, i, c, got, p[c])
+	for _, open := range []bool{false, true} {
+		for _, batch := range []int{1, 3, 10} {
+			for _, runs := range []int{1, 3} {
+				s := openTest(t, path, Options{Batch: batch, Threads: 1, Runs: runs, Extra: []string{"probabilities"}})
+				if open {
+					// As for a model whose output shapes leave the
+					// columns to the first run.
+					s.classes, s.cols[0] = 0, 0
+				}
+				res, err := s.Infer(context.Background(), &sliceReader{recs: imageRecords(imgs, 4, 4, 1)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(res.Extra) != 1 || res.Extra[0].Name != "probabilities" || res.Extra[0].Columns != 3 || len(res.Extra[0].Values) != 3*len(imgs) {
+					t.Fatalf("open %t, batch %d, runs %d: extra outputs %+v, want one of 10×3 probabilities", open, batch, runs, res.Extra)
+				}
+				for i, img := range imgs {
+					z := ref.tinyLogits(img)
+					p := softmax64(z)
+					for c := range z {
+						if got := res.Logits[i*3+c]; !closeTo(got, z[c]) {
+							t.Errorf("batch %d, runs %d, record %d, class %d: logit %v, want %v", batch, runs, i, c, got, z[c])
+						}
+						if got := res.Extra[0].Values[i*3+c]; !closeTo(got, p[c]) {
+							t.Errorf("batch %d, runs %d, record %d, class %d: probability %v, want %v", batch, runs, i, c, got, p[c])
+						}
 					}
 				}
 			}
