@@ -217,34 +217,44 @@ func (a *accountant) add(bt *slot, base int) error {
 	return nil
 }
 
-// runConcurrently runs the batches, encoded by enc, on runs goroutines at once, each
-// batch's logits (and Options.Extra outputs) into its slot, and hands
-// them to acct, appended to acct.res.Logits and *extra, in the batches'
-// order. The error it returns is the one of the earliest record: a run
+// runConcurrently runs the batches, encoded by enc, on runs goroutines at
+// once and hands each batch's logits (and Options.Extra outputs) to acct,
+// appended to acct.res.Logits and *extra, in the batches' order. A run
+// gives its slot back to the reader as soon as it has run, so a batch
+// that finishes before an earlier one holds no input buffer while it
+// waits. The error it returns is the one of the earliest record: a run
 // that fails is reported before a later batch's reading error. A model
 // whose output columns are not known before it runs (s.classes or an
 // extra output's columns zero) runs its first batch alone, which fixes
 // them, so that concurrent runs never write to s.
 func (s *Session) runConcurrently(ctx context.Context, batches <-chan filled, runs int, enc *encoder, acct *accountant, extra *[][]float32) error {
+	// A ran is a batch that has run: its slot is back with the reader,
+	// and what the accountant needs of it is copied here.
 	type ran struct {
-		seq int
-		f   filled
-		err error
+		seq   int
+		bt    *slot // rows, first record, labels and client ids; no buffer
+		out   []float32
+		extra [][]float32
+		err   error
 	}
 	run := func(seq int, f filled) ran {
 		if s.runHook != nil {
 			s.runHook(seq)
 		}
 		sl := f.slot
-		for k := range sl.extra {
-			sl.extra[k] = sl.extra[k][:0]
-		}
-		var err error
-		sl.out, sl.extra, err = s.RunExtra(sl.out[:0], sl.extra, sl.buf.head(sl.rows, enc.size))
-		return ran{seq, f, err}
+		r := ran{seq: seq, bt: &slot{rows: sl.rows, first: sl.first, labels: slices.Clone(sl.labels), client: slices.Clone(sl.client)}}
+		r.out, r.extra, r.err = s.RunExtra(nil, nil, sl.buf.head(sl.rows, enc.size))
+		// The input is no longer needed: the reader may fill the slot
+		// again, even before earlier batches have finished.
+		f.release()
+		return r
 	}
-	jobs := make(chan ran)
-	done := make(chan ran, runs+1) // one per slot at most is outstanding
+	type job struct {
+		seq int
+		f   filled
+	}
+	jobs := make(chan job)
+	done := make(chan ran, runs)
 	var wg sync.WaitGroup
 	for range runs {
 		wg.Go(func() {
@@ -257,6 +267,8 @@ func (s *Session) runConcurrently(ctx context.Context, batches <-chan filled, ru
 		close(jobs)
 		wg.Wait()
 	}()
+	// Runs that finish before an earlier one wait in pending; the reader
+	// is held back by its slots, the runs not.
 	pending := make(map[int]ran)
 	next, sent := 0, 0
 	collect := func(r ran) error {
@@ -268,37 +280,41 @@ func (s *Session) runConcurrently(ctx context.Context, batches <-chan filled, ru
 			}
 			delete(pending, next)
 			next++
-			bt := r.f.slot
+			bt := r.bt
 			if r.err != nil {
 				return fmt.Errorf("records %d to %d: %w", bt.first, bt.first+bt.rows-1, r.err)
 			}
 			base := len(acct.res.Logits)
-			acct.res.Logits = append(acct.res.Logits, bt.out...)
-			for len(*extra) < len(bt.extra) {
+			acct.res.Logits = append(acct.res.Logits, r.out...)
+			for len(*extra) < len(r.extra) {
 				*extra = append(*extra, nil)
 			}
-			for k, v := range bt.extra {
+			for k, v := range r.extra {
 				(*extra)[k] = append((*extra)[k], v...)
 			}
 			if err := acct.add(bt, base); err != nil {
 				return err
 			}
-			r.f.release()
 		}
 	}
 	// The batch read and not yet queued, if any: while it waits for a
 	// run, the loop takes no other, so the reader stays one batch ahead.
+	// A batch is queued only while fewer than maxAhead batches have run
+	// or are running beyond the last one handed to acct, so that after a
+	// failed run the others stop soon.
+	maxAhead := 2 * runs
 	var ready *filled
 	for {
 		var in <-chan filled
-		var queue chan<- ran
-		var job ran
-		if ready == nil {
+		var queue chan<- job
+		var j job
+		switch {
+		case ready == nil:
 			in = batches
-		} else {
-			queue, job = jobs, ran{seq: sent, f: *ready}
+		case sent-next < maxAhead:
+			queue, j = jobs, job{seq: sent, f: *ready}
 		}
-		if in == nil && queue == nil && next == sent {
+		if batches == nil && ready == nil && next == sent {
 			return nil
 		}
 		select {
@@ -330,7 +346,7 @@ func (s *Session) runConcurrently(ctx context.Context, batches <-chan filled, ru
 				}
 				ready = &f
 			}
-		case queue <- job:
+		case queue <- j:
 			ready = nil
 			sent++
 		case r := <-done:
@@ -375,9 +391,6 @@ type slot struct {
 	labels []int64
 	client []int32 // client ids of the rows
 	paused bool    // whether a fill stopped before the batch was full
-
-	out   []float32   // the batch's logits, when it runs concurrently with others
-	extra [][]float32 // and its Options.Extra outputs
 }
 
 // A filled is a batch ready to run, or the error that ended the reading.

@@ -154,8 +154,9 @@ func TestConcurrentRunsInOrder(t *testing.T) {
 
 // TestConcurrentRunsStop checks the errors of concurrent runs: a run that
 // fails is reported, naming its records, before a later batch's reading
-// error and before later runs' results; reading stops once Infer has
-// returned, at most one batch ahead of the runs in flight.
+// error and before later runs' results; runs stop soon after it, and
+// reading stops once Infer has returned, at most two batches beyond the
+// runs started.
 func TestConcurrentRunsStop(t *testing.T) {
 	nan := make([]float32, 16)
 	nan[0] = float32(math.NaN())
@@ -167,6 +168,8 @@ func TestConcurrentRunsStop(t *testing.T) {
 	for _, runs := range []int{2, 3} {
 		s := openTest(t, "testdata/tiny.onnx", Options{Batch: 2, Threads: 1, Runs: runs})
 		rd := &countingReader{sliceReader: sliceReader{recs: recs}}
+		var started atomic.Int64 // the batches whose run started
+		s.runHook = func(int) { started.Add(1) }
 		_, err := s.Infer(context.Background(), rd)
 		if err == nil || !strings.Contains(err.Error(), "records 4 to 5") {
 			t.Fatalf("runs %d: error %v, want one naming records 4 to 5", runs, err)
@@ -176,10 +179,14 @@ func TestConcurrentRunsStop(t *testing.T) {
 		if rd.calls.Load() != n {
 			t.Errorf("runs %d: the reader was read after Infer returned", runs)
 		}
-		// Batches 0 and 1 are done with; runs+1 slots hold batch 2 and
-		// the ones after it.
-		if max := int64(2 * (2 + runs + 1)); n > max {
-			t.Errorf("runs %d: %d records read, want at most %d", runs, n, max)
+		// Runs start at most 2×runs batches beyond the last one handed
+		// on (batch 1), and the reader is at most two batches beyond the
+		// last run started: one read and waiting, one being read.
+		if max := int64(2 + 2*runs); started.Load() > max {
+			t.Errorf("runs %d: %d runs started, want at most %d", runs, started.Load(), max)
+		}
+		if max := 2 * (started.Load() + 2); n > max {
+			t.Errorf("runs %d: %d records read with %d runs started, want at most %d", runs, n, started.Load(), max)
 		}
 		// The reader fails at record 7 (batch 3), after batch 2's run
 		// fails: the run's error names the earlier records.
