@@ -265,16 +265,17 @@ func (d *Dirichlet) variant() string {
 // each pair (λ, μ) of the grids (see LambdaGrid), a fit on all folds but
 // one (to DirichletCVGradientTol; warm-started along the grid and across
 // folds, by Newton's method up to DirichletNewtonMaxClasses classes, by
-// L-BFGS beyond: see docs/CALIBRATION.md) is scored by its NLL on the
+// L-BFGS keeping its history across the fits beyond: see
+// docs/CALIBRATION.md) is scored by its NLL on the
 // held-out fold; the pair of the least NLL summed over all held-out
 // examples becomes Lambda and Mu, ties going to the larger λ, then the
 // larger μ (the simpler map). The final fit uses all of s and ends at
 // the optimum a fit with them fixed ends at, within Options' tolerance:
-// up to DirichletNewtonMaxClasses classes, unless Options.Prior is
-// negative, it starts at the mean of the folds' optima for the chosen
-// pair and takes Newton steps (see docs/CALIBRATION.md); otherwise it
-// runs L-BFGS from the current parameters. A set of fewer than 2 examples is
-// fitted with Lambda and Mu as they are.
+// unless Options.Prior is negative, it starts at the mean of the folds'
+// optima for the chosen pair and goes on by the grid fits' method (see
+// docs/CALIBRATION.md); otherwise it runs L-BFGS from the current
+// parameters. A set of fewer than 2 examples is fitted with Lambda and Mu
+// as they are.
 //
 // LastFit reports the final fit, with the variant, λ, μ and how they were
 // chosen. Fit returns an error, leaving d unchanged, for an invalid or

@@ -27,8 +27,8 @@ import (
 // analytic Hessian (of (C² + C)² values; 1.2·10⁶ at 32 classes, a
 // Cholesky factorisation of ≈ 4·10⁸ flops; at 32 classes the
 // cross-validation costs ≈ 0.7× the L-BFGS one, at 20 ≈ 0.06×); beyond
-// it every grid fit runs L-BFGS, warm-started from the previous pair's
-// optimum.
+// it the grid fits run L-BFGS keeping its history from fit to fit
+// (dirichletQN), warm-started as Newton's method is (crossValidateWarm).
 const DirichletNewtonMaxClasses = 32
 
 // matrixHessian writes into h (n×n, n = C² + C, row-major) the Hessian of
