@@ -31,7 +31,7 @@ import (
 // of the NLL's Hessian plus P, exact on the NLL's null space
 // (dirichletNull). The Kronecker model cuts the steps of a fit about
 // fourfold against the diagonal one (at 1,000 × 40: 132 steps against 471
-// for the first grid fit, 7,207 against ≈ 30,000 for the 125).
+// for the first grid fit; 7,207 for all 125).
 
 // dirichletQNMemory is the number of steps dirichletQN keeps.
 const dirichletQNMemory = 20
