@@ -14,9 +14,14 @@
 #
 #   bench/dirichlet.sh                           # 50,000 × 10, 5 repetitions
 #   ROWS=5000 CLASSES=10 REPS=3 bench/dirichlet.sh
+#   ROWS=1000 CLASSES="50 100" REPS=1 TORCH=0 bench/dirichlet.sh
+#                                                # beyond 32 classes, no peer
 #
-# Environment: ROWS (default 50000), CLASSES (default 10), REPS (default
-# 5), LAMBDA and MU (default 0.001, a federated fit's), DIR (default
+# Environment: ROWS (default 50000), CLASSES (default 10; several, as
+# "50 100", run the whole comparison once for each), REPS (default 5),
+# TORCH (default 1; 0 leaves the PyTorch peer out, for the
+# cross-validation against one fit alone), LAMBDA and MU (default 0.001,
+# a federated fit's), DIR (default
 # /tmp/fedcalib-dirichlet-bench), PYTHON (with NumPy and PyTorch; default
 # /usr/bin/python3, Debian's python3-torch), FEDCALIB (default: build
 # bin/fedcalib here).
@@ -25,6 +30,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROWS=${ROWS:-50000}
 CLASSES=${CLASSES:-10}
+if [ "$CLASSES" != "${CLASSES%% *}" ]; then
+	for c in $CLASSES; do CLASSES=$c "$0"; done
+	exit
+fi
+TORCH=${TORCH:-1}
 REPS=${REPS:-5}
 LAMBDA=${LAMBDA:-0.001}
 MU=${MU:-0.001}
@@ -40,17 +50,20 @@ BASE=torch
 
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(uname -srm), $(nproc) CPUs; $(go env GOVERSION); torch $("$PYTHON" -c 'import torch; print(torch.__version__, torch.get_num_threads(), "threads")'); $ROWS rows × $CLASSES classes, λ = $LAMBDA, μ = $MU"
 fixed=(calibrate --central --method dirichlet --lambda "$LAMBDA" --mu "$MU" --logits "$f" --quiet)
-"$FEDCALIB" "${fixed[@]}" --out "$DIR/fixed.json"
-target=$("$PYTHON" -c 'import json, sys; print(repr(json.load(open(sys.argv[1]))["provenance"]["fit"]["objective"]))' "$DIR/fixed.json")
-echo "# fedcalib's objective $target; the peer's: $("$PYTHON" "$PEER" "$f" "$LAMBDA" "$MU" "$target")"
+if [ "$TORCH" != 0 ]; then
+	"$FEDCALIB" "${fixed[@]}" --out "$DIR/fixed.json"
+	target=$("$PYTHON" -c 'import json, sys; print(repr(json.load(open(sys.argv[1]))["provenance"]["fit"]["objective"]))' "$DIR/fixed.json")
+	echo "# fedcalib's objective $target; the peer's: $("$PYTHON" "$PEER" "$f" "$LAMBDA" "$MU" "$target")"
+fi
 for ((r = 1; r <= REPS; r++)); do
-	run_timed torch "$r" "$PYTHON" "$PEER" "$f" "$LAMBDA" "$MU" "$target"
+	[ "$TORCH" = 0 ] || run_timed torch "$r" "$PYTHON" "$PEER" "$f" "$LAMBDA" "$MU" "$target"
 	run_timed fedcalib-fixed "$r" "$FEDCALIB" "${fixed[@]}" --out "$DIR/fixed.json"
 	run_timed fedcalib-crossvalidated "$r" "$FEDCALIB" calibrate --central --method dirichlet --logits "$f" --quiet --out "$DIR/cv.json"
 	echo "  repetition $r/$REPS done" >&2
 done
 echo "# load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
-summarise
+[ "$TORCH" = 0 ] || summarise
+echo "# the chosen λ, μ: $("$PYTHON" -c 'import json, sys; c = json.load(open(sys.argv[1]))["provenance"]["fit"]["dirichlet"]; print(c["lambda"], c["mu"])' "$DIR/cv.json")"
 echo "# the same runs against fedcalib's fixed fit: the cross-validated row's ratios are what the default cross-validation costs against one fit (issue #32: ≤ 4×)"
 BASE=fedcalib-fixed summarise
 echo "(raw timings: $TSV)"

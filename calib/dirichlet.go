@@ -1,14 +1,11 @@
 package calib
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"runtime"
 	"slices"
 	"strings"
-	"sync"
 )
 
 // Defaults of Dirichlet calibration.
@@ -268,16 +265,17 @@ func (d *Dirichlet) variant() string {
 // each pair (λ, μ) of the grids (see LambdaGrid), a fit on all folds but
 // one (to DirichletCVGradientTol; warm-started along the grid and across
 // folds, by Newton's method up to DirichletNewtonMaxClasses classes, by
-// L-BFGS beyond: see docs/CALIBRATION.md) is scored by its NLL on the
+// L-BFGS keeping its history across the fits beyond: see
+// docs/CALIBRATION.md) is scored by its NLL on the
 // held-out fold; the pair of the least NLL summed over all held-out
 // examples becomes Lambda and Mu, ties going to the larger λ, then the
 // larger μ (the simpler map). The final fit uses all of s and ends at
 // the optimum a fit with them fixed ends at, within Options' tolerance:
-// up to DirichletNewtonMaxClasses classes, unless Options.Prior is
-// negative, it starts at the mean of the folds' optima for the chosen
-// pair and takes Newton steps (see docs/CALIBRATION.md); otherwise it
-// runs L-BFGS from the current parameters. A set of fewer than 2 examples is
-// fitted with Lambda and Mu as they are.
+// unless Options.Prior is negative, it starts at the mean of the folds'
+// optima for the chosen pair and goes on by the grid fits' method (see
+// docs/CALIBRATION.md); otherwise it runs L-BFGS from the current
+// parameters. A set of fewer than 2 examples is fitted with Lambda and Mu
+// as they are.
 //
 // LastFit reports the final fit, with the variant, λ, μ and how they were
 // chosen. Fit returns an error, leaving d unchanged, for an invalid or
@@ -300,10 +298,11 @@ func (d *Dirichlet) Fit(s *Set) error {
 	if v == DirichletFixDiag {
 		choice.Mu = 0
 	}
-	var start []float64 // the folds' mean optimum at the chosen pair, by Newton
+	var start []float64          // the folds' mean optimum at the chosen pair
+	var warm dirichletWarmFitter // the fitter of the grid fits
 	if folds := min(d.Folds, s.Len()); folds >= 2 {
 		var err error
-		if start, err = d.crossValidate(ls, folds, choice); err != nil {
+		if start, warm, err = d.crossValidate(ls, folds, choice); err != nil {
 			return fmt.Errorf("dirichlet scaler: %w", err)
 		}
 	}
@@ -312,10 +311,10 @@ func (d *Dirichlet) Fit(s *Set) error {
 	var err error
 	if start != nil && d.Options.Prior >= 0 {
 		// The objective is strictly convex (the prior), so its one
-		// optimum is the one a fit from the identity finds: Newton's
-		// method gets there in a few steps from the folds' optima.
+		// optimum is the one a fit from the identity finds: the grid
+		// fits' method gets there in a few steps from the folds' optima.
 		var u []float64
-		if u, rep, err = newDirichletNewton(v, s.Classes, d.Options).fit(ls, start, choice.Lambda, choice.Mu); err == nil {
+		if u, rep, err = warm.refit(d.Options).fit(ls, start, choice.Lambda, choice.Mu); err == nil {
 			x = make([]float64, s.Classes*s.Classes+s.Classes)
 			dirichletExpand(x, u, v, s.Classes)
 		}
@@ -384,23 +383,20 @@ func (d *Dirichlet) grids(c int) (lambdas, mus []float64) {
 // crossValidate sets choice's λ and μ to the pair of d's grids whose fits
 // have the least held-out NLL over folds folds of the log-probability set
 // ls, and records the search in choice. It returns the mean of the
-// folds' optima at that pair (free parameters) when Newton's method found
-// them, else nil.
-func (d *Dirichlet) crossValidate(ls *Set, folds int, choice *DirichletChoice) ([]float64, error) {
+// folds' optima at that pair (free parameters) and the fitter that found
+// them.
+func (d *Dirichlet) crossValidate(ls *Set, folds int, choice *DirichletChoice) ([]float64, dirichletWarmFitter, error) {
 	lambdas, mus := d.grids(ls.Classes)
-	sums, starts, err := d.heldOut(ls, folds, lambdas, mus, ls.Classes <= DirichletNewtonMaxClasses)
+	sums, starts, warm, err := d.heldOut(ls, folds, lambdas, mus, ls.Classes <= DirichletNewtonMaxClasses)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	best := bestPair(sums)
 	choice.Lambda, choice.Mu = lambdas[best/len(mus)], mus[best%len(mus)]
 	choice.Folds = folds
 	choice.LambdaGrid, choice.MuGrid = lambdas, mus
 	choice.HeldOutNLL = sums[best] / float64(ls.Len())
-	if starts == nil {
-		return nil, nil
-	}
-	return starts[best], nil
+	return starts[best], warm, nil
 }
 
 // bestPair returns the grid pair with the least held-out NLL sum. Grids
@@ -418,33 +414,45 @@ func bestPair(sums []float64) int {
 // heldOut returns, for each pair p = i·len(mus) + j of the grids, the NLL
 // summed over every held-out example of folds folds of ls, each fold's
 // fit on the others to DirichletCVGradientTol (unless Options asks for
-// less), by Newton's method (crossValidateNewton) or L-BFGS
-// (crossValidateLBFGS). The folds' sums are added in fold order. By
-// Newton's method it also returns, for each pair, the mean of the folds'
-// optima (free parameters).
-func (d *Dirichlet) heldOut(ls *Set, folds int, lambdas, mus []float64, newton bool) (sums []float64, starts [][]float64, err error) {
+// less), by Newton's method (dirichletNewton) or by L-BFGS keeping its
+// history (dirichletQN), warm-started as crossValidateWarm says; the
+// folds' sums are added in fold order. It also returns, for each pair,
+// the mean of the folds' optima (free parameters), and the fitter.
+func (d *Dirichlet) heldOut(ls *Set, folds int, lambdas, mus []float64, newton bool) (sums []float64, starts [][]float64, warm dirichletWarmFitter, err error) {
 	train, test := d.folds(ls, folds)
 	pairs := len(lambdas) * len(mus)
 	nll := make([]float64, pairs*folds) // nll[p*folds+f]
+	cv := d.cvOptions()
+	if newton {
+		warm = newDirichletNewton(d.variant(), ls.Classes, cv)
+	} else {
+		warm = newDirichletQN(d.variant(), ls.Classes, cv)
+	}
+	starts = make([][]float64, pairs)
+	if err = d.crossValidateWarm(warm, train, test, lambdas, mus, snakeOrder(len(lambdas), len(mus)), nll, starts); err != nil {
+		return nil, nil, nil, err
+	}
+	return foldSums(nll, folds), starts, warm, nil
+}
+
+// cvOptions returns the options of the grid fits: d.Options with a
+// gradient tolerance of at least DirichletCVGradientTol.
+func (d *Dirichlet) cvOptions() FitOptions {
 	cv := d.Options
 	cv.GradientTol = max(cv.gradientTol(), DirichletCVGradientTol)
-	order := snakeOrder(len(lambdas), len(mus))
-	if newton {
-		starts = make([][]float64, pairs)
-		_, err = d.crossValidateNewton(train, test, lambdas, mus, order, cv, nll, starts)
-	} else {
-		err = d.crossValidateLBFGS(train, test, lambdas, mus, order, cv, nll)
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	sums = make([]float64, pairs)
+	return cv
+}
+
+// foldSums returns, for each pair p, the sum of nll[p*folds+f] over the
+// folds f, in fold order.
+func foldSums(nll []float64, folds int) []float64 {
+	sums := make([]float64, len(nll)/folds)
 	for p := range sums {
 		for _, x := range nll[p*folds : (p+1)*folds] {
 			sums[p] += x
 		}
 	}
-	return sums, starts, nil
+	return sums
 }
 
 // snakeOrder returns the pairs (i, j) of an nl × nm grid in snake order,
@@ -486,26 +494,42 @@ func (d *Dirichlet) folds(ls *Set, folds int) (train, test []*Set) {
 	return train, test
 }
 
-// crossValidateNewton fits every grid pair, in the given order, on every
-// fold's training set by Newton's method (dirichletNewton), and writes
-// each fit's held-out NLL, summed over the fold's held-out examples, into
-// nll[p*folds+f] for pair p = i·len(mus) + j and fold f.
+// dirichletWarmFitter fits dirichletFit's objective at the grid pairs of
+// a cross-validation one after the other, keeping what each fit learnt of
+// the objective's curvature for the next: Newton's method
+// (dirichletNewton) up to DirichletNewtonMaxClasses classes, L-BFGS with
+// a kept history (dirichletQN) beyond.
+type dirichletWarmFitter interface {
+	// fit minimises the objective on the log-probability set ls with
+	// ODIR weights lambda and mu from the free parameters u0, to the
+	// fitter's gradient tolerance.
+	fit(ls *Set, u0 []float64, lambda, mu float64) ([]float64, FitReport, error)
+	// predict returns, for each optimum us[f] at (lambda0, mu0) on a
+	// training set of n rows, the predicted optimum at (lambda, mu), no
+	// row read; nil when it cannot.
+	predict(us [][]float64, lambda0, mu0, lambda, mu float64, n int) [][]float64
+	// refit returns the fitter of the final fit under o, after the grid
+	// fits (the fitter itself is not used after).
+	refit(o FitOptions) dirichletWarmFitter
+}
+
+// crossValidateWarm fits every grid pair, in the given order, on every
+// fold's training set with warm, and writes each fit's held-out NLL,
+// summed over the fold's held-out examples, into nll[p*folds+f] for pair
+// p = i·len(mus) + j and fold f.
 //
 // At the first pair the first fold starts at the identity and fold f > 0
-// at fold f − 1's optimum. At each next pair fold f starts at the chord
-// prediction (dirichletNewton.predict) from its optimum of the previous
-// pair, moved by fold f − 1's error of prediction at this pair: the
-// folds share most of their rows, so their predictions err alike. One
-// Hessian serves as long as chord steps on it converge fast (see
-// dirichletNewton). Everything runs in one sequence, each sum over rows
-// in rowSums' fixed blocks, so the held-out NLLs do not depend on the
-// number of threads. It writes the mean of the folds' optima at each
-// pair into means[p] and returns the fitter, for its counts.
-func (d *Dirichlet) crossValidateNewton(train, test []*Set, lambdas, mus []float64, order [][2]int, o FitOptions, nll []float64, means [][]float64) (*dirichletNewton, error) {
+// at fold f − 1's optimum. At each next pair fold f starts at warm's
+// prediction from its optimum of the previous pair, moved by fold f − 1's
+// error of prediction at this pair: the folds share most of their rows,
+// so their predictions err alike. Everything runs in one sequence, each
+// sum over rows in rowSums' fixed blocks, so the held-out NLLs do not
+// depend on the number of threads. It writes the mean of the folds'
+// optima at each pair into means[p].
+func (d *Dirichlet) crossValidateWarm(warm dirichletWarmFitter, train, test []*Set, lambdas, mus []float64, order [][2]int, nll []float64, means [][]float64) error {
 	folds := len(train)
 	c := train[0].Classes
 	v := d.variant()
-	nt := newDirichletNewton(v, c, o)
 	g := make([]float64, c*c+c)
 	x := make([]float64, c*c+c)
 	us := make([][]float64, folds) // each fold's optimum at the previous pair
@@ -514,7 +538,7 @@ func (d *Dirichlet) crossValidateNewton(train, test []*Set, lambdas, mus []float
 		var pred [][]float64
 		if k > 0 {
 			prev := order[k-1]
-			pred = nt.predict(us, lambdas[prev[0]], mus[prev[1]], lambda, mu, train[0].Len())
+			pred = warm.predict(us, lambdas[prev[0]], mus[prev[1]], lambda, mu, train[0].Len())
 		}
 		next := make([][]float64, folds)
 		for f := range folds {
@@ -535,9 +559,9 @@ func (d *Dirichlet) crossValidateNewton(train, test []*Set, lambdas, mus []float
 					}
 				}
 			}
-			u, _, err := nt.fit(train[f], u0, lambda, mu)
+			u, _, err := warm.fit(train[f], u0, lambda, mu)
 			if err != nil {
-				return nil, fmt.Errorf("cross-validation fold %d, λ = %v, μ = %v: %w", f+1, lambda, mu, err)
+				return fmt.Errorf("cross-validation fold %d, λ = %v, μ = %v: %w", f+1, lambda, mu, err)
 			}
 			next[f] = u
 			dirichletExpand(x, u, v, c)
@@ -555,43 +579,7 @@ func (d *Dirichlet) crossValidateNewton(train, test []*Set, lambdas, mus []float
 		means[ij[0]*len(mus)+ij[1]] = mean
 		us = next
 	}
-	return nt, nil
-}
-
-// crossValidateLBFGS is crossValidateNewton's work by L-BFGS, for many
-// classes: each fold fits every pair in turn, warm-started from its fit
-// of the previous pair, the first from the identity. The folds run in
-// parallel and each writes its own held-out NLLs, so they do not depend
-// on the number of goroutines.
-func (d *Dirichlet) crossValidateLBFGS(train, test []*Set, lambdas, mus []float64, order [][2]int, cv FitOptions, nll []float64) error {
-	folds := len(train)
-	c := train[0].Classes
-	pairs := len(order)
-	errs := make([]error, folds)
-	identity := NewMatrix(c).Params()
-	v := d.variant()
-	workers := min(runtime.GOMAXPROCS(0), folds)
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			g := make([]float64, len(identity))
-			for f := w; f < folds; f += workers {
-				x := identity
-				for k := range pairs {
-					i, j := order[k][0], order[k][1]
-					lambda, mu := lambdas[i], mus[j]
-					var err error
-					if x, _, err = dirichletFit(train[f], x, v, lambda, mu, cv); err != nil {
-						errs[f] = fmt.Errorf("cross-validation fold %d, λ = %v, μ = %v: %w", f+1, lambda, mu, err)
-						break
-					}
-					nll[(i*len(mus)+j)*folds+f] = matrixNLL(g, x, test[f], nil) * float64(test[f].Len())
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return nil
 }
 
 // dirichletFit minimises the mean NLL of matrix scaling of variant v on

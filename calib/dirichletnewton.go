@@ -27,8 +27,8 @@ import (
 // analytic Hessian (of (C² + C)² values; 1.2·10⁶ at 32 classes, a
 // Cholesky factorisation of ≈ 4·10⁸ flops; at 32 classes the
 // cross-validation costs ≈ 0.7× the L-BFGS one, at 20 ≈ 0.06×); beyond
-// it every grid fit runs L-BFGS, warm-started from the previous pair's
-// optimum.
+// it the grid fits run L-BFGS keeping its history from fit to fit
+// (dirichletQN), warm-started as Newton's method is (crossValidateWarm).
 const DirichletNewtonMaxClasses = 32
 
 // matrixHessian writes into h (n×n, n = C² + C, row-major) the Hessian of
@@ -161,39 +161,99 @@ func dirichletFree(v string, c int) [][]int {
 	return u
 }
 
-// dirichletNewton fits dirichletFit's objective by Newton's method (see
-// DirichletNewtonMaxClasses): the grid pairs of one cross-validation, on
-// one training set at a time, and the final fit after it. It keeps the
-// last Hessian of the mean NLL in the free parameters, to take chord
-// steps at the next pair or fold. It is not safe for concurrent use.
-type dirichletNewton struct {
+// dirichletProblem is dirichletFit's objective in the free parameters of
+// a variant as the warm-started fits of a cross-validation see it
+// (Newton's method, dirichletNewton; L-BFGS with a kept history,
+// dirichletQN): the variant, its free parameters, the prior and the
+// stopping rule.
+type dirichletProblem struct {
 	v       string
 	c, nu   int
 	free    [][]int
 	tol     float64
 	prior   float64 // the prior precision (FitOptions.Prior, 0 → DefaultPrior); < 0: none
 	maxIter int
+	// evaluations counts the objective's evaluations, for the tests.
+	evaluations int
+}
+
+// newDirichletProblem returns the problem of variant v on c classes, to
+// the gradient tolerance and within the iterations of o.
+func newDirichletProblem(v string, c int, o FitOptions) dirichletProblem {
+	free := dirichletFree(v, c)
+	prior := o.Prior
+	if prior == 0 {
+		prior = DefaultPrior
+	}
+	return dirichletProblem{v: v, c: c, nu: len(free), free: free, tol: o.gradientTol(), prior: prior, maxIter: o.maxIterations()}
+}
+
+// objective returns dirichletFit's objective on the log-probability set
+// ls with ODIR weights lambda and mu, in the free parameters, with the
+// prior of withPrior, summing the rows by r; it counts its evaluations.
+func (d *dirichletProblem) objective(ls *Set, lambda, mu float64, r *rowSums) lossGrad {
+	c := d.c
+	full := make([]float64, c*c+c)
+	gfull := make([]float64, c*c+c)
+	identity := dirichletReduce(NewMatrix(c).Params(), d.v, c)
+	kp := d.priorWeight(ls.Len())
+	return func(g, u []float64) float64 {
+		d.evaluations++
+		dirichletExpand(full, u, d.v, c)
+		val := dirichletLoss(gfull, full, ls, lambda, mu, r)
+		dirichletProject(g, gfull, d.v, c)
+		for i, id := range identity {
+			e := u[i] - id
+			val += kp * e * e / 2
+			g[i] += kp * e
+		}
+		return val
+	}
+}
+
+// finish ends a warm-started fit that stalled after iterations steps of
+// method with dirichletFit's L-BFGS from its best point u, and returns
+// the free parameters and the report of both.
+func (d *dirichletProblem) finish(ls *Set, u []float64, lambda, mu float64, iterations int, method string) ([]float64, FitReport, error) {
+	x := make([]float64, d.c*d.c+d.c)
+	dirichletExpand(x, u, d.v, d.c)
+	x, rep, err := dirichletFit(ls, x, d.v, lambda, mu, FitOptions{GradientTol: d.tol, MaxIterations: max(1, d.maxIter-iterations), Prior: d.prior})
+	rep.Stop = fmt.Sprintf("%d %s, then %s", iterations, method, rep.Stop)
+	rep.Iterations += iterations
+	rep.MaxIterations = d.maxIter
+	if err != nil {
+		return nil, rep, err
+	}
+	return dirichletReduce(x, d.v, d.c), rep, nil
+}
+
+// dirichletNewton fits dirichletFit's objective by Newton's method (see
+// DirichletNewtonMaxClasses): the grid pairs of one cross-validation, on
+// one training set at a time, and the final fit after it. It keeps the
+// last Hessian of the mean NLL in the free parameters, to take chord
+// steps at the next pair or fold. It is not safe for concurrent use.
+type dirichletNewton struct {
+	dirichletProblem
 
 	hfull []float64 // full Hessian of the mean NLL, (C²+C)²
 	hnll  []float64 // the NLL's Hessian in the free parameters, nu×nu
 	have  bool      // hnll holds a Hessian
 	// Counts of the work done, for the tests.
-	hessians, evaluations, steps int
+	hessians, steps int
 }
 
 // newDirichletNewton returns the Newton fitter of variant v on c classes,
 // to the gradient tolerance and within the iterations of o.
 func newDirichletNewton(v string, c int, o FitOptions) *dirichletNewton {
-	free := dirichletFree(v, c)
+	p := newDirichletProblem(v, c, o)
 	n := c*c + c
-	prior := o.Prior
-	if prior == 0 {
-		prior = DefaultPrior
-	}
-	return &dirichletNewton{
-		v: v, c: c, nu: len(free), free: free, tol: o.gradientTol(), prior: prior, maxIter: o.maxIterations(),
-		hfull: make([]float64, n*n), hnll: make([]float64, len(free)*len(free)),
-	}
+	return &dirichletNewton{dirichletProblem: p, hfull: make([]float64, n*n), hnll: make([]float64, p.nu*p.nu)}
+}
+
+// refit returns the fitter of the final fit under o: a fresh Newton
+// fitter, whose first step computes the Hessian at its start.
+func (d *dirichletNewton) refit(o FitOptions) dirichletWarmFitter {
+	return newDirichletNewton(d.v, d.c, o)
 }
 
 // dirichletNewtonMaxSteps caps the steps of one dirichletNewton fit;
@@ -211,7 +271,7 @@ const dirichletNewtonRefresh = 0.3
 // parameter the penalty weighs sets one full parameter (the diagonal of
 // W, which fixdiag ties, is not penalised), so the penalty's gradient is
 // (penalty − prior) ⊙ u.
-func (d *dirichletNewton) penalty(lambda, mu float64, n int) []float64 {
+func (d *dirichletProblem) penalty(lambda, mu float64, n int) []float64 {
 	c := d.c
 	pen := make([]float64, d.nu)
 	kw, kb := lambda/float64(c*(c-1)), mu/float64(c)
@@ -231,7 +291,7 @@ func (d *dirichletNewton) penalty(lambda, mu float64, n int) []float64 {
 }
 
 // priorWeight returns the weight of the prior over n rows (withPrior).
-func (d *dirichletNewton) priorWeight(n int) float64 {
+func (d *dirichletProblem) priorWeight(n int) float64 {
 	if d.prior > 0 {
 		return d.prior / float64(n)
 	}
@@ -319,30 +379,14 @@ func (d *dirichletNewton) fit(ls *Set, u0 []float64, lambda, mu float64) ([]floa
 	n := ls.Len()
 	rep := FitReport{MaxIterations: d.maxIter, Tolerance: d.tol}
 	full := make([]float64, c*c+c)
-	gfull := make([]float64, c*c+c)
 	r := newRowSums(n)
-	identity := dirichletReduce(NewMatrix(c).Params(), d.v, c)
-	kp := d.priorWeight(n)
-	// The objective in the free parameters, as dirichletFit's with the
-	// prior of withPrior.
-	obj := func(g, u []float64) float64 {
-		d.evaluations++
-		dirichletExpand(full, u, d.v, c)
-		val := dirichletLoss(gfull, full, ls, lambda, mu, r)
-		dirichletProject(g, gfull, d.v, c)
-		for i, id := range identity {
-			e := u[i] - id
-			val += kp * e * e / 2
-			g[i] += kp * e
-		}
-		return val
-	}
+	obj := d.objective(ls, lambda, mu, r)
 	pen := d.penalty(lambda, mu, n)
 	u := slices.Clone(u0)
 	g := make([]float64, nu)
 	f := obj(g, u)
 	if math.IsNaN(f) || math.IsInf(f, 0) {
-		return nil, rep, fmt.Errorf("the objective at the starting parameters is %v", f)
+		return nil, rep, errAtStart(f)
 	}
 	un, gn := make([]float64, nu), make([]float64, nu)
 	step := make([]float64, nu)
@@ -415,16 +459,7 @@ func (d *dirichletNewton) fit(ls *Set, u0 []float64, lambda, mu float64) ([]floa
 	}
 	// Newton's method stalled: finish with L-BFGS from its best point.
 	d.have = false
-	x := make([]float64, c*c+c)
-	dirichletExpand(x, u, d.v, c)
-	x, lrep, err := dirichletFit(ls, x, d.v, lambda, mu, FitOptions{GradientTol: d.tol, MaxIterations: max(1, d.maxIter-rep.Iterations), Prior: d.prior})
-	lrep.Stop = fmt.Sprintf("%d Newton step(s), then %s", rep.Iterations, lrep.Stop)
-	lrep.Iterations += rep.Iterations
-	lrep.MaxIterations = d.maxIter
-	if err != nil {
-		return nil, lrep, err
-	}
-	return dirichletReduce(x, d.v, c), lrep, nil
+	return d.finish(ls, u, lambda, mu, rep.Iterations, "Newton step(s)")
 }
 
 // hessian computes the Hessian of the mean NLL at the full parameters x

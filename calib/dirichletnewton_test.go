@@ -133,11 +133,11 @@ func TestDirichletCVNewtonChoosesAsLBFGS(t *testing.T) {
 		if tc.d.LambdaGrid != nil {
 			folds = 3
 		}
-		newton, _, err := tc.d.heldOut(ls, folds, lambdas, mus, true)
+		newton, _, _, err := tc.d.heldOut(ls, folds, lambdas, mus, true)
 		if err != nil {
 			t.Fatal(err)
 		}
-		lbfgs, _, err := tc.d.heldOut(ls, folds, lambdas, mus, false)
+		lbfgs, err := tc.d.heldOutLBFGS(ls, folds, lambdas, mus)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -167,7 +167,7 @@ func TestDirichletCVNewtonThreads(t *testing.T) {
 	var want []float64
 	for _, procs := range []int{1, 2, 4} {
 		prev := runtime.GOMAXPROCS(procs)
-		got, _, err := d.heldOut(s, 5, lambdas, mus, true)
+		got, _, _, err := d.heldOut(s, 5, lambdas, mus, true)
 		runtime.GOMAXPROCS(prev)
 		if err != nil {
 			t.Fatal(err)

@@ -3,10 +3,10 @@ package calib
 // DirichletHeldOut exposes the cross-validation of d (Dirichlet.heldOut)
 // to the external tests: the held-out NLL of each grid pair
 // p = i·len(mus) + j over folds folds of s, by Newton's method or by
-// L-BFGS, with the grids.
+// L-BFGS keeping its history, with the grids.
 func DirichletHeldOut(d *Dirichlet, s *Set, folds int, newton bool) (sums, lambdas, mus []float64, err error) {
 	lambdas, mus = d.grids(s.Classes)
-	sums, _, err = d.heldOut(logProbSet(s), folds, lambdas, mus, newton)
+	sums, _, _, err = d.heldOut(logProbSet(s), folds, lambdas, mus, newton)
 	return sums, lambdas, mus, err
 }
 
