@@ -110,13 +110,7 @@ func benchBatches(b *testing.B, s *Session, spec string) ([]*Batch, int) {
 		b.Fatal(err)
 	}
 	defer rd.Close()
-	bt := &batcher{
-		rd:      rd,
-		enc:     newEncoder(s.pre, s.dtype, s.in.Name, s.in.Dimensions[1:]),
-		dtype:   s.dtype,
-		size:    s.opt.Batch,
-		clients: make(map[string]int32),
-	}
+	bt := s.newBatcher(rd, s.opt.Batch)
 	var out []*Batch
 	for eof := false; !eof; {
 		sl := &slot{}

@@ -100,14 +100,8 @@ func (s *Session) Infer(ctx context.Context, rd data.Reader) (*Result, error) {
 	if runs > 1 && progress.Total > 0 {
 		size = min(size, (progress.Total+runs-1)/runs)
 	}
-	b := &batcher{
-		rd:       rd,
-		enc:      newEncoder(s.pre, s.dtype, s.in.Name, s.in.Dimensions[1:]),
-		dtype:    s.dtype,
-		size:     size,
-		clients:  make(map[string]int32),
-		planHook: s.planHook,
-	}
+	b := s.newBatcher(rd, size)
+	b.planHook = s.planHook
 	res := &Result{}
 	var extra [][]float32
 	acct := accountant{s: s, res: res, progress: progress}
@@ -362,6 +356,18 @@ func (s *Session) runConcurrently(ctx context.Context, batches <-chan filled, ru
 // model whose output shapes fix them.
 func (s *Session) columnsKnown() bool {
 	return s.classes > 0 && !slices.Contains(s.cols, 0)
+}
+
+// newBatcher returns a batcher of rd's records into batches of size rows
+// of s's input, encoded as s's preprocessing says.
+func (s *Session) newBatcher(rd data.Reader, size int) *batcher {
+	return &batcher{
+		rd:      rd,
+		enc:     newEncoder(s.pre, s.dtype, s.in.Name, s.in.Dimensions[1:]),
+		dtype:   s.dtype,
+		size:    size,
+		clients: make(map[string]int32),
+	}
 }
 
 // A batcher reads records into batch slots, reused.
@@ -684,13 +690,7 @@ func (s *Session) Encode(ctx context.Context, rd data.Reader, n int) (*Batch, []
 	if n < 1 {
 		return nil, nil, fmt.Errorf("encode %d records: want at least 1", n)
 	}
-	b := &batcher{
-		rd:      rd,
-		enc:     newEncoder(s.pre, s.dtype, s.in.Name, s.in.Dimensions[1:]),
-		dtype:   s.dtype,
-		size:    n,
-		clients: make(map[string]int32),
-	}
+	b := s.newBatcher(rd, n)
 	batches, stop := b.batches(ctx, 0, false)
 	defer stop()
 	for fb := range batches {

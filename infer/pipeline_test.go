@@ -65,13 +65,7 @@ func TestPipelineEqualsSequential(t *testing.T) {
 // being read, Infer returns the run's error and no longer reads once it
 // has returned, as when reading between runs.
 func TestPipelineStops(t *testing.T) {
-	nan := make([]float32, 16)
-	nan[0] = float32(math.NaN())
-	recs := make([]data.Record, 40)
-	for i := range recs {
-		recs[i] = data.Record{Float: make([]float32, 16)}
-	}
-	recs[5].Float = nan // batch 2 of 2-record batches fails in the model
+	recs := failingRecords()
 	for _, pipe := range []bool{false, true} {
 		func() {
 			s := openTest(t, "testdata/tiny.onnx", Options{Batch: 2, Threads: 1, Sequential: !pipe})
@@ -96,6 +90,19 @@ func TestPipelineStops(t *testing.T) {
 	if !errors.Is(err, fail) || !strings.Contains(err.Error(), "reading record 3") {
 		t.Errorf("reader error: %v", err)
 	}
+}
+
+// failingRecords returns 40 records for tiny.onnx of which record 5, in
+// batch 2 of 2-record batches, makes the model output NaN.
+func failingRecords() []data.Record {
+	nan := make([]float32, 16)
+	nan[0] = float32(math.NaN())
+	recs := make([]data.Record, 40)
+	for i := range recs {
+		recs[i] = data.Record{Float: make([]float32, 16)}
+	}
+	recs[5].Float = nan
+	return recs
 }
 
 func btoi(b bool) int {
@@ -158,13 +165,7 @@ func TestConcurrentRunsInOrder(t *testing.T) {
 // reading stops once Infer has returned, at most two batches beyond the
 // runs started.
 func TestConcurrentRunsStop(t *testing.T) {
-	nan := make([]float32, 16)
-	nan[0] = float32(math.NaN())
-	recs := make([]data.Record, 40)
-	for i := range recs {
-		recs[i] = data.Record{Float: make([]float32, 16)}
-	}
-	recs[5].Float = nan // batch 2 of 2-record batches fails in the model
+	recs := failingRecords()
 	for _, runs := range []int{2, 3} {
 		s := openTest(t, "testdata/tiny.onnx", Options{Batch: 2, Threads: 1, Runs: runs})
 		rd := &countingReader{sliceReader: sliceReader{recs: recs}}
