@@ -71,42 +71,82 @@ func TestMatrixHessian(t *testing.T) {
 	}
 }
 
-// TestDirichletNewtonMatchesLBFGS checks dirichletNewton's fit against
-// dirichletFit's L-BFGS, both from the identity to DefaultGradientTol:
-// the same optimum of the same objective, for every variant and for
-// weak and strong regularisation.
-func TestDirichletNewtonMatchesLBFGS(t *testing.T) {
-	const c = 4
-	s := logProbSet(dirBenchSet(rand.New(rand.NewPCG(5, 5)), 700, c))
+// dirichletSolver is a fitter of the Dirichlet objective that the
+// cross-validation uses (dirichletNewton up to DirichletNewtonMaxClasses
+// classes, dirichletQN above), with a check of its own on a fit from the
+// identity.
+type dirichletSolver struct {
+	name  string
+	c     int
+	seed  uint64
+	fit   func(v string, c int) func(ls *Set, u0 []float64, lambda, mu float64) ([]float64, FitReport, error)
+	check func(t *testing.T, fit func(ls *Set, u0 []float64, lambda, mu float64) ([]float64, FitReport, error), s *Set, u []float64, reg ODIR, rep FitReport)
+}
+
+// TestDirichletSolversMatchLBFGS checks each cross-validation solver
+// against dirichletFit's L-BFGS, both from the identity to
+// DefaultGradientTol: the same optimum of the same objective, for every
+// variant and for weak and strong regularisation. Newton takes at most 15
+// steps from the identity; the kept-history L-BFGS (the full variant
+// through the Kronecker model, the others through the diagonal) takes
+// none in a second fit from the first's optimum, with the history kept.
+func TestDirichletSolversMatchLBFGS(t *testing.T) {
 	o := FitOptions{}
-	for _, v := range DirichletVariants() {
-		for _, reg := range []ODIR{{0, 0}, {1e-2 * c * (c - 1), 1e-2 * c}, {100 * c * (c - 1), 0}, {0, 100 * c}} {
-			x, rep, err := dirichletFit(s, NewMatrix(c).Params(), v, reg.Lambda, reg.Mu, o)
-			if err != nil || !rep.Converged {
-				t.Fatalf("%s %+v: L-BFGS %v, %+v", v, reg, err, rep)
+	for _, sv := range []dirichletSolver{
+		{
+			name: "Newton", c: 4, seed: 5,
+			fit: func(v string, c int) func(*Set, []float64, float64, float64) ([]float64, FitReport, error) {
+				return newDirichletNewton(v, c, o).fit
+			},
+			check: func(t *testing.T, _ func(*Set, []float64, float64, float64) ([]float64, FitReport, error), _ *Set, _ []float64, reg ODIR, rep FitReport) {
+				if rep.Iterations > 15 {
+					t.Errorf("%+v: Newton took %d steps from the identity, want at most 15", reg, rep.Iterations)
+				}
+			},
+		},
+		{
+			name: "kept-history L-BFGS", c: 5, seed: 6,
+			fit: func(v string, c int) func(*Set, []float64, float64, float64) ([]float64, FitReport, error) {
+				return newDirichletQN(v, c, o).fit
+			},
+			check: func(t *testing.T, fit func(*Set, []float64, float64, float64) ([]float64, FitReport, error), s *Set, u []float64, reg ODIR, _ FitReport) {
+				if _, again, err := fit(s, u, reg.Lambda, reg.Mu); err != nil || again.Iterations != 0 {
+					t.Errorf("%+v: a fit from the optimum took %d steps (%v)", reg, again.Iterations, err)
+				}
+			},
+		},
+	} {
+		t.Run(sv.name, func(t *testing.T) {
+			c := sv.c
+			s := logProbSet(dirBenchSet(rand.New(rand.NewPCG(5, sv.seed)), 700, c))
+			for _, v := range DirichletVariants() {
+				for _, reg := range []ODIR{{0, 0}, {1e-2 * float64(c*(c-1)), 1e-2 * float64(c)}, {100 * float64(c*(c-1)), 0}, {0, 100 * float64(c)}} {
+					x, rep, err := dirichletFit(s, NewMatrix(c).Params(), v, reg.Lambda, reg.Mu, o)
+					if err != nil || !rep.Converged {
+						t.Fatalf("%s %+v: L-BFGS %v, %+v", v, reg, err, rep)
+					}
+					fit := sv.fit(v, c)
+					u, srep, err := fit(s, dirichletReduce(NewMatrix(c).Params(), v, c), reg.Lambda, reg.Mu)
+					if err != nil || !srep.Converged {
+						t.Fatalf("%s %+v: %v, %+v", v, reg, err, srep)
+					}
+					xs := make([]float64, len(x))
+					dirichletExpand(xs, u, v, c)
+					var dx float64
+					for i := range x {
+						dx = max(dx, math.Abs(x[i]-xs[i]))
+					}
+					rel := math.Abs(srep.Objective-rep.Objective) / rep.Objective
+					t.Logf("%s %+v: L-BFGS %d iterations, %s %d (%s); objectives differ by %.2g (relative), parameters by %.2g",
+						v, reg, rep.Iterations, sv.name, srep.Iterations, srep.Stop, rel, dx)
+					if rel > 1e-10 || dx > 1e-4 {
+						t.Errorf("%s %+v: the optimum %v differs from L-BFGS's %v: objective by %.2g relative, parameters by %.2g",
+							v, reg, srep.Objective, rep.Objective, rel, dx)
+					}
+					sv.check(t, fit, s, u, reg, srep)
+				}
 			}
-			nt := newDirichletNewton(v, c, o)
-			u, nrep, err := nt.fit(s, dirichletReduce(NewMatrix(c).Params(), v, c), reg.Lambda, reg.Mu)
-			if err != nil || !nrep.Converged {
-				t.Fatalf("%s %+v: Newton %v, %+v", v, reg, err, nrep)
-			}
-			xn := make([]float64, len(x))
-			dirichletExpand(xn, u, v, c)
-			var dx float64
-			for i := range x {
-				dx = max(dx, math.Abs(x[i]-xn[i]))
-			}
-			rel := math.Abs(nrep.Objective-rep.Objective) / rep.Objective
-			t.Logf("%s %+v: L-BFGS %d iterations, Newton %d steps (%d Hessians); objectives differ by %.2g (relative), parameters by %.2g",
-				v, reg, rep.Iterations, nrep.Iterations, nt.hessians, rel, dx)
-			if rel > 1e-10 || dx > 1e-4 {
-				t.Errorf("%s %+v: Newton's optimum %v differs from L-BFGS's %v: objective by %.2g relative, parameters by %.2g",
-					v, reg, nrep.Objective, rep.Objective, rel, dx)
-			}
-			if nrep.Iterations > 15 {
-				t.Errorf("%s %+v: Newton took %d steps from the identity, want at most 15", v, reg, nrep.Iterations)
-			}
-		}
+		})
 	}
 }
 

@@ -7,47 +7,6 @@ import (
 	"testing"
 )
 
-// TestDirichletQNMatchesLBFGS checks dirichletQN's fit against
-// dirichletFit's L-BFGS, both from the identity to DefaultGradientTol:
-// the same optimum of the same objective, for every variant (the full
-// one through the Kronecker model, the others through the diagonal) and
-// for weak and strong regularisation; and a second fit from the first's
-// optimum, with the history kept, takes no step.
-func TestDirichletQNMatchesLBFGS(t *testing.T) {
-	const c = 5
-	s := logProbSet(dirBenchSet(rand.New(rand.NewPCG(5, 6)), 700, c))
-	o := FitOptions{}
-	for _, v := range DirichletVariants() {
-		for _, reg := range []ODIR{{0, 0}, {1e-2 * c * (c - 1), 1e-2 * c}, {100 * c * (c - 1), 0}, {0, 100 * c}} {
-			x, rep, err := dirichletFit(s, NewMatrix(c).Params(), v, reg.Lambda, reg.Mu, o)
-			if err != nil || !rep.Converged {
-				t.Fatalf("%s %+v: L-BFGS %v, %+v", v, reg, err, rep)
-			}
-			q := newDirichletQN(v, c, o)
-			u, qrep, err := q.fit(s, dirichletReduce(NewMatrix(c).Params(), v, c), reg.Lambda, reg.Mu)
-			if err != nil || !qrep.Converged {
-				t.Fatalf("%s %+v: kept-history L-BFGS %v, %+v", v, reg, err, qrep)
-			}
-			xq := make([]float64, len(x))
-			dirichletExpand(xq, u, v, c)
-			var dx float64
-			for i := range x {
-				dx = max(dx, math.Abs(x[i]-xq[i]))
-			}
-			rel := math.Abs(qrep.Objective-rep.Objective) / rep.Objective
-			t.Logf("%s %+v: L-BFGS %d iterations, kept history %d (%s); objectives differ by %.2g (relative), parameters by %.2g",
-				v, reg, rep.Iterations, qrep.Iterations, qrep.Stop, rel, dx)
-			if rel > 1e-10 || dx > 1e-4 {
-				t.Errorf("%s %+v: the kept-history optimum %v differs from L-BFGS's %v: objective by %.2g relative, parameters by %.2g",
-					v, reg, qrep.Objective, rep.Objective, rel, dx)
-			}
-			if _, again, err := q.fit(s, u, reg.Lambda, reg.Mu); err != nil || again.Iterations != 0 {
-				t.Errorf("%s %+v: a fit from the optimum took %d steps (%v)", v, reg, again.Iterations, err)
-			}
-		}
-	}
-}
-
 // dirichletQNCase is a cross-validation above DirichletNewtonMaxClasses
 // classes: generated rows (dirBenchSet's) and grids small enough to run
 // the reference path (crossValidateLBFGS) in a test.
