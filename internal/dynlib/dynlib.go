@@ -32,7 +32,9 @@ type Spec struct {
 	Error func(*LoadError) error
 }
 
-// LoadError reports a shared library that cannot be loaded.
+// LoadError reports a shared library that cannot be loaded. A library
+// package embeds it in its own error type, which adds the message that
+// says how to install the library.
 type LoadError struct {
 	Path   string // the file or library name given to dlopen
 	Reason string // why it failed: dlopen's message, a missing symbol, or no cgo
@@ -45,7 +47,8 @@ func (e *LoadError) Error() string { return e.Path + ": " + e.Reason }
 const noCgo = "fedcalib was built without cgo (CGO_ENABLED=0), which loading it needs"
 
 // Library is a loaded shared library. It is never closed, so the
-// addresses it holds stay valid for the life of the process.
+// addresses it holds stay valid for the life of the process. The zero
+// value holds no library and no symbols: Spec.Open makes one.
 type Library struct {
 	path    string
 	symbols map[string]unsafe.Pointer
