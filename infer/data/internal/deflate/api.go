@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+
+	"github.com/fedcalib/fedcalib/internal/dynlib"
 )
 
 const (
@@ -14,6 +16,24 @@ const (
 	// library file to load instead of Library.
 	LibraryEnv = "FEDCALIB_LIBDEFLATE"
 )
+
+// The libdeflate functions fedcalib calls.
+const (
+	symAlloc   = "libdeflate_alloc_decompressor"
+	symGzip    = "libdeflate_gzip_decompress_ex"
+	symFree    = "libdeflate_free_decompressor"
+	symDeflate = "libdeflate_deflate_decompress_ex"
+)
+
+// spec loads libdeflate: Library or LibraryEnv, with the functions
+// fedcalib calls, failing with a *LibraryError.
+var spec = dynlib.Spec{
+	Library: Library,
+	Env:     LibraryEnv,
+	Symbols: []string{symAlloc, symGzip, symFree, symDeflate},
+	Kind:    "libdeflate, version 1.5 or later",
+	Error:   func(e *dynlib.LoadError) error { return &LibraryError{LoadError: *e} },
+}
 
 // ErrNotFound is wrapped by every error that means the libdeflate library
 // is missing or cannot be loaded: a fault of the machine, not of the data.
@@ -29,13 +49,12 @@ var ErrShortBuffer = errors.New("deflate: decompressed data larger than the buff
 // not start another.
 var ErrCorrupt = errors.New("deflate: corrupt or unsupported gzip data")
 
-// LibraryError reports a libdeflate library that cannot be loaded. It
-// matches ErrNotFound with errors.Is, and its message says how to install
-// the library.
-type LibraryError struct {
-	Path   string // the file or library name given to dlopen
-	Reason string // why it failed, from dlopen or dlsym
-}
+// LibraryError reports a libdeflate library that cannot be loaded: Path
+// is the file or library name given to dlopen, Reason why it failed (from
+// dlopen, a missing function, or a build without cgo). It matches
+// ErrNotFound with errors.Is, and its message says how to install the
+// library.
+type LibraryError struct{ dynlib.LoadError }
 
 func (e *LibraryError) Error() string {
 	return fmt.Sprintf("%v (%s: %s): gzip files are decompressed with klauspost/compress instead, more slowly; "+

@@ -1,11 +1,7 @@
 package deflate
 
 /*
-#cgo LDFLAGS: -ldl
-#include <dlfcn.h>
 #include <stddef.h>
-#include <stdio.h>
-#include <stdlib.h>
 
 // The libdeflate API as libdeflate.h documents it: a decompressor is
 // opaque; results are enum libdeflate_result.
@@ -18,40 +14,13 @@ enum {
 	FC_LIBDEFLATE_INSUFFICIENT_SPACE = 3,
 };
 
-// fc_df holds the library and the functions fedcalib calls.
+// fc_df holds the functions fedcalib calls, resolved by dynlib.
 typedef struct {
-	void *so;
 	fc_dfhandle (*alloc)(void);
 	int (*gzip_ex)(fc_dfhandle, const void *, size_t, void *, size_t, size_t *, size_t *);
 	void (*free)(fc_dfhandle);
 	int (*deflate_ex)(fc_dfhandle, const void *, size_t, void *, size_t, size_t *, size_t *);
 } fc_df;
-
-// fc_df_open opens the library at path into t: 0, or -1 with the reason
-// in msg.
-static int fc_df_open(fc_df *t, const char *path, char *msg, size_t n) {
-	static const char *names[] = {
-		"libdeflate_alloc_decompressor", "libdeflate_gzip_decompress_ex",
-		"libdeflate_free_decompressor", "libdeflate_deflate_decompress_ex",
-	};
-	void **slots[] = {(void **)&t->alloc, (void **)&t->gzip_ex, (void **)&t->free, (void **)&t->deflate_ex};
-	t->so = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (t->so == NULL) {
-		const char *e = dlerror();
-		snprintf(msg, n, "%s", e ? e : "dlopen failed");
-		return -1;
-	}
-	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-		*slots[i] = dlsym(t->so, names[i]);
-		if (*slots[i] == NULL) {
-			snprintf(msg, n, "it has no %s: not libdeflate, version 1.5 or later", names[i]);
-			dlclose(t->so);
-			t->so = NULL;
-			return -1;
-		}
-	}
-	return 0;
-}
 
 static fc_dfhandle fc_df_alloc(const fc_df *t) { return t->alloc(); }
 
@@ -79,31 +48,25 @@ import "C"
 
 import (
 	"errors"
-	"os"
 	"runtime"
-	"strings"
-	"sync"
 	"unsafe"
+
+	"github.com/fedcalib/fedcalib/internal/dynlib"
 )
 
-// library is a loaded libdeflate library. It is never unloaded.
+// library is the loaded libdeflate library's functions. It is never
+// unloaded.
 type library struct{ c C.fc_df }
 
-// msgLen bounds the messages copied from dlerror.
-const msgLen = 256
-
-// open loads the libdeflate library at path (a file, or a name that
-// dlopen looks up in the library path).
-func open(path string) (*library, error) {
-	l := new(library)
-	var msg [msgLen]C.char
-	cpath := C.CString(path)
-	defer C.free(unsafe.Pointer(cpath))
-	if C.fc_df_open(&l.c, cpath, &msg[0], msgLen) != 0 {
-		// dlerror's message starts with the path it was given.
-		return nil, &LibraryError{Path: path, Reason: strings.TrimPrefix(C.GoString(&msg[0]), path+": ")}
-	}
-	return l, nil
+// newLibrary returns the functions of l, loaded with spec.
+func newLibrary(l *dynlib.Library) *library {
+	fn := func(name string) *[0]byte { return (*[0]byte)(l.Symbol(name)) }
+	return &library{c: C.fc_df{
+		alloc:      fn(symAlloc),
+		gzip_ex:    fn(symGzip),
+		free:       fn(symFree),
+		deflate_ex: fn(symDeflate),
+	}}
 }
 
 // loaded is the library of the process, loaded the first time a
@@ -111,13 +74,7 @@ func open(path string) (*library, error) {
 // is process-wide because a shared library is (as the TurboJPEG library
 // of infer/data/internal/turbojpeg): opened once and never closed. A
 // failed load is not retried.
-var loaded = sync.OnceValues(func() (*library, error) {
-	path := Library
-	if p := os.Getenv(LibraryEnv); p != "" {
-		path = p
-	}
-	return open(path)
-})
+var loaded = dynlib.Loader(&spec, newLibrary)
 
 // Decompressor inflates gzip data. It holds a libdeflate decompressor and
 // must not be used by two goroutines at once. Close frees it; a

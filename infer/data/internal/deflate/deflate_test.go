@@ -32,7 +32,7 @@ func TestOpenErrors(t *testing.T) {
 		{notELF, "file too short"},
 		{"libc.so.6", "it has no libdeflate_alloc_decompressor"},
 	} {
-		_, err := open(tc.path)
+		_, err := spec.Open(tc.path)
 		if !errors.Is(err, ErrNotFound) {
 			t.Fatalf("open(%s): %v, want an error wrapping ErrNotFound", tc.path, err)
 		}

@@ -10,7 +10,8 @@
 // klauspost/compress for everything else: no library, a pipe, a file
 // larger than its cap, and data that Gunzip refuses.
 //
-// The library is opened with dlopen the first time a Decompressor is made:
+// The library is opened with dlopen (internal/dynlib) the first time a
+// Decompressor is made:
 // the file named by the environment variable LibraryEnv when it is set,
 // else Library from the system's library path. Building fedcalib
 // therefore needs no libdeflate headers, and a machine without the

@@ -3,6 +3,8 @@ package turbojpeg
 import (
 	"errors"
 	"fmt"
+
+	"github.com/fedcalib/fedcalib/internal/dynlib"
 )
 
 const (
@@ -13,6 +15,25 @@ const (
 	// library file to load instead of Library.
 	LibraryEnv = "FEDCALIB_LIBTURBOJPEG"
 )
+
+// The TurboJPEG functions fedcalib calls.
+const (
+	symInitDecompress = "tjInitDecompress"
+	symDecompress2    = "tjDecompress2"
+	symGetErrorStr2   = "tjGetErrorStr2"
+	symGetErrorCode   = "tjGetErrorCode"
+	symDestroy        = "tjDestroy"
+)
+
+// spec loads the TurboJPEG library: Library or LibraryEnv, with the
+// functions fedcalib calls, failing with a *LibraryError.
+var spec = dynlib.Spec{
+	Library: Library,
+	Env:     LibraryEnv,
+	Symbols: []string{symInitDecompress, symDecompress2, symGetErrorStr2, symGetErrorCode, symDestroy},
+	Kind:    "libjpeg-turbo's TurboJPEG library, version 2.0 or later",
+	Error:   func(e *dynlib.LoadError) error { return &LibraryError{LoadError: *e} },
+}
 
 // TurboJPEG's pixel formats (enum TJPF) and flags (TJFLAG_*), as
 // turbojpeg.h defines them.
@@ -27,13 +48,12 @@ const (
 // image.
 var ErrNotFound = errors.New("libturbojpeg not found")
 
-// LibraryError reports a TurboJPEG library that cannot be loaded. It
-// matches ErrNotFound with errors.Is, and its message says how to install
-// the library.
-type LibraryError struct {
-	Path   string // the file or library name given to dlopen
-	Reason string // why it failed, from dlopen or dlsym
-}
+// LibraryError reports a TurboJPEG library that cannot be loaded: Path is
+// the file or library name given to dlopen, Reason why it failed (from
+// dlopen, a missing function, or a build without cgo). It matches
+// ErrNotFound with errors.Is, and its message says how to install the
+// library.
+type LibraryError struct{ dynlib.LoadError }
 
 func (e *LibraryError) Error() string {
 	return fmt.Sprintf("%v (%s: %s): JPEG images are decoded by libjpeg-turbo's TurboJPEG library; "+

@@ -1,7 +1,8 @@
 // Package turbojpeg decodes JPEG images with libjpeg-turbo's TurboJPEG
 // library, which it loads at run time.
 //
-// The library is opened with dlopen the first time a Decoder is made:
+// The library is opened with dlopen (internal/dynlib) the first time a
+// Decoder is made:
 // the file named by the environment variable LibraryEnv when it is set,
 // else Library from the system's library path (Debian's libturbojpeg0).
 // Building fedcalib therefore needs no JPEG headers or libraries, and a

@@ -1,19 +1,15 @@
 package turbojpeg
 
 /*
-#cgo LDFLAGS: -ldl
-#include <dlfcn.h>
 #include <stddef.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 // The TurboJPEG API as turbojpeg.h documents it: a handle is opaque.
 typedef void *fc_tjhandle;
 
-// fc_tj holds the library and the functions fedcalib calls.
+// fc_tj holds the functions fedcalib calls, resolved by dynlib.
 typedef struct {
-	void *so;
 	fc_tjhandle (*init_decompress)(void);
 	int (*decompress2)(fc_tjhandle, const unsigned char *, unsigned long,
 	                   unsigned char *, int, int, int, int, int);
@@ -21,36 +17,6 @@ typedef struct {
 	int (*error_code)(fc_tjhandle);
 	int (*destroy)(fc_tjhandle);
 } fc_tj;
-
-// fc_tj_open opens the library at path into t: 0, or -1 with the reason
-// in msg.
-static int fc_tj_open(fc_tj *t, const char *path, char *msg, size_t n) {
-	static const char *names[] = {
-		"tjInitDecompress", "tjDecompress2", "tjGetErrorStr2",
-		"tjGetErrorCode", "tjDestroy",
-	};
-	void **slots[] = {
-		(void **)&t->init_decompress, (void **)&t->decompress2,
-		(void **)&t->error_str2, (void **)&t->error_code,
-		(void **)&t->destroy,
-	};
-	t->so = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (t->so == NULL) {
-		const char *e = dlerror();
-		snprintf(msg, n, "%s", e ? e : "dlopen failed");
-		return -1;
-	}
-	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-		*slots[i] = dlsym(t->so, names[i]);
-		if (*slots[i] == NULL) {
-			snprintf(msg, n, "it has no %s: not libjpeg-turbo's TurboJPEG library, version 2.0 or later", names[i]);
-			dlclose(t->so);
-			t->so = NULL;
-			return -1;
-		}
-	}
-	return 0;
-}
 
 static fc_tjhandle fc_tj_init(const fc_tj *t) { return t->init_decompress(); }
 
@@ -96,32 +62,30 @@ import "C"
 import (
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
-	"strings"
-	"sync"
 	"unsafe"
+
+	"github.com/fedcalib/fedcalib/internal/dynlib"
 )
 
-// library is a loaded TurboJPEG library. It is never unloaded.
+// library is the loaded TurboJPEG library's functions. It is never
+// unloaded.
 type library struct{ c C.fc_tj }
 
 // msgLen bounds the messages copied from C (libjpeg's JMSG_LENGTH_MAX is
 // 200).
 const msgLen = 256
 
-// open loads the TurboJPEG library at path (a file, or a name that dlopen
-// looks up in the library path).
-func open(path string) (*library, error) {
-	l := new(library)
-	var msg [msgLen]C.char
-	cpath := C.CString(path)
-	defer C.free(unsafe.Pointer(cpath))
-	if C.fc_tj_open(&l.c, cpath, &msg[0], msgLen) != 0 {
-		// dlerror's message starts with the path it was given.
-		return nil, &LibraryError{Path: path, Reason: strings.TrimPrefix(C.GoString(&msg[0]), path+": ")}
-	}
-	return l, nil
+// newLibrary returns the functions of l, loaded with spec.
+func newLibrary(l *dynlib.Library) *library {
+	fn := func(name string) *[0]byte { return (*[0]byte)(l.Symbol(name)) }
+	return &library{c: C.fc_tj{
+		init_decompress: fn(symInitDecompress),
+		decompress2:     fn(symDecompress2),
+		error_str2:      fn(symGetErrorStr2),
+		error_code:      fn(symGetErrorCode),
+		destroy:         fn(symDestroy),
+	}}
 }
 
 // loaded is the library of the process, loaded the first time a Decoder
@@ -130,13 +94,7 @@ func open(path string) (*library, error) {
 // shared library is: it is opened once and never closed. A failed load
 // is not retried; the process must be restarted with the library in
 // place.
-var loaded = sync.OnceValues(func() (*library, error) {
-	path := Library
-	if p := os.Getenv(LibraryEnv); p != "" {
-		path = p
-	}
-	return open(path)
-})
+var loaded = dynlib.Loader(&spec, newLibrary)
 
 // tj returns TurboJPEG's pixel format for f.
 func (f Format) tj() C.int {
