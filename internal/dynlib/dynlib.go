@@ -43,9 +43,6 @@ type LoadError struct {
 // Error returns "Path: Reason".
 func (e *LoadError) Error() string { return e.Path + ": " + e.Reason }
 
-// noCgo is the reason of every failure in a build without cgo.
-const noCgo = "fedcalib was built without cgo (CGO_ENABLED=0), which loading it needs"
-
 // Library is a loaded shared library. It is never closed, so the
 // addresses it holds stay valid for the life of the process. The zero
 // value holds no library and no symbols: Spec.Open makes one.

@@ -4,6 +4,9 @@ package dynlib
 
 import "unsafe"
 
+// noCgo is the reason of every failure in a build without cgo.
+const noCgo = "fedcalib was built without cgo (CGO_ENABLED=0), which loading it needs"
+
 // dlopen fails: a build without cgo cannot load a library.
 func dlopen(path string) (unsafe.Pointer, string) { return nil, noCgo }
 
