@@ -266,6 +266,28 @@ const dirichletNewtonMaxSteps = 50
 // fresh one.
 const dirichletNewtonRefresh = 0.3
 
+// fitStart is where a fit of a dirichletProblem starts (start).
+type fitStart struct {
+	r    *rowSums  // the objective's row sums, reused by the fit
+	obj  lossGrad  // the objective at (λ, μ) over the rows
+	pen  []float64 // the penalty's diagonal (penalty)
+	u, g []float64 // a copy of the starting point and the gradient there
+	f    float64   // the objective there
+}
+
+// start evaluates the objective at (λ, μ) over ls at a copy of u0, for a
+// fit that starts there; it fails where the objective is not finite.
+func (d *dirichletProblem) start(ls *Set, u0 []float64, lambda, mu float64) (fitStart, error) {
+	n := ls.Len()
+	st := fitStart{r: newRowSums(n), pen: d.penalty(lambda, mu, n), u: slices.Clone(u0), g: make([]float64, d.nu)}
+	st.obj = d.objective(ls, lambda, mu, st.r)
+	st.f = st.obj(st.g, st.u)
+	if math.IsNaN(st.f) || math.IsInf(st.f, 0) {
+		return st, errAtStart(st.f)
+	}
+	return st, nil
+}
+
 // penalty returns the diagonal Hessian, in the free parameters, of the
 // ODIR penalty of lambda and mu and of the prior over n rows. Every free
 // parameter the penalty weighs sets one full parameter (the diagonal of
@@ -376,18 +398,13 @@ func (d *dirichletNewton) predict(us [][]float64, lambda0, mu0, lambda, mu float
 // dirichletFit's L-BFGS from its best point.
 func (d *dirichletNewton) fit(ls *Set, u0 []float64, lambda, mu float64) ([]float64, FitReport, error) {
 	c, nu := d.c, d.nu
-	n := ls.Len()
 	rep := FitReport{MaxIterations: d.maxIter, Tolerance: d.tol}
 	full := make([]float64, c*c+c)
-	r := newRowSums(n)
-	obj := d.objective(ls, lambda, mu, r)
-	pen := d.penalty(lambda, mu, n)
-	u := slices.Clone(u0)
-	g := make([]float64, nu)
-	f := obj(g, u)
-	if math.IsNaN(f) || math.IsInf(f, 0) {
-		return nil, rep, errAtStart(f)
+	st, err := d.start(ls, u0, lambda, mu)
+	if err != nil {
+		return nil, rep, err
 	}
+	r, obj, pen, u, g, f := st.r, st.obj, st.pen, st.u, st.g, st.f
 	un, gn := make([]float64, nu), make([]float64, nu)
 	step := make([]float64, nu)
 	var ch mat.Cholesky

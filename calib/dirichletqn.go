@@ -206,17 +206,12 @@ func (q *dirichletQN) predict(us [][]float64, lambda0, mu0, lambda, mu float64, 
 // finishes with dirichletFit's L-BFGS from its best point.
 func (q *dirichletQN) fit(ls *Set, u0 []float64, lambda, mu float64) ([]float64, FitReport, error) {
 	nu := q.nu
-	n := ls.Len()
 	rep := FitReport{MaxIterations: q.maxIter, Tolerance: q.tol}
-	r := newRowSums(n)
-	obj := q.objective(ls, lambda, mu, r)
-	pen := q.penalty(lambda, mu, n)
-	u := slices.Clone(u0)
-	g := make([]float64, nu)
-	f := obj(g, u)
-	if math.IsNaN(f) || math.IsInf(f, 0) {
-		return nil, rep, errAtStart(f)
+	st, err := q.start(ls, u0, lambda, mu)
+	if err != nil {
+		return nil, rep, err
 	}
+	r, obj, pen, u, g, f := st.r, st.obj, st.pen, st.u, st.g, st.f
 	if q.factors(ls, u, r, pen); q.kf == nil {
 		q.diagonal(ls, u, r)
 	}
