@@ -184,18 +184,8 @@ func TestCheckCalibratedModel(t *testing.T) {
 func TestSoftmaxModelEndToEnd(t *testing.T) {
 	requireORT(t)
 	const model = "../infer/testdata/tiny_softmax.onnx"
-	images, _ := writeIDX(t, 300, 4, 4)
-	dir := t.TempDir()
-	lf, cf, out := filepath.Join(dir, "p.npz"), filepath.Join(dir, "vector.json"), filepath.Join(dir, "calibrated.onnx")
-	for _, args := range [][]string{
-		{"infer", "--model", model, "--data", "idx:" + images, "--out", lf, "--quiet"},
-		{"calibrate", "--central", "--method", "vector", "--input", "probabilities", "--logits", lf, "--out", cf},
-		{"export", "--model", model, "--calibrator", cf, "--out", out},
-	} {
-		if code, _, stderr := fedcalib(args...); code != 0 {
-			t.Fatalf("%s: exit %d: %s", args[0], code, stderr)
-		}
-	}
+	images, cf, out, _ := inferCalibrateExport(t, model, "--method", "vector", "--input", "probabilities")
+	dir := filepath.Dir(out)
 	g, p := checkTwice(t, images, []string{"--max-accuracy-drop", "1"}, []string{"--model", out}, []string{"--model", model, "--calibrator", cf, "--input", "probabilities"})
 	if abs(g.Before.NLL-p.Before.NLL) > 1e-9 || g.Before.Accuracy != p.Before.Accuracy || g.After.Accuracy != p.After.Accuracy ||
 		abs(g.After.CWECE-p.After.CWECE) > 1e-6 || abs(g.After.NLL-p.After.NLL) > 1e-5 {
@@ -204,6 +194,33 @@ func TestSoftmaxModelEndToEnd(t *testing.T) {
 	if code, _, stderr := fedcalib("export", "--model", model, "--calibrator", cf, "--out", filepath.Join(dir, "x.onnx"), "--input", "odds"); code != ExitUsage || !strings.Contains(stderr, "--input is \"odds\"") {
 		t.Errorf("--input odds: exit %d, %q", code, stderr)
 	}
+}
+
+// inferCalibrateExport runs the commands a user runs on model: infer
+// over 300 generated 4×4 IDX images, calibrate --central with the given
+// arguments on the logits, and export of the calibrated model. It
+// returns the images, the calibrator file, the exported model and
+// calibrate's standard output.
+func inferCalibrateExport(t *testing.T, model string, calibrate ...string) (images, cf, out, stdout string) {
+	t.Helper()
+	images, _ = writeIDX(t, 300, 4, 4)
+	dir := t.TempDir()
+	lf := filepath.Join(dir, "z.npz")
+	cf, out = filepath.Join(dir, "calibrator.json"), filepath.Join(dir, "calibrated.onnx")
+	for _, args := range [][]string{
+		{"infer", "--model", model, "--data", "idx:" + images, "--out", lf, "--quiet"},
+		append([]string{"calibrate", "--central", "--logits", lf, "--out", cf}, calibrate...),
+		{"export", "--model", model, "--calibrator", cf, "--out", out},
+	} {
+		code, o, stderr := fedcalib(args...)
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", args[0], code, stderr)
+		}
+		if args[0] == "calibrate" {
+			stdout = o
+		}
+	}
+	return images, cf, out, stdout
 }
 
 func abs(x float64) float64 {

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -17,21 +16,9 @@ import (
 func TestExactIsotonicEndToEnd(t *testing.T) {
 	requireORT(t)
 	const model = "../infer/testdata/tiny.onnx"
-	images, _ := writeIDX(t, 300, 4, 4)
-	dir := t.TempDir()
-	lf, cf, out := filepath.Join(dir, "z.npz"), filepath.Join(dir, "isotonic.json"), filepath.Join(dir, "calibrated.onnx")
-	for _, args := range [][]string{
-		{"infer", "--model", model, "--data", "idx:" + images, "--out", lf, "--quiet"},
-		{"calibrate", "--central", "--method", "isotonic", "--logits", lf, "--out", cf},
-		{"export", "--model", model, "--calibrator", cf, "--out", out},
-	} {
-		code, stdout, stderr := fedcalib(args...)
-		if code != 0 {
-			t.Fatalf("%s: exit %d: %s", args[0], code, stderr)
-		}
-		if args[0] == "calibrate" && !strings.Contains(stdout, ", exact, ") {
-			t.Errorf("calibrate summary %q does not say the fit is exact", stdout)
-		}
+	images, cf, out, stdout := inferCalibrateExport(t, model, "--method", "isotonic")
+	if !strings.Contains(stdout, ", exact, ") {
+		t.Errorf("calibrate summary %q does not say the fit is exact", stdout)
 	}
 	c, f, err := calib.ReadFile(cf)
 	if err != nil {
