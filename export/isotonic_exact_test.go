@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/calib/calibtest"
 	"github.com/fedcalib/fedcalib/export"
 )
 
@@ -14,27 +15,11 @@ import (
 // softmax(z/3): the logits are three times too confident. Rounding the
 // logits to halves (ties) gives many equal scores.
 func overconfident(n, c int, seed uint64, ties bool) *calib.Set {
-	rng := rand.New(rand.NewPCG(seed, 32))
-	s := &calib.Set{Logits: make([]float64, n*c), Labels: make([]int, n), Classes: c}
-	p := make([]float64, c)
-	for i := range n {
-		z := s.Row(i)
-		for j := range z {
-			z[j] = 3 * rng.NormFloat64()
-			if ties {
-				z[j] = float64(int(2*z[j])) / 2
-			}
-			p[j] = z[j] / 3
-		}
-		calib.Softmax(p, p)
-		u, k := rng.Float64(), 0
-		for k < c-1 && u > p[k] {
-			u -= p[k]
-			k++
-		}
-		s.Labels[i] = k
+	step := 0.0
+	if ties {
+		step = 0.5
 	}
-	return s
+	return calibtest.Overconfident(rand.New(rand.NewPCG(seed, 32)), n, c, 3, step, 3)
 }
 
 // TestConformanceIsotonicExact is the export conformance suite for the

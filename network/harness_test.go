@@ -13,25 +13,13 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/calib/calibtest"
 	"github.com/fedcalib/fedcalib/federation"
 )
 
 // synthSet is an overconfident c-class model's logits on n examples.
 func synthSet(n, c int, seed uint64) *calib.Set {
-	rng := rand.New(rand.NewPCG(seed, 7))
-	s := &calib.Set{Logits: make([]float64, n*c), Labels: make([]int, n), Classes: c}
-	for i := range n {
-		y := rng.IntN(c)
-		s.Labels[i] = y
-		for j := range c {
-			z := rng.NormFloat64()
-			if j == y {
-				z += 1.8
-			}
-			s.Logits[i*c+j] = 3 * z
-		}
-	}
-	return s
+	return calibtest.Margin(rand.New(rand.NewPCG(seed, 7)), n, c, 1.8, 3)
 }
 
 // population returns a K-client IID population of synthetic data.

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/calib/calibtest"
 	"github.com/fedcalib/fedcalib/export/sidecar"
 )
 
@@ -34,26 +35,8 @@ func numpyPython(t *testing.T) string {
 func numpyCases(t *testing.T, c int) map[string]calib.Calibrator {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(11, 12))
-	n := 800
-	s := &calib.Set{Logits: make([]float64, n*c), Labels: make([]int, n), Classes: c}
-	p := make([]float64, c)
-	for i := range n {
-		z := s.Logits[i*c : (i+1)*c]
-		for j := range z {
-			z[j] = rng.NormFloat64() * 3
-		}
-		// Labels drawn from softmax(z/2): the logits are overconfident.
-		for j := range p {
-			p[j] = z[j] / 2
-		}
-		calib.Softmax(p, p)
-		u, k := rng.Float64(), 0
-		for k < c-1 && u > p[k] {
-			u -= p[k]
-			k++
-		}
-		s.Labels[i] = k
-	}
+	// The logits are overconfident: labels are drawn from softmax(z/2).
+	s := calibtest.Overconfident(rng, 800, c, 3, 0, 2)
 	out := map[string]calib.Calibrator{}
 	alpha := make([]float64, c)
 	for j := range alpha {

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/fedcalib/fedcalib/calib"
+	"github.com/fedcalib/fedcalib/calib/calibtest"
 	"github.com/fedcalib/fedcalib/federation"
 	"github.com/fedcalib/fedcalib/network"
 	"github.com/fedcalib/fedcalib/network/metrics"
@@ -25,20 +26,7 @@ import (
 
 // synthSet is an overconfident c-class model's logits on n examples.
 func synthSet(n, c int) *calib.Set {
-	rng := rand.New(rand.NewPCG(3, 7))
-	s := &calib.Set{Logits: make([]float64, n*c), Labels: make([]int, n), Classes: c}
-	for i := range n {
-		y := rng.IntN(c)
-		s.Labels[i] = y
-		for j := range c {
-			z := rng.NormFloat64()
-			if j == y {
-				z += 1.8
-			}
-			s.Logits[i*c+j] = 3 * z
-		}
-	}
-	return s
+	return calibtest.Margin(rand.New(rand.NewPCG(3, 7)), n, c, 1.8, 3)
 }
 
 // scrape reads url's metrics with Prometheus's own text parser.
