@@ -35,22 +35,30 @@ func (g *geometry) apply(r *data.Record) (*data.Record, error) {
 	if m.H == 0 || m.W == 0 {
 		return nil, fmt.Errorf("cannot resize an empty %d×%d image", m.H, m.W)
 	}
+	h, w := m.H, m.W
 	if rs := g.pre.Resize; rs != nil {
-		var h, w int
 		if len(rs) == 1 {
 			h, w = resize.ShorterSide(m.H, m.W, rs[0])
 		} else {
 			h, w = rs[0], rs[1]
 		}
-		if h != m.H || w != m.W { // torchvision returns an image of the right size unchanged
-			m = g.rs.Resample(g.tmp, m, h, w, g.pre.Interpolation)
-			g.tmp = m.Pix
+	}
+	win := resize.Window{H: h, W: w}
+	if cr := g.pre.Crop; cr != nil {
+		var inside bool
+		if win, inside = resize.CenterWindow(h, w, cr[0], cr[len(cr)-1]); !inside {
+			win = resize.Window{H: h, W: w} // padded by CenterCrop below
 		}
 	}
+	// torchvision returns an image of the right size unchanged; a crop
+	// inside the resized image is computed with it, only its pixels.
+	if h != m.H || w != m.W || win.H != h || win.W != w {
+		m = g.rs.ResampleWindow(g.tmp, m, h, w, g.pre.Interpolation, win)
+		g.tmp = m.Pix
+	}
 	if cr := g.pre.Crop; cr != nil {
-		h, w := cr[0], cr[len(cr)-1]
-		if h != m.H || w != m.W {
-			m = resize.CenterCrop(g.tmp2, m, h, w)
+		if ch, cw := cr[0], cr[len(cr)-1]; ch != m.H || cw != m.W {
+			m = resize.CenterCrop(g.tmp2, m, ch, cw)
 			g.tmp2 = m.Pix
 		}
 	}

@@ -46,12 +46,29 @@ func Resample(buf []uint8, src Image, h, w int, f Filter) Image {
 	return r.Resample(buf, src, h, w, f)
 }
 
+// A Window is a rectangle of an image: rows Top to Top+H−1 and columns
+// Left to Left+W−1. The zero value is empty.
+type Window struct {
+	Top, Left, H, W int
+}
+
+// CenterWindow returns the centred h×w window of an H×W image, as
+// torchvision's CenterCrop places it (offsets rounded half to even, as
+// Python's round does), and whether it lies inside the image; it does
+// not when the window is larger than the image in either dimension
+// (CenterCrop then pads with zeros).
+func CenterWindow(H, W, h, w int) (Window, bool) {
+	win := Window{Top: cropOffset(H, h), Left: cropOffset(W, w), H: h, W: w}
+	return win, h <= H && w <= W
+}
+
 // A Resampler resamples images as Resample does, reusing its intermediate
 // image and the kernels of the last sizes and filter it saw, so that a
 // stream of images allocates nothing once warm. The zero value is ready
 // to use; a Resampler must not be used by several goroutines at once.
 type Resampler struct {
 	tmp  []uint8
+	acc  []int32         // one output row of the vertical pass's sums
 	last [2]cachedKernel // the vertical and horizontal kernels last used
 }
 
@@ -74,43 +91,95 @@ func (r *Resampler) kernel(i, n, m int, f Filter) kernel {
 
 // Resample is the package's Resample, reusing r's buffers.
 func (r *Resampler) Resample(buf []uint8, src Image, h, w int, f Filter) Image {
+	return r.ResampleWindow(buf, src, h, w, f, Window{H: h, W: w})
+}
+
+// ResampleWindow returns the window win of src scaled to h×w with f: the
+// pixels that cropping Resample(buf, src, h, w, f) to win would give,
+// computing only those (a resize followed by a centre crop, as
+// torchvision's ImageNet evaluation does, does about half the work). It
+// writes into buf's storage when it is large enough. The window must lie
+// inside the h×w image: anything else is a programmer error.
+func (r *Resampler) ResampleWindow(buf []uint8, src Image, h, w int, f Filter, win Window) Image {
 	src.check()
 	if h <= 0 || w <= 0 || src.H == 0 || src.W == 0 {
 		panic(fmt.Sprintf("resize: resampling %d×%d to %d×%d", src.H, src.W, h, w))
 	}
-	if h == src.H && w == src.W {
-		out := Image{Pix: grow(buf, len(src.Pix)), H: h, W: w, C: src.C}
-		copy(out.Pix, src.Pix)
+	if win.H <= 0 || win.W <= 0 || win.Top < 0 || win.Left < 0 || win.Top+win.H > h || win.Left+win.W > w {
+		panic(fmt.Sprintf("resize: window %+v outside a %d×%d image", win, h, w))
+	}
+	c := src.C
+	out := Image{Pix: grow(buf, win.H*win.W*c), H: win.H, W: win.W, C: c}
+	if f == Nearest && (h != src.H || w != src.W) {
+		nearest(out, src, h, w, win)
 		return out
 	}
-	if f == Nearest {
-		return nearest(buf, src, h, w)
+	// The source rows the window's output rows read.
+	first, last := win.Top, win.Top+win.H
+	var vert kernel
+	if h != src.H {
+		vert = r.kernel(0, src.H, h, f)
+		i := win.Top + win.H - 1
+		first, last = vert.bounds[2*win.Top], vert.bounds[2*i]+vert.bounds[2*i+1]
 	}
-	// Columns: the rows the vertical pass reads bound the horizontal pass.
-	vert := r.kernel(0, src.H, h, f)
-	first, last := vert.bounds[0], vert.bounds[2*(h-1)]+vert.bounds[2*(h-1)+1]
-	tmp := Image{Pix: src.Pix[first*src.W*src.C : last*src.W*src.C], H: last - first, W: src.W, C: src.C}
+	// plane holds those rows, of the window's columns: resampled along
+	// rows, or src itself, read with its stride from the window's left edge.
+	plane, stride, offset := src.Pix[first*src.W*c:last*src.W*c], src.W*c, win.Left*c
 	if w != src.W {
 		horiz := r.kernel(1, src.W, w, f)
-		out := Image{H: tmp.H, W: w, C: src.C}
-		r.tmp = grow(r.tmp, out.H*out.W*out.C)
-		out.Pix = r.tmp
-		for y := range tmp.H {
-			horiz.apply(out.Pix[y*w*src.C:(y+1)*w*src.C], tmp.Pix[y*src.W*src.C:], src.C, src.C)
+		stride, offset = win.W*c, 0
+		r.tmp = grow(r.tmp, (last-first)*stride)
+		for y := range last - first {
+			horiz.apply(r.tmp[y*stride:(y+1)*stride], src.Pix[(first+y)*src.W*c:(first+y+1)*src.W*c], c, win.Left)
 		}
-		tmp = out
+		plane = r.tmp
 	}
+	row := win.W * c
 	if h == src.H {
-		out := Image{Pix: grow(buf, len(tmp.Pix)), H: h, W: w, C: src.C}
-		copy(out.Pix, tmp.Pix)
+		for y := range win.H {
+			copy(out.Pix[y*row:(y+1)*row], plane[y*stride+offset:])
+		}
 		return out
 	}
-	out := Image{Pix: grow(buf, h*w*src.C), H: h, W: w, C: src.C}
-	row := w * src.C
-	for x := range row {
-		// Each column of samples is a strided row for the 1-D filter,
-		// whose bounds count from the first row read.
-		vert.applyColumn(out.Pix[x:], tmp.Pix[x:], row, first)
+	if cap(r.acc) < row {
+		r.acc = make([]int32, row)
+	}
+	acc := r.acc[:row]
+	for y := range win.H {
+		i := win.Top + y
+		lo, n := vert.bounds[2*i]-first, vert.bounds[2*i+1]
+		// Row by row through the kernel's taps, two at a time, the first
+		// one or two setting the sums: integer sums, so the same bits as
+		// column by column, in the order memory is laid out.
+		k := vert.k[i*vert.size:][:n]
+		tap := func(j int) []uint8 { return plane[(lo+j)*stride+offset:][:len(acc)] }
+		j := 1
+		if a := tap(0); n == 1 {
+			for x, v := range a {
+				acc[x] = 1<<(precision-1) + int32(v)*k[0]
+			}
+		} else {
+			b, w0, w1 := tap(1), k[0], k[1]
+			for x, v := range a {
+				acc[x] = 1<<(precision-1) + int32(v)*w0 + int32(b[x])*w1
+			}
+			j = 2
+		}
+		for ; j+1 < n; j += 2 {
+			a, b, w0, w1 := tap(j), tap(j+1), k[j], k[j+1]
+			for x, v := range a {
+				acc[x] += int32(v)*w0 + int32(b[x])*w1
+			}
+		}
+		if j < n {
+			for x, v := range tap(j) {
+				acc[x] += int32(v) * k[j]
+			}
+		}
+		o := out.Pix[y*row : (y+1)*row]
+		for x, s := range acc {
+			o[x] = clamp8(s)
+		}
 	}
 	return out
 }
@@ -163,60 +232,59 @@ func weights(n, m int, f Filter) kernel {
 
 // clamp8 converts a fixed-point sum to a sample, clamped to 0…255.
 func clamp8(s int32) uint8 {
-	if s <= 0 {
-		return 0
-	}
-	if s >= 255<<precision {
-		return 255
-	}
-	return uint8(s >> precision)
+	return uint8(min(max(s>>precision, 0), 255))
 }
 
-// apply resamples one row of interleaved samples: output pixel i, channel
-// ch, is dst[i·stride+ch], read from src[j·step+ch].
-func (kn kernel) apply(dst, src []uint8, stride, step int) {
-	m := len(kn.bounds) / 2
-	for i := range m {
-		lo, n := kn.bounds[2*i], kn.bounds[2*i+1]
-		k := kn.k[i*kn.size : i*kn.size+n]
-		for ch := range stride {
-			s := int32(1 << (precision - 1))
+// apply resamples one row of interleaved samples with c channels into
+// dst, which holds outputs from, from+1, … of the kernel: output pixel i,
+// channel ch, is dst[(i−from)·c+ch], read from src[j·c+ch].
+func (kn kernel) apply(dst, src []uint8, c, from int) {
+	const half = 1 << (precision - 1)
+	for i := range len(dst) / c {
+		lo, n := kn.bounds[2*(from+i)], kn.bounds[2*(from+i)+1]
+		k := kn.k[(from+i)*kn.size:][:n]
+		in := src[lo*c : (lo+n)*c]
+		switch c {
+		case 3:
+			s0, s1, s2 := int32(half), int32(half), int32(half)
 			for j, wt := range k {
-				s += int32(src[(lo+j)*step+ch]) * wt
+				p := in[3*j : 3*j+3]
+				s0 += int32(p[0]) * wt
+				s1 += int32(p[1]) * wt
+				s2 += int32(p[2]) * wt
 			}
-			dst[i*stride+ch] = clamp8(s)
+			d := dst[3*i : 3*i+3]
+			d[0], d[1], d[2] = clamp8(s0), clamp8(s1), clamp8(s2)
+		case 1:
+			s := int32(half)
+			for j, wt := range k {
+				s += int32(in[j]) * wt
+			}
+			dst[i] = clamp8(s)
+		default:
+			for ch := range c {
+				s := int32(half)
+				for j, wt := range k {
+					s += int32(in[j*c+ch]) * wt
+				}
+				dst[i*c+ch] = clamp8(s)
+			}
 		}
 	}
 }
 
-// applyColumn resamples one column: output i is dst[i·stride], read from
-// src[(j−offset)·stride].
-func (kn kernel) applyColumn(dst, src []uint8, stride, offset int) {
-	m := len(kn.bounds) / 2
-	for i := range m {
-		lo, n := kn.bounds[2*i]-offset, kn.bounds[2*i+1]
-		s := int32(1 << (precision - 1))
-		for j, wt := range kn.k[i*kn.size : i*kn.size+n] {
-			s += int32(src[(lo+j)*stride]) * wt
-		}
-		dst[i*stride] = clamp8(s)
-	}
-}
-
-// nearest scales src to h×w by taking the nearest sample, with PIL's
-// accumulated float64 coordinates.
-func nearest(buf []uint8, src Image, h, w int) Image {
-	out := Image{Pix: grow(buf, h*w*src.C), H: h, W: w, C: src.C}
-	xs := nearestIndex(src.W, w)
+// nearest writes the window win of src scaled to h×w into out by taking
+// the nearest sample, with PIL's accumulated float64 coordinates.
+func nearest(out, src Image, h, w int, win Window) {
+	xs := nearestIndex(src.W, w)[win.Left : win.Left+win.W]
 	c := src.C
-	for y, sy := range nearestIndex(src.H, h) {
+	for y, sy := range nearestIndex(src.H, h)[win.Top : win.Top+win.H] {
 		in := src.Pix[sy*src.W*c:]
-		o := out.Pix[y*w*c:]
+		o := out.Pix[y*win.W*c:]
 		for x, sx := range xs {
 			copy(o[x*c:x*c+c], in[sx*c:sx*c+c])
 		}
 	}
-	return out
 }
 
 // nearestIndex returns, for each of m outputs, the input sample of n that
@@ -243,7 +311,8 @@ func CenterCrop(buf []uint8, src Image, h, w int) Image {
 		panic(fmt.Sprintf("resize: cropping to %d×%d", h, w))
 	}
 	out := Image{Pix: grow(buf, h*w*src.C), H: h, W: w, C: src.C}
-	top, left := cropOffset(src.H, h), cropOffset(src.W, w)
+	win, _ := CenterWindow(src.H, src.W, h, w)
+	top, left := win.Top, win.Left
 	c := src.C
 	for y := range h {
 		o := out.Pix[y*w*c : (y+1)*w*c]

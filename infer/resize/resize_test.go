@@ -144,3 +144,145 @@ func TestResamplerReuse(t *testing.T) {
 		}
 	}
 }
+
+// naive resamples src to h×w by the package documentation's definition,
+// pixel by pixel: every row along its width into an intermediate image
+// (when the width changes), then every column along its height (when the
+// height changes), with the same kernels but none of Resample's windows,
+// channel cases or row-ordered sums.
+func naive(src Image, h, w int, f Filter) Image {
+	c := src.C
+	at := func(m Image, y, x, ch int) int32 { return int32(m.Pix[(y*m.W+x)*c+ch]) }
+	tmp := src
+	if w != src.W {
+		kn := weights(src.W, w, f)
+		tmp = Image{Pix: make([]uint8, src.H*w*c), H: src.H, W: w, C: c}
+		for y := range src.H {
+			for x := range w {
+				for ch := range c {
+					s := int32(1 << (precision - 1))
+					for j := range kn.bounds[2*x+1] {
+						s += at(src, y, kn.bounds[2*x]+j, ch) * kn.k[x*kn.size+j]
+					}
+					tmp.Pix[(y*w+x)*c+ch] = clamp8(s)
+				}
+			}
+		}
+	}
+	if h == src.H {
+		return tmp
+	}
+	kn := weights(src.H, h, f)
+	out := Image{Pix: make([]uint8, h*w*c), H: h, W: w, C: c}
+	for y := range h {
+		for x := range w {
+			for ch := range c {
+				s := int32(1 << (precision - 1))
+				for j := range kn.bounds[2*y+1] {
+					s += at(tmp, kn.bounds[2*y]+j, x, ch) * kn.k[y*kn.size+j]
+				}
+				out.Pix[(y*w+x)*c+ch] = clamp8(s)
+			}
+		}
+	}
+	return out
+}
+
+// crop copies the window win of m.
+func crop(m Image, win Window) Image {
+	out := Image{H: win.H, W: win.W, C: m.C}
+	for y := range win.H {
+		i := ((win.Top+y)*m.W + win.Left) * m.C
+		out.Pix = append(out.Pix, m.Pix[i:i+win.W*m.C]...)
+	}
+	return out
+}
+
+// TestResampleWindow: Resample equals the pixel-by-pixel definition, and
+// every window of ResampleWindow equals that window cropped from the
+// whole, for every filter, 1 to 4 channels, shrinking, enlarging and
+// keeping each axis, with one Resampler reused throughout.
+func TestResampleWindow(t *testing.T) {
+	var r Resampler
+	var buf []uint8
+	seed := uint32(1)
+	for f := Nearest; f <= Lanczos; f++ {
+		for c := 1; c <= 4; c++ {
+			for _, size := range [][4]int{{31, 47, 12, 20}, {31, 47, 31, 20}, {31, 47, 12, 47}, {9, 17, 30, 57}, {31, 47, 31, 47}, {5, 3, 2, 8}} {
+				src := Image{H: size[0], W: size[1], C: c}
+				for range size[0] * size[1] * c {
+					seed = seed*1664525 + 1013904223
+					src.Pix = append(src.Pix, uint8(seed>>24))
+				}
+				h, w := size[2], size[3]
+				var whole Image
+				if f == Nearest {
+					whole = Resample(nil, src, h, w, f)
+				} else {
+					whole = naive(src, h, w, f)
+					if got := r.Resample(buf, src, h, w, f); !bytes.Equal(got.Pix, whole.Pix) {
+						t.Errorf("%v, %d channels, %d×%d → %d×%d: Resample differs from the definition", f, c, src.H, src.W, h, w)
+					}
+				}
+				for _, win := range []Window{{0, 0, h, w}, {1, 2, h - 1, w - 3}, {h / 2, w / 3, 1, 1}, {h - 2, 0, 2, w}, {0, w - 1, h, 1}} {
+					got := r.ResampleWindow(buf, src, h, w, f, win)
+					buf = got.Pix
+					if want := crop(whole, win); got.H != win.H || got.W != win.W || !bytes.Equal(got.Pix, want.Pix) {
+						t.Errorf("%v, %d channels, %d×%d → %d×%d, window %+v: differs from the whole image cropped", f, c, src.H, src.W, h, w, win)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestCenterWindow: the window CenterCrop takes, and whether it fits.
+func TestCenterWindow(t *testing.T) {
+	for _, tc := range []struct {
+		H, W, h, w int
+		want       Window
+		inside     bool
+	}{
+		{256, 341, 224, 224, Window{16, 58, 224, 224}, true}, // (341−224)/2 = 58.5 rounds to 58
+		{5, 7, 2, 2, Window{2, 2, 2, 2}, true},               // 1.5 → 2, 2.5 → 2
+		{5, 7, 5, 7, Window{0, 0, 5, 7}, true},
+		{5, 7, 7, 1, Window{-1, 3, 7, 1}, false},
+		{5, 7, 1, 8, Window{2, 0, 1, 8}, false},
+	} {
+		win, inside := CenterWindow(tc.H, tc.W, tc.h, tc.w)
+		if win != tc.want || inside != tc.inside {
+			t.Errorf("CenterWindow(%d, %d, %d, %d) = %+v, %v; want %+v, %v", tc.H, tc.W, tc.h, tc.w, win, inside, tc.want, tc.inside)
+		}
+	}
+}
+
+// BenchmarkImageNet times torchvision's ImageNet evaluation geometry on a
+// 500×375 RGB photo (ImageNet's most common size): Resize(256) bilinear,
+// then CenterCrop(224), as one window ("window") and as the whole resize
+// followed by the crop ("whole").
+func BenchmarkImageNet(b *testing.B) {
+	src := Image{H: 375, W: 500, C: 3}
+	seed := uint32(1)
+	for range src.H * src.W * src.C {
+		seed = seed*1664525 + 1013904223
+		src.Pix = append(src.Pix, uint8(seed>>24))
+	}
+	h, w := ShorterSide(src.H, src.W, 256)
+	win, _ := CenterWindow(h, w, 224, 224)
+	b.Run("window", func(b *testing.B) {
+		var r Resampler
+		var buf []uint8
+		for b.Loop() {
+			buf = r.ResampleWindow(buf, src, h, w, Bilinear, win).Pix
+		}
+	})
+	b.Run("whole", func(b *testing.B) {
+		var r Resampler
+		var buf, cbuf []uint8
+		for b.Loop() {
+			m := r.Resample(buf, src, h, w, Bilinear)
+			buf = m.Pix
+			cbuf = CenterCrop(cbuf, m, 224, 224).Pix
+		}
+	})
+}
