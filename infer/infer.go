@@ -80,10 +80,11 @@ func (r *Result) File() *logits.File {
 // buffer, so nothing is copied and at most one batch is read ahead of
 // the runs. With several runs in flight (Options.Runs), each runs on a
 // goroutine of its own and their logits are joined in the data's order,
-// so the result is the same as reading between runs; when rd knows its
-// size and holds fewer than Runs × Batch records, the batches are made
-// smaller so that every run has one. The package documentation ("The
-// thread plan") says how this shares the cores with ONNX Runtime.
+// so the result is the same as reading between runs; the first batches
+// are smaller, and when rd knows its size so are the last, so that every
+// run starts early and the runs end together (batchRows). The package
+// documentation ("The thread plan") says how this shares the cores with
+// ONNX Runtime.
 func (s *Session) Infer(ctx context.Context, rd data.Reader) (*Result, error) {
 	progress := Progress{Total: -1}
 	if sz, ok := rd.(data.Sized); ok {
@@ -96,11 +97,10 @@ func (s *Session) Infer(ctx context.Context, rd data.Reader) (*Result, error) {
 	if s.opt.Sequential {
 		runs = 1
 	}
-	size := s.opt.Batch
-	if runs > 1 && progress.Total > 0 {
-		size = min(size, (progress.Total+runs-1)/runs)
+	b := s.newBatcher(rd, s.opt.Batch)
+	if runs > 1 {
+		b.rows = func(k, read int) int { return batchRows(k, read, progress.Total, runs, s.opt.Batch) }
 	}
-	b := s.newBatcher(rd, size)
 	b.planHook = s.planHook
 	res := &Result{}
 	var extra [][]float32
@@ -375,7 +375,12 @@ type batcher struct {
 	rd    data.Reader
 	enc   *encoder
 	dtype DType
-	size  int // rows per batch
+	size  int // the most rows a batch takes
+
+	// rows, when set, gives the rows of batch k (from 0), which starts
+	// after read records, at most size; nil: every batch takes size.
+	rows func(k, read int) int
+	k    int // batches started
 
 	rec       data.Record
 	geo       geometry // resizes and crops rec before it is encoded
@@ -393,6 +398,7 @@ type batcher struct {
 type slot struct {
 	buf    *Batch // size rows; nil until the first record fixes the row shape
 	rows   int    // rows of buf filled
+	want   int    // rows the batch takes unless the data ends first
 	first  int    // the index of the first record
 	labels []int64
 	client []int32 // client ids of the rows
@@ -592,7 +598,8 @@ func (b *batcher) readAhead(ctx context.Context, slots int, background bool) (<-
 	return out, &plan, stop
 }
 
-// fill reads records into sl until it holds b.size or the data ends, and
+// fill reads records into sl until it holds the batch's rows (b.rows,
+// else b.size) or the data ends, and
 // reports whether the data ended. It starts a new batch unless the last
 // fill of sl paused: when pause is not nil and returns true before a
 // record, fill returns paused with the rows read so far, and the next
@@ -600,9 +607,14 @@ func (b *batcher) readAhead(ctx context.Context, slots int, background bool) (<-
 func (b *batcher) fill(sl *slot, pause func() bool) (eof, paused bool, err error) {
 	if !sl.paused {
 		sl.rows, sl.first, sl.labels, sl.client = 0, b.n, sl.labels[:0], sl.client[:0]
+		sl.want = b.size
+		if b.rows != nil {
+			sl.want = min(max(b.rows(b.k, b.n), 1), b.size)
+		}
+		b.k++
 	}
 	sl.paused = false
-	for sl.rows < b.size {
+	for sl.rows < sl.want {
 		if pause != nil && pause() {
 			sl.paused = true
 			return false, true, nil

@@ -317,28 +317,46 @@ func TestRunMatchesInfer(t *testing.T) {
 }
 
 func TestInferProgress(t *testing.T) {
-	// With several runs, 5 records of a reader that tells its length run
-	// in batches of at most ⌈5 / runs⌉, so that every run has one.
+	// One run at a time reads batches of Batch records. With several
+	// runs, the first Runs batches take Batch/16 records (at least 1) or
+	// their share, ⌈left / (2·Runs)⌉, if smaller; later ones their share
+	// between Batch/16 and Batch (batchRows), worked by hand below.
+	p := func(total int, done ...int) []Progress {
+		ps := []Progress{{0, total}}
+		for _, d := range done {
+			ps = append(ps, Progress{d, total})
+		}
+		return ps
+	}
 	for _, tc := range []struct {
-		batch, runs int
-		want        []Progress
+		n, batch, runs int
+		want           []Progress
 	}{
-		{2, 1, []Progress{{0, 5}, {2, 5}, {4, 5}, {5, 5}}},
-		{5, 1, []Progress{{0, 5}, {5, 5}}},
-		{256, 1, []Progress{{0, 5}, {5, 5}}},
-		{2, 2, []Progress{{0, 5}, {2, 5}, {4, 5}, {5, 5}}},
-		{5, 2, []Progress{{0, 5}, {3, 5}, {5, 5}}},
-		{256, 3, []Progress{{0, 5}, {2, 5}, {4, 5}, {5, 5}}},
-		{256, 5, []Progress{{0, 5}, {1, 5}, {2, 5}, {3, 5}, {4, 5}, {5, 5}}},
+		{5, 2, 1, p(5, 2, 4, 5)},
+		{5, 5, 1, p(5, 5)},
+		{5, 256, 1, p(5, 5)},
+		// Shares ⌈5/4⌉ = 2, then 1 from 4 records left: batches of 1.
+		{5, 2, 2, p(5, 1, 2, 3, 4, 5)},
+		// Three runs of at most 256: 1, 1, 1 (shares ⌈5/6⌉, ⌈4/6⌉, ⌈3/6⌉),
+		// then at least 256/16 = 16: the 2 left.
+		{5, 256, 3, p(5, 1, 2, 3, 5)},
+		{5, 256, 5, p(5, 1, 2, 3, 4, 5)},
+		// 40 records, at most 8, two runs: 1, 1 (the first two), then the
+		// shares ⌈38/4⌉ = 10 → 8, ⌈30/4⌉ = 8, ⌈22/4⌉ = 6, 4, 3, 3, 2, 1, 1, 1, 1.
+		{40, 8, 2, p(40, 1, 2, 10, 18, 24, 28, 31, 34, 36, 37, 38, 39, 40)},
+		// 64 records, at most 32, three runs: 2, 2, 2 (32/16), then
+		// ⌈58/6⌉ = 10, ⌈48/6⌉ = 8, 7, 6, 5, 4, 3, ⌈15/6⌉ = 3, 2, 2, 2, then
+		// 2 (at least 32/16) from 6 left.
+		{64, 32, 3, p(64, 2, 4, 6, 16, 24, 31, 37, 42, 46, 49, 52, 54, 56, 58, 60, 62, 64)},
 	} {
 		var got []Progress
 		s := openTest(t, "testdata/tiny.onnx", Options{Progress: func(p Progress) { got = append(got, p) }, Batch: tc.batch, Runs: tc.runs})
-		rd := &sizedReader{sliceReader{recs: imageRecords(images(5, 16, 9), 4, 4, 1)}}
+		rd := &sizedReader{sliceReader{recs: imageRecords(images(tc.n, 16, 9), 4, 4, 1)}}
 		if _, err := s.Infer(context.Background(), rd); err != nil {
 			t.Fatal(err)
 		}
 		if !slices.Equal(got, tc.want) {
-			t.Errorf("batch %d, runs %d: progress %v, want %v", tc.batch, tc.runs, got, tc.want)
+			t.Errorf("%d records, batch %d, runs %d: progress %v, want %v", tc.n, tc.batch, tc.runs, got, tc.want)
 		}
 	}
 	// A reader that cannot tell its length reports a total of -1.
@@ -347,7 +365,8 @@ func TestInferProgress(t *testing.T) {
 	if _, err := s.Infer(context.Background(), &sliceReader{recs: imageRecords(images(5, 16, 9), 4, 4, 1)}); err != nil {
 		t.Fatal(err)
 	}
-	if want := []Progress{{0, -1}, {3, -1}, {5, -1}}; !slices.Equal(got, want) {
+	// Batches of 3/16 → 1 for the two runs, then 3.
+	if want := []Progress{{0, -1}, {1, -1}, {2, -1}, {5, -1}}; !slices.Equal(got, want) {
 		t.Errorf("unsized reader: progress %v, want %v", got, want)
 	}
 }

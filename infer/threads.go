@@ -11,14 +11,38 @@ import (
 
 // This file holds the thread plan (package documentation, "The thread
 // plan"): DefaultThreads and threadPlan.apply are the only code that
-// decides how ONNX Runtime uses the cores, and readerPlan the only code
-// that decides the priority of Infer's read-ahead goroutine.
+// decides how ONNX Runtime uses the cores, batchRows the only code that
+// sizes the batches of concurrent runs, and readerPlan the only code that
+// decides the priority of Infer's read-ahead goroutine.
 
 // DefaultThreads returns the intra-op threads a session gets when
 // Options.Threads or GraphOptions.Threads is zero: runtime.GOMAXPROCS(0),
 // the number of cores this process may use (it follows the CPU quota of
 // a container, where runtime.NumCPU would count the host's cores).
 func DefaultThreads() int { return runtime.GOMAXPROCS(0) }
+
+// batchRows returns the records of batch k (counting from 0), which
+// starts after read records of total (−1 when unknown), when runs runs
+// of at most most records each are in flight at once (runs > 1). When
+// the total is known, a batch's share is 1/(2·runs) of the records left,
+// rounded up (guided self-scheduling); else it is most. The first runs
+// batches take a sixteenth of most (at least 1) or their share if
+// smaller, so that each run starts once a few records are read rather
+// than a whole batch, the cores idle meanwhile; the later ones take their
+// share, between that sixteenth and most: the batches shrink towards the
+// end, so that when the last is taken the other runs are at most a small
+// batch from the end instead of a whole one. The logits do not depend on the
+// batches (TestThreadPlanSameLogits).
+func batchRows(k, read, total, runs, most int) int {
+	least, share := max(most/16, 1), most
+	if total >= 0 {
+		share = max((total-read+2*runs-1)/(2*runs), 1)
+	}
+	if k < runs {
+		return min(least, share)
+	}
+	return min(max(share, least), most)
+}
 
 // runPlan returns how Session.Infer runs a model for opt (package
 // documentation, "The thread plan"): the intra-op threads of each model

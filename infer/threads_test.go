@@ -284,3 +284,51 @@ func TestOthersFrom(t *testing.T) {
 		t.Errorf("othersLoad() = %v, %t: want a load >= 0 on Linux", load, ok)
 	}
 }
+
+// TestBatchRows checks batchRows' invariants over many sizes: the batches
+// of a known total cover it exactly, each between 1 and the most; the
+// first runs take at most max(most/16, 1); the later ones never grow, so
+// each of the last runs batches is at most max(most/16, 1) or a
+// 1/(2·runs) share of what was left when it started; an unknown total
+// gives most after the first runs.
+func TestBatchRows(t *testing.T) {
+	for _, runs := range []int{2, 3, 4} {
+		for _, most := range []int{1, 2, 16, 256} {
+			least := max(most/16, 1)
+			if got := batchRows(runs, 1000, -1, runs, most); got != most {
+				t.Errorf("unknown total, runs %d, most %d: batch %d takes %d, want %d", runs, most, runs, got, most)
+			}
+			for _, total := range []int{1, 5, 63, 64, 1000, 10000} {
+				var sizes []int
+				for read := 0; read < total; {
+					n := min(batchRows(len(sizes), read, total, runs, most), total-read)
+					if n < 1 || n > most {
+						t.Fatalf("total %d, runs %d, most %d: batch %d takes %d", total, runs, most, len(sizes), n)
+					}
+					sizes = append(sizes, n)
+					read += n
+				}
+				for k, n := range sizes {
+					if k < runs && n > least {
+						t.Errorf("total %d, runs %d, most %d: first batch %d takes %d > %d", total, runs, most, k, n, least)
+					}
+					if k > runs && n > sizes[k-1] {
+						t.Errorf("total %d, runs %d, most %d: batch %d grows to %d from %d", total, runs, most, k, n, sizes[k-1])
+					}
+				}
+				if total >= 4*runs*most {
+					// Large data: full batches in the middle, and the end
+					// in small ones.
+					if slices.Max(sizes) != most {
+						t.Errorf("total %d, runs %d, most %d: no full batch in %v", total, runs, most, sizes)
+					}
+					for _, n := range sizes[len(sizes)-runs:] {
+						if n > max(least, (most+1)/2) {
+							t.Errorf("total %d, runs %d, most %d: the last batches %v are not small", total, runs, most, sizes[len(sizes)-runs:])
+						}
+					}
+				}
+			}
+		}
+	}
+}
