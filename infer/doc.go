@@ -43,11 +43,17 @@
 //     to four that divide them), each run by a goroutine of its own on
 //     one intra-op thread (or an equal share of the cores), and joins
 //     their logits in the data's order. A
-//     run on one thread has no barrier to wait at, so a reader, the Go
-//     runtime or another process that takes a core for a while slows one
-//     run, not every thread of a parallel operator. Data that knows its
-//     size (data.Sized) and holds fewer than Runs × Batch records runs in
-//     smaller batches, so that every run has one. Options.Threads alone,
+//     run on one thread has no barrier to wait at, so the Go runtime or
+//     another process that takes a core for a while slows one run, not
+//     every thread of a parallel operator. Each run reads, decodes and
+//     preprocesses its own next batch (the reader shared, one batch at a
+//     time, in the data's order) between its model runs, so no reading
+//     goroutine competes with the runs for the cores. The first batches
+//     are small (Batch/16), so that every run starts after a few records
+//     rather than a whole batch; when the data knows its size
+//     (data.Sized), the later ones take 1/(2·Runs) of the records left,
+//     at most Batch, so that the runs end together (batchRows); the
+//     logits do not depend on the batches. Options.Threads alone,
 //     Options.Runs 1 or Options.Sequential runs one batch at a time,
 //     the plan of the items below;
 //   - ONNX Runtime runs each model on Options.Threads intra-op threads (the
@@ -64,12 +70,12 @@
 //     0.4–0.7× the speed of a sleeping one (docs/BENCHMARKS.md). Spin
 //     restores ONNX Runtime's default, for a machine where nothing else
 //     runs;
-//   - Session.Infer reads, decodes and preprocesses the next batch on one
-//     goroutine while ONNX Runtime runs the current ones
-//     (Options.Sequential false): reused batch buffers, one more than the
-//     runs, so at most one batch ahead, no copies. With one run at a time
-//     and sleeping pool threads the reader runs in the gaps they leave
-//     (the serial parts of a run, the end of each parallel operator);
+//   - with one run at a time, Session.Infer reads, decodes and
+//     preprocesses the next batch on one goroutine while ONNX Runtime
+//     runs the current one (Options.Sequential false): two reused batch
+//     buffers, so at most one batch ahead, no copies. With sleeping pool
+//     threads the reader runs in the gaps they leave (the serial parts of
+//     a run, the end of each parallel operator);
 //   - with one run at a time, that goroutine reads the first batch at
 //     normal priority (the model waits for it) and the rest on an OS
 //     thread of its own at background priority (Linux's SCHED_IDLE;

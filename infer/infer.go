@@ -8,6 +8,7 @@ import (
 	"iter"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fedcalib/fedcalib/calib"
@@ -109,10 +110,8 @@ func (s *Session) Infer(ctx context.Context, rd data.Reader) (*Result, error) {
 	if runs > 1 {
 		// A reader at background priority would get a core only when the
 		// model's threads leave one idle, which a run per core never does.
-		var out <-chan filled
-		out, _, stop = b.readAhead(ctx, runs+1, false)
-		defer stop()
-		if err := s.runConcurrently(ctx, out, runs, b.enc, &acct, &extra); err != nil {
+		stop = func() {}
+		if err := s.runInline(ctx, b, runs, &acct, &extra); err != nil {
 			return nil, err
 		}
 	} else {
@@ -211,72 +210,98 @@ func (a *accountant) add(bt *slot, base int) error {
 	return nil
 }
 
-// runConcurrently runs the batches, encoded by enc, on runs goroutines at
-// once and hands each batch's logits (and Options.Extra outputs) to acct,
-// appended to acct.res.Logits and *extra, in the batches' order. A run
-// gives its slot back to the reader as soon as it has run, so a batch
-// that finishes before an earlier one holds no input buffer while it
-// waits. The error it returns is the one of the earliest record: a run
-// that fails is reported before a later batch's reading error. A model
-// whose output columns are not known before it runs (s.classes or an
-// extra output's columns zero) runs its first batch alone, which fixes
-// them, so that concurrent runs never write to s.
-func (s *Session) runConcurrently(ctx context.Context, batches <-chan filled, runs int, enc *encoder, acct *accountant, extra *[][]float32) error {
-	// A ran is a batch that has run: its slot is back with the reader,
-	// and what the accountant needs of it is copied here.
+// runInline runs b's batches on runs goroutines at once, each reading
+// its own next batch from b (one at a time, in the data's order) and
+// running it, and hands each batch's logits (and Options.Extra outputs)
+// to acct, appended to acct.res.Logits and *extra, in the batches' order.
+// With no reading goroutine beside them, the runs share the cores with
+// nothing of Infer's: a run that reads does so on its own core, between
+// its model runs. A run reads a batch only while fewer than 2×runs
+// batches beyond the last one handed to acct have been read, so that
+// after a failed run the others stop soon. The error it returns is the
+// one of the earliest record: a run that fails is reported before a
+// later batch's reading error. A model whose output columns are not
+// known before it runs (s.classes or an extra output's columns zero)
+// runs its first batch alone, which fixes them, so that concurrent runs
+// never write to s.
+func (s *Session) runInline(ctx context.Context, b *batcher, runs int, acct *accountant, extra *[][]float32) error {
+	// A ran is a batch that has been read and run (or failed to be):
+	// what the accountant needs of it, copied out of its run's slot.
 	type ran struct {
 		seq   int
 		bt    *slot // rows, first record, labels and client ids; no buffer
 		out   []float32
 		extra [][]float32
-		err   error
+		err   error // a reading error names its record; a run's does not
+		read  bool  // whether err is a reading error
+		empty bool  // no records: the data had ended
 	}
-	run := func(seq int, f filled) ran {
-		if s.runHook != nil {
-			s.runHook(seq)
-		}
-		sl := f.slot
-		r := ran{seq: seq, bt: &slot{rows: sl.rows, first: sl.first, labels: slices.Clone(sl.labels), client: slices.Clone(sl.client)}}
-		r.out, r.extra, r.err = s.RunExtra(nil, nil, sl.buf.head(sl.rows, enc.size))
-		// The input is no longer needed: the reader may fill the slot
-		// again, even before earlier batches have finished.
-		f.release()
-		return r
-	}
-	type job struct {
-		seq int
-		f   filled
-	}
-	jobs := make(chan job)
+	var (
+		mu      sync.Mutex // guards b, seq and ended
+		seq     int
+		ended   bool
+		stopped atomic.Bool
+	)
+	// ahead holds a token for each batch read and not yet handed on.
+	ahead := make(chan struct{}, 2*runs)
 	done := make(chan ran, runs)
-	var wg sync.WaitGroup
-	for range runs {
-		wg.Go(func() {
-			for j := range jobs {
-				done <- run(j.seq, j.f)
+	work := func(sl *slot) {
+		for !stopped.Load() {
+			select {
+			case ahead <- struct{}{}:
+			case <-ctx.Done():
+				return
 			}
-		})
+			mu.Lock()
+			if ended || stopped.Load() {
+				mu.Unlock()
+				select { // the token back, unless a stop took it
+				case <-ahead:
+				default:
+				}
+				return
+			}
+			r := ran{seq: seq}
+			seq++
+			eof, _, err := b.fill(sl, nil)
+			ended = eof || err != nil
+			mu.Unlock()
+			switch {
+			case err != nil:
+				r.err, r.read = err, true
+			case sl.rows == 0:
+				r.empty = true
+			default:
+				if s.runHook != nil {
+					s.runHook(r.seq)
+				}
+				r.bt = &slot{rows: sl.rows, first: sl.first, labels: slices.Clone(sl.labels), client: slices.Clone(sl.client)}
+				r.out, r.extra, r.err = s.RunExtra(nil, nil, sl.buf.head(sl.rows, b.enc.size))
+			}
+			done <- r
+		}
 	}
-	defer func() {
-		close(jobs)
-		wg.Wait()
-	}()
-	// Runs that finish before an earlier one wait in pending; the reader
-	// is held back by its slots, the runs not.
 	pending := make(map[int]ran)
-	next, sent := 0, 0
-	collect := func(r ran) error {
+	next := 0
+	// collect hands r and every batch after it that has run to acct, in
+	// order; it reports whether the data has ended.
+	collect := func(r ran) (bool, error) {
 		pending[r.seq] = r
 		for {
 			r, ok := pending[next]
 			if !ok {
-				return nil
+				return false, nil
 			}
 			delete(pending, next)
 			next++
-			bt := r.bt
-			if r.err != nil {
-				return fmt.Errorf("records %d to %d: %w", bt.first, bt.first+bt.rows-1, r.err)
+			<-ahead
+			switch {
+			case r.read:
+				return true, r.err
+			case r.err != nil:
+				return true, fmt.Errorf("records %d to %d: %w", r.bt.first, r.bt.first+r.bt.rows-1, r.err)
+			case r.empty:
+				return true, nil
 			}
 			base := len(acct.res.Logits)
 			acct.res.Logits = append(acct.res.Logits, r.out...)
@@ -286,67 +311,79 @@ func (s *Session) runConcurrently(ctx context.Context, batches <-chan filled, ru
 			for k, v := range r.extra {
 				(*extra)[k] = append((*extra)[k], v...)
 			}
-			if err := acct.add(bt, base); err != nil {
-				return err
+			if err := acct.add(r.bt, base); err != nil {
+				return true, err
 			}
 		}
 	}
-	// The batch read and not yet queued, if any: while it waits for a
-	// run, the loop takes no other, so the reader stays one batch ahead.
-	// A batch is queued only while fewer than maxAhead batches have run
-	// or are running beyond the last one handed to acct, so that after a
-	// failed run the others stop soon.
-	maxAhead := 2 * runs
-	var ready *filled
-	for {
-		var in <-chan filled
-		var queue chan<- job
-		var j job
-		switch {
-		case ready == nil:
-			in = batches
-		case sent-next < maxAhead:
-			queue, j = jobs, job{seq: sent, f: *ready}
+	if !s.columnsKnown() {
+		// The first batch alone, on this goroutine.
+		sl := &slot{}
+		ahead <- struct{}{}
+		eof, _, err := b.fill(sl, nil)
+		r := ran{seq: 0, err: err, read: err != nil, empty: err == nil && sl.rows == 0}
+		if err == nil && sl.rows > 0 {
+			r.bt = sl
+			r.out, r.extra, r.err = s.RunExtra(nil, nil, sl.buf.head(sl.rows, b.enc.size))
 		}
-		if batches == nil && ready == nil && next == sent {
+		seq, ended = 1, eof || err != nil
+		if end, err := collect(r); end || err != nil {
+			return err
+		}
+		if ended {
 			return nil
 		}
-		select {
-		case f, ok := <-in:
-			switch {
-			case !ok:
-				batches = nil // every batch is read: collect what runs
-				if next == sent {
-					return nil
-				}
-			case f.err != nil:
-				// An earlier batch's failure names earlier records.
-				for next < sent {
-					if err := collect(<-done); err != nil {
-						return err
-					}
-				}
-				return f.err
-			default:
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-				if sent == 0 && !s.columnsKnown() {
-					sent++
-					if err := collect(run(0, f)); err != nil {
-						return err
-					}
-					continue
-				}
-				ready = &f
+	}
+	var wg sync.WaitGroup
+	for range runs {
+		wg.Go(func() { work(&slot{}) })
+	}
+	finished := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(finished)
+	}()
+	defer func() {
+		stopped.Store(true)
+		// Let runs blocked on a full done or ahead go on to see stopped.
+		for {
+			select {
+			case <-done:
+			case <-ahead:
+			case <-finished:
+				return
 			}
-		case queue <- j:
-			ready = nil
-			sent++
+		}
+	}()
+	for {
+		select {
 		case r := <-done:
-			if err := collect(r); err != nil {
+			end, err := collect(r)
+			if err != nil {
 				return err
 			}
+			if end {
+				return nil
+			}
+		case <-finished:
+			// Every run has stopped: the data ended (handed on above),
+			// or the context was cancelled.
+			for {
+				select {
+				case r := <-done:
+					end, err := collect(r)
+					if err != nil || end {
+						return err
+					}
+				default:
+					if err := ctx.Err(); err != nil {
+						return err
+					}
+					return nil
+				}
+			}
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 }

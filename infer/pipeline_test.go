@@ -162,8 +162,8 @@ func TestConcurrentRunsInOrder(t *testing.T) {
 // TestConcurrentRunsStop checks the errors of concurrent runs: a run that
 // fails is reported, naming its records, before a later batch's reading
 // error and before later runs' results; runs stop soon after it, and
-// reading stops once Infer has returned, at most two batches beyond the
-// runs started.
+// reading stops once Infer has returned, having read no batch that did
+// not run.
 func TestConcurrentRunsStop(t *testing.T) {
 	recs := failingRecords()
 	for _, runs := range []int{2, 3} {
@@ -185,13 +185,16 @@ func TestConcurrentRunsStop(t *testing.T) {
 		if rd.calls.Load() != n {
 			t.Errorf("runs %d: the reader was read after Infer returned", runs)
 		}
-		// Runs start at most 2×runs batches beyond the last one handed
-		// on (batch 1), and the reader is at most two batches beyond the
-		// last run started: one read and waiting, one being read.
-		if max := int64(2 + 2*runs); started.Load() > max {
+		// Runs read at most 2×runs batches beyond the last one handed
+		// on (the one before the failing batch, number 3 with two runs
+		// and 4 with three), and every batch read is run: records are
+		// read only for runs started, two a batch, and a call that found
+		// the next batch's first record failing or the end.
+		failing := map[int]int64{2: 3, 3: 4}[runs]
+		if max := failing + int64(2*runs); started.Load() > max {
 			t.Errorf("runs %d: %d runs started, want at most %d", runs, started.Load(), max)
 		}
-		if max := 2 * (started.Load() + 2); n > max {
+		if max := 2*started.Load() + 1; n > max {
 			t.Errorf("runs %d: %d records read with %d runs started, want at most %d", runs, n, started.Load(), max)
 		}
 		// The reader fails at record 7, in the batch after the one

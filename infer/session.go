@@ -54,8 +54,10 @@ type Options struct {
 	Spin bool
 	// Sequential makes Infer read each batch between model runs, on its
 	// own goroutine, one run at a time whatever Runs says. False (the
-	// zero value) reads, decodes and preprocesses the next batch on a
-	// goroutine of its own while ONNX Runtime runs the current ones.
+	// zero value) reads while the model runs: with several runs, each
+	// reads its own next batch between its model runs while the others
+	// run; with one, a goroutine of its own reads the next batch while
+	// ONNX Runtime runs the current one.
 	Sequential bool
 	// ForegroundReader runs that goroutine at normal priority throughout
 	// when Infer runs one batch at a time (with several runs at once it
