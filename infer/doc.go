@@ -49,8 +49,8 @@
 //     preprocesses its own next batch (the reader shared, one batch at a
 //     time, in the data's order) between its model runs, so no reading
 //     goroutine competes with the runs for the cores. The first batches
-//     are small (Batch/16), so that every run starts after a few records
-//     rather than a whole batch; when the data knows its size
+//     are small (k+1 sixteenths of Batch for the k-th run), so that every
+//     run starts after a few records rather than a whole batch; when the data knows its size
 //     (data.Sized), the later ones take 1/(2·Runs) of the records left,
 //     at most Batch, so that the runs end together (batchRows); the
 //     logits do not depend on the batches. Options.Threads alone,

@@ -172,11 +172,11 @@ func TestConcurrentRunsStop(t *testing.T) {
 		var started atomic.Int64 // the batches whose run started
 		s.runHook = func(int) { started.Add(1) }
 		_, err := s.Infer(context.Background(), rd)
-		// Record 5 is NaN. The first runs batches take one record
-		// (batchRows: 2/16 → 1) and the later ones 2 (the reader does
-		// not tell its length): records 4 to 5 with two runs, 5 to 6
-		// with three.
-		nan := map[int]string{2: "records 4 to 5", 3: "records 5 to 6"}[runs]
+		// Record 5 is NaN. The first batch takes one record (batchRows:
+		// 2/16 → 1) and the later ones 2 (k+1 sixteenths capped at the
+		// batch; the reader does not tell its length): records 5 to 6,
+		// batch 3.
+		const nan = "records 5 to 6"
 		if err == nil || !strings.Contains(err.Error(), nan) {
 			t.Fatalf("runs %d: error %v, want one naming %s", runs, err, nan)
 		}
@@ -186,12 +186,10 @@ func TestConcurrentRunsStop(t *testing.T) {
 			t.Errorf("runs %d: the reader was read after Infer returned", runs)
 		}
 		// Runs read at most 2×runs batches beyond the last one handed
-		// on (the one before the failing batch, number 3 with two runs
-		// and 4 with three), and every batch read is run: records are
-		// read only for runs started, two a batch, and a call that found
-		// the next batch's first record failing or the end.
-		failing := map[int]int64{2: 3, 3: 4}[runs]
-		if max := failing + int64(2*runs); started.Load() > max {
+		// on (the one before the failing batch 3), and every batch read
+		// is run: records are read only for runs started, two a batch,
+		// and a call that found the end.
+		if max := int64(3 + 2*runs); started.Load() > max {
 			t.Errorf("runs %d: %d runs started, want at most %d", runs, started.Load(), max)
 		}
 		if max := 2*started.Load() + 1; n > max {

@@ -318,9 +318,10 @@ func TestRunMatchesInfer(t *testing.T) {
 
 func TestInferProgress(t *testing.T) {
 	// One run at a time reads batches of Batch records. With several
-	// runs, the first Runs batches take Batch/16 records (at least 1) or
-	// their share, ⌈left / (2·Runs)⌉, if smaller; later ones their share
-	// between Batch/16 and Batch (batchRows), worked by hand below.
+	// runs, batch k of the first Runs takes (k+1)·Batch/16 records (a
+	// sixteenth at least 1) or its share, ⌈left / (2·Runs)⌉, if smaller;
+	// later ones their share between Batch/16 and Batch (batchRows),
+	// worked by hand below.
 	p := func(total int, done ...int) []Progress {
 		ps := []Progress{{0, total}}
 		for _, d := range done {
@@ -341,13 +342,14 @@ func TestInferProgress(t *testing.T) {
 		// then at least 256/16 = 16: the 2 left.
 		{5, 256, 3, p(5, 1, 2, 3, 5)},
 		{5, 256, 5, p(5, 1, 2, 3, 4, 5)},
-		// 40 records, at most 8, two runs: 1, 1 (the first two), then the
-		// shares ⌈38/4⌉ = 10 → 8, ⌈30/4⌉ = 8, ⌈22/4⌉ = 6, 4, 3, 3, 2, 1, 1, 1, 1.
-		{40, 8, 2, p(40, 1, 2, 10, 18, 24, 28, 31, 34, 36, 37, 38, 39, 40)},
-		// 64 records, at most 32, three runs: 2, 2, 2 (32/16), then
-		// ⌈58/6⌉ = 10, ⌈48/6⌉ = 8, 7, 6, 5, 4, 3, ⌈15/6⌉ = 3, 2, 2, 2, then
-		// 2 (at least 32/16) from 6 left.
-		{64, 32, 3, p(64, 2, 4, 6, 16, 24, 31, 37, 42, 46, 49, 52, 54, 56, 58, 60, 62, 64)},
+		// 40 records, at most 8, two runs: 1 and 2 (the first two), then
+		// the shares ⌈37/4⌉ = 10 → 8, ⌈29/4⌉ = 8, ⌈21/4⌉ = 6, 4, 3, 2, 2,
+		// 1, 1, 1, 1.
+		{40, 8, 2, p(40, 1, 3, 11, 19, 25, 29, 32, 34, 36, 37, 38, 39, 40)},
+		// 64 records, at most 32, three runs: 2, 4, 6 (k+1 times 32/16),
+		// then ⌈52/6⌉ = 9, ⌈43/6⌉ = 8, 6, 5, 4, 4, 3, 3, 2, then 2 (at
+		// least 32/16) from 8 left.
+		{64, 32, 3, p(64, 2, 6, 12, 21, 29, 35, 40, 44, 48, 51, 54, 56, 58, 60, 62, 64)},
 	} {
 		var got []Progress
 		s := openTest(t, "testdata/tiny.onnx", Options{Progress: func(p Progress) { got = append(got, p) }, Batch: tc.batch, Runs: tc.runs})
@@ -365,8 +367,8 @@ func TestInferProgress(t *testing.T) {
 	if _, err := s.Infer(context.Background(), &sliceReader{recs: imageRecords(images(5, 16, 9), 4, 4, 1)}); err != nil {
 		t.Fatal(err)
 	}
-	// Batches of 3/16 → 1 for the two runs, then 3.
-	if want := []Progress{{0, -1}, {1, -1}, {2, -1}, {5, -1}}; !slices.Equal(got, want) {
+	// Batches of 1 and 2 (k+1 times 3/16 → 1) for the two runs, then 3.
+	if want := []Progress{{0, -1}, {1, -1}, {3, -1}, {5, -1}}; !slices.Equal(got, want) {
 		t.Errorf("unsized reader: progress %v, want %v", got, want)
 	}
 }

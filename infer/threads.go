@@ -25,13 +25,15 @@ func DefaultThreads() int { return runtime.GOMAXPROCS(0) }
 // starts after read records of total (−1 when unknown), when runs runs
 // of at most most records each are in flight at once (runs > 1). When
 // the total is known, a batch's share is 1/(2·runs) of the records left,
-// rounded up (guided self-scheduling); else it is most. The first runs
-// batches take a sixteenth of most (at least 1) or their share if
-// smaller, so that each run starts once a few records are read rather
-// than a whole batch, the cores idle meanwhile; the later ones take their
-// share, between that sixteenth and most: the batches shrink towards the
-// end, so that when the last is taken the other runs are at most a small
-// batch from the end instead of a whole one. The logits do not depend on the
+// rounded up (guided self-scheduling); else it is most. Batch k of the
+// first runs takes k+1 sixteenths of most (a sixteenth at least 1), or
+// its share if smaller, so that each run starts once a few records are
+// read rather than a whole batch, the cores idle meanwhile, and the runs
+// finish their first batches at different times (a run reads its next
+// batch while no other does); the later ones take their share, between
+// that sixteenth and most: the batches shrink towards the end, so that
+// when the last is taken the other runs are at most a small batch from
+// the end instead of a whole one. The logits do not depend on the
 // batches (TestThreadPlanSameLogits).
 func batchRows(k, read, total, runs, most int) int {
 	least, share := max(most/16, 1), most
@@ -39,7 +41,7 @@ func batchRows(k, read, total, runs, most int) int {
 		share = max((total-read+2*runs-1)/(2*runs), 1)
 	}
 	if k < runs {
-		return min(least, share)
+		return min((k+1)*least, share, most)
 	}
 	return min(max(share, least), most)
 }
