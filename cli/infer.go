@@ -183,7 +183,7 @@ else the cache "fedcalib setup" fills.
 	f.IntVar(&opt.Batch, "batch", infer.DefaultBatch, "records per model run")
 	registerThreadFlags(f, &opt)
 	f.BoolVar(&opt.Spin, "spin", false, "let ONNX Runtime's pool threads spin while they wait for work (its own default) instead of sleeping: can be faster on a machine where nothing else runs, much slower when anything does (e.g. --threads 4 --spin on a dedicated 4-core machine)")
-	f.BoolVar(&readAhead, "read-ahead", true, "read, decode and preprocess the next batch on a second goroutine while the model runs the current one; --read-ahead=false reads between runs")
+	f.BoolVar(&readAhead, "read-ahead", true, "read, decode and preprocess while the model runs: with several runs at once each reads its own next batch while the others run, with one a second goroutine reads the next batch while the model runs the current one; --read-ahead=false reads between runs, one run at a time")
 	f.BoolVar(&backgroundReader, "background-reader", true, "with one run at a time (--runs 1, or --threads alone): run that goroutine at background priority (SCHED_IDLE) after the first batch, when the machine is quiet, promoted to normal priority once infer waits on it longer than the model runs; e.g. --background-reader=false to read ahead at normal priority throughout")
 	f.StringVar(&opt.Input, "input", "", "the model input to feed (default: the first)")
 	f.StringVar(&opt.Output, "output", "", "the model output to collect (default: the first float32 output)")
