@@ -54,9 +54,10 @@ type Accumulator struct {
 	expect         int // room for the first records (KeepClassConfidences)
 	classKeys      [][][]uint64
 
-	// Scratch of addRows: a row's softmax, and the records being written.
-	row  []float64
-	keys [][]uint64
+	// Scratch of addRows: a row's probabilities and its label's
+	// indicator (all 0 between calls), and the records being written.
+	row, onehot []float64
+	keys        [][]uint64
 }
 
 // KeepTopConfidences makes a record, from now on, each example's top
@@ -162,6 +163,8 @@ func NewAccumulator(classes, bins int) (*Accumulator, error) {
 		topConf:  make([]u128, bins),
 		topFreq:  make([]int64, bins),
 		topCount: make([]int64, bins),
+		row:      make([]float64, classes),
+		onehot:   make([]float64, classes),
 	}, nil
 }
 
@@ -216,13 +219,16 @@ func (a *Accumulator) AddSoftmax(logits []float64, labels []int) error {
 			return labelError(i, y, a.classes)
 		}
 	}
+	const exponent = 0x7ff << 52 // all ones in a NaN or an infinity
+	var e uint64
 	for _, v := range logits {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			// Not finite: Add says which probability that makes wrong.
-			p := make([]float64, len(logits))
-			SoftmaxRows(p, logits, a.classes)
-			return a.Add(p, labels)
-		}
+		e = max(e, math.Float64bits(v)&exponent) // branch-free
+	}
+	if e == exponent {
+		// Not finite: Add says which probability that makes wrong.
+		p := make([]float64, len(logits))
+		SoftmaxRows(p, logits, a.classes)
+		return a.Add(p, labels)
 	}
 	// Finite logits: Softmax gives probabilities in [0, 1] (its largest
 	// term is exp(0) = 1, so the sum is at least 1).
@@ -252,71 +258,95 @@ func labelError(i, y, c int) error {
 // addRows accumulates the validated rows x against labels: x holds
 // probabilities, or logits whose softmax is taken a row at a time when
 // softmax is set.
+//
+// It is eval's inner loop (docs/BENCHMARKS.md, "Cheaper work per row"),
+// so its per-class work has no branch that depends on the data: the
+// label's terms come from a one-hot row (subtracting 0 leaves a
+// probability as it is), the top probability from max and its class
+// from a second look at the row.
 func (a *Accumulator) addRows(x []float64, labels []int, softmax bool) {
-	c, bins, n := a.classes, a.bins, len(labels)
-	fb := float64(bins)
-	if softmax && len(a.row) != c {
-		a.row = make([]float64, c)
-	}
+	c, n := a.classes, len(labels)
+	p, onehot := a.row[:c], a.onehot[:c]
 	tops := a.topRecords(n)
 	keys := a.classRecords(n)
-	conf, freq, count := a.conf[:c*bins], a.freq[:c*bins], a.count[:c*bins]
+	st := &classStats{conf: a.conf[:c*a.bins], count: a.count[:c*a.bins], bins: a.bins}
 	for i, y := range labels {
-		p := x[i*c : (i+1)*c : (i+1)*c]
+		xi := x[i*c : (i+1)*c : (i+1)*c]
 		if softmax {
-			Softmax(a.row, p)
-			p = a.row
+			Softmax(p, xi)
+		} else {
+			for j, v := range xi {
+				p[j] = min(max(v, 0), 1)
+			}
 		}
-		top, arg := math.Inf(-1), 0
-		var sq float64
-		base := 0 // j·bins
-		for j, v := range p {
-			if !softmax { // a softmax lies in [0, 1]
-				v = min(max(v, 0), 1)
-			}
-			// Bin(v, bins), inlined.
-			b := 0
-			if v >= 1 {
-				b = bins - 1
-			} else if v > 0 {
-				b = min(int(v*fb), bins-1)
-			}
-			k := base + b
-			conf[k].add(uint64(int64(v * probScale))) // < 2⁶³: as uint64(…)
-			count[k]++
-			d := v
-			if j == y {
-				freq[k]++
-				d = v - 1
-			}
-			sq += d * d
-			if v > top {
-				top, arg = v, j
-			}
-			base += bins
-		}
+		onehot[y] = 1
+		top, sq := st.add(p, onehot)
+		onehot[y] = 0
+		a.freq[y*a.bins+st.bin(p[y])]++
+		right := b2u(firstIndex(p, top) == y)
 		if tops != nil {
-			tops[i] = packTop(top, arg == y)
+			tops[i] = packTop(top, right == 1)
 		}
 		for k, rec := range keys {
-			j := a.keepLo + k
-			if softmax { // packTop, whose clamp leaves a softmax as it is
-				rec[i] = math.Float64bits(p[j])<<1 | b2u(j == y)
-			} else {
-				rec[i] = packTop(p[j], j == y)
-			}
+			j := a.keepLo + k // packTop, whose clamp leaves p[j] as it is
+			rec[i] = math.Float64bits(p[j])<<1 | b2u(j == y)
 		}
-		m := Bin(top, bins)
+		m := Bin(top, a.bins)
 		a.topConf[m].add(uint64(top * probScale))
 		a.topCount[m]++
-		if arg == y {
-			a.topFreq[m]++
-			a.correct++
-		}
+		a.topFreq[m] += int64(right)
+		a.correct += int64(right)
 		a.nll.add(uint64(-math.Log(max(min(max(p[y], 0), 1), nllFloor)) * nllScale))
 		a.brier.add(uint64(min(sq, 2) * brierScale))
 	}
+	clear(p) // as NewAccumulator left it: equal statistics, equal accumulators
 	a.n += int64(n)
+}
+
+// classStats is where addRows adds a row's per-class statistics: the
+// fixed-point sums and counts of each class's bins, class j's bins at
+// j·bins to (j+1)·bins − 1.
+type classStats struct {
+	conf  []u128
+	count []int64
+	bins  int
+}
+
+// bin is Bin(v, s.bins) for v ∈ [0, 1]: int(v·bins) is 0 for v = 0 and
+// bins for v = 1.
+func (s *classStats) bin(v float64) int { return min(int(v*float64(s.bins)), s.bins-1) }
+
+// add adds the probabilities p ∈ [0, 1] of one row, whose label's
+// indicator is onehot, to their classes' bins, and returns their
+// largest and the row's Brier term Σ_j (p_j − onehot_j)², summed in
+// the order of the classes.
+func (s *classStats) add(p, onehot []float64) (top, sq float64) {
+	conf, count, bins := s.conf, s.count, s.bins
+	fb, last := float64(bins), bins-1
+	onehot = onehot[:len(p)]
+	top = math.Inf(-1)
+	base := 0 // j·bins
+	for j, v := range p {
+		k := base + min(int(v*fb), last)          // bin(v)
+		conf[k].add(uint64(int64(v * probScale))) // < 2⁶³: as uint64(…)
+		count[k]++
+		d := v - onehot[j]
+		sq += d * d
+		top = max(top, v)
+		base += bins
+	}
+	return top, sq
+}
+
+// firstIndex returns the first index of v in p, or 0 when p lacks it.
+func firstIndex(p []float64, v float64) int {
+	i := 0
+	for j := len(p) - 1; j >= 0; j-- {
+		if p[j] == v {
+			i = j
+		}
+	}
+	return i
 }
 
 // b2u returns 1 for true, 0 for false.
