@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
-	"slices"
 )
 
 // An Accumulator gathers, one batch of examples at a time, the per-bin
@@ -41,9 +40,15 @@ type Accumulator struct {
 	nll, brier u128 // fixed point
 
 	// keepTops makes Add record each example's packed top confidence
-	// (packTop) in tops, for TopLabel's adaptive ECE.
+	// (packTop) in tops, for TopLabel's adaptive ECE, in segments as
+	// classKeys.
 	keepTops bool
-	tops     []uint64
+	tops     [][]uint64
+
+	// sorted is the buffer into which TopLabel sorted the top
+	// confidences, which ClassErrors reuses and drops (Forget drops it
+	// too): one buffer of sorted records, not two.
+	sorted []uint64
 
 	// classKeys[j−keepLo] records, for each class j in [keepLo, keepHi),
 	// each example's packed class-j probability (packTop) for
@@ -66,7 +71,10 @@ type Accumulator struct {
 // ECE. Call it before the first Add; Merge appends another keeping
 // accumulator's records. An accumulator that saw examples it did not
 // record reports no adaptive ECE.
-func (a *Accumulator) KeepTopConfidences() { a.keepTops = true }
+func (a *Accumulator) KeepTopConfidences() {
+	a.keepTops = true
+	a.tops = make([][]uint64, 1, 2) // a full segment: Add starts one
+}
 
 // KeepClassConfidences makes Add record, from now on, each example's
 // class-j probability and whether its label is j in 8 bytes, for each
@@ -98,15 +106,12 @@ func (a *Accumulator) ClassErrors(bins int) []ClassErrors {
 	if len(a.classKeys) == 0 || a.n == 0 {
 		return nil
 	}
-	var kept int64
-	for _, seg := range a.classKeys[0] {
-		kept += int64(len(seg))
-	}
-	if kept != a.n {
+	if records(a.classKeys[0]) != a.n {
 		return nil
 	}
 	out := make([]ClassErrors, len(a.classKeys))
-	var buf []uint64
+	buf := a.sorted // TopLabel's, no longer needed
+	a.sorted = nil
 	for k, segs := range a.classKeys {
 		// One class at a time, its segments sorted into one slice reused
 		// by every class and then dropped, so that the records take at
@@ -123,8 +128,17 @@ func (a *Accumulator) ClassErrors(bins int) []ClassErrors {
 // KeepClassConfidences made, freeing their memory, and stops recording:
 // TopLabel and ClassErrors then compute no equal-mass errors.
 func (a *Accumulator) Forget() {
-	a.keepTops, a.tops = false, nil
+	a.keepTops, a.tops, a.sorted = false, nil, nil
 	a.keepLo, a.keepHi, a.classKeys = 0, 0, nil
+}
+
+// records returns the number of records in the segments segs.
+func records(segs [][]uint64) int64 {
+	var n int64
+	for _, seg := range segs {
+		n += int64(len(seg))
+	}
+	return n
 }
 
 // keySegment is the number of records of a segment of
@@ -363,9 +377,9 @@ func (a *Accumulator) topRecords(n int) []uint64 {
 	if !a.keepTops {
 		return nil
 	}
-	a.tops = slices.Grow(a.tops, n)
-	a.tops = a.tops[:len(a.tops)+n]
-	return a.tops[len(a.tops)-n:]
+	var room []uint64
+	a.tops, room = a.appendRoom(a.tops, n)
+	return room
 }
 
 // classRecords returns, for each class kept (KeepClassConfidences), room
@@ -374,26 +388,30 @@ func (a *Accumulator) topRecords(n int) []uint64 {
 func (a *Accumulator) classRecords(n int) [][]uint64 {
 	a.keys = a.keys[:0]
 	for k, segs := range a.classKeys {
-		if last := segs[len(segs)-1]; cap(last)-len(last) < n {
-			// A new segment, never a copy of the old ones, as large as
-			// the records so far (up to keySegment): geometric growth, so
-			// that few examples of many classes take little.
-			held := 0
-			for _, seg := range segs {
-				held += len(seg)
-			}
-			room := min(held, keySegment)
-			if held == 0 {
-				room = a.expect
-			}
-			segs = append(segs, make([]uint64, 0, max(n, room)))
-		}
-		last := segs[len(segs)-1]
-		segs[len(segs)-1] = last[:len(last)+n]
-		a.classKeys[k] = segs
-		a.keys = append(a.keys, last[len(last):len(last)+n])
+		var room []uint64
+		a.classKeys[k], room = a.appendRoom(segs, n)
+		a.keys = append(a.keys, room)
 	}
 	return a.keys
+}
+
+// appendRoom returns segs, not empty, with n more records at the end of
+// its last segment, and those records. When the last segment lacks room
+// it starts a new one, never a copy of the old ones, as large as the
+// records so far (up to keySegment; the first, a.expect): geometric
+// growth, so that few examples of many classes take little.
+func (a *Accumulator) appendRoom(segs [][]uint64, n int) ([][]uint64, []uint64) {
+	if last := segs[len(segs)-1]; cap(last)-len(last) < n {
+		held := int(records(segs))
+		room := min(held, keySegment)
+		if held == 0 {
+			room = a.expect
+		}
+		segs = append(segs, make([]uint64, 0, max(n, room)))
+	}
+	last := segs[len(segs)-1]
+	segs[len(segs)-1] = last[:len(last)+n]
+	return segs, last[len(last) : len(last)+n]
 }
 
 // Merge adds the statistics of o, accumulated over other examples, to a.
@@ -417,19 +435,11 @@ func (a *Accumulator) Merge(o *Accumulator) error {
 		a.topCount[m] += o.topCount[m]
 	}
 	if a.keepTops {
-		if len(a.tops) == 0 {
-			a.tops = o.tops[:len(o.tops):len(o.tops)] // shared, not copied: a's appends reallocate
-		} else {
-			a.tops = append(a.tops, o.tops...)
-		}
+		a.tops = appendSegments(a.tops, o.tops)
 	}
 	if len(a.classKeys) > 0 {
 		for k := range a.classKeys {
-			for _, seg := range o.classKeys[k] {
-				if len(seg) > 0 {
-					a.classKeys[k] = append(a.classKeys[k], seg[:len(seg):len(seg)])
-				}
-			}
+			a.classKeys[k] = appendSegments(a.classKeys[k], o.classKeys[k])
 		}
 	}
 	a.n += o.n
@@ -437,6 +447,17 @@ func (a *Accumulator) Merge(o *Accumulator) error {
 	a.nll.addU(o.nll)
 	a.brier.addU(o.brier)
 	return nil
+}
+
+// appendSegments appends the segments of records o that have records to
+// segs, uncopied and capped, so that Add never writes to them.
+func appendSegments(segs, o [][]uint64) [][]uint64 {
+	for _, seg := range o {
+		if len(seg) > 0 {
+			segs = append(segs, seg[:len(seg):len(seg)])
+		}
+	}
+	return segs
 }
 
 // Metrics returns the metrics of the examples accumulated so far. It

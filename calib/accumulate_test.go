@@ -217,7 +217,7 @@ func referenceAdd(a *Accumulator, x []float64, labels []int, softmax bool) {
 			}
 		}
 		if a.keepTops {
-			a.tops = append(a.tops, packTop(top, arg == y))
+			a.tops[0] = append(a.tops[0], packTop(top, arg == y))
 		}
 		for k := range a.classKeys {
 			j := a.keepLo + k
@@ -296,7 +296,7 @@ func TestAddRowsAsReference(t *testing.T) {
 			if !slices.Equal(got, want) {
 				t.Errorf("%+v, softmax %v: statistics differ from the reference's", tc, softmax)
 			}
-			if !slices.Equal(accs[1].tops, accs[0].tops) {
+			if !slices.Equal(slices.Concat(accs[1].tops...), accs[0].tops[0]) {
 				t.Errorf("%+v, softmax %v: top records differ from the reference's", tc, softmax)
 			}
 			for k := range tc.c {

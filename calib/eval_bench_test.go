@@ -1,6 +1,7 @@
 package calib
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -30,9 +31,12 @@ func perItem(b *testing.B, items int, unit string, body func()) {
 	b.ReportMetric(float64(cpu/time.Nanosecond)/n, "cpu-ns/"+unit)
 }
 
-// evalBenchRows returns the rows' logits and labels.
-func evalBenchRows() ([]float64, []int) {
-	const n, c = 1 << 16, 10
+// evalBenchRows returns the logits and labels of 2^16 rows.
+func evalBenchRows() ([]float64, []int) { return evalBenchRowsN(1 << 16) }
+
+// evalBenchRowsN returns the logits and labels of n rows.
+func evalBenchRowsN(n int) ([]float64, []int) {
+	const c = 10
 	rng := rand.New(rand.NewPCG(1, 1))
 	z, y := make([]float64, n*c), make([]int, n)
 	for i := range y {
@@ -86,15 +90,21 @@ func BenchmarkAddSoftmax(b *testing.B) {
 	}
 }
 
-// BenchmarkSortPacked sorts one class's records into a reused buffer.
+// BenchmarkSortPacked sorts one class's records (class 0: most of them
+// small probabilities) into a reused buffer, 2^16 of them (in cache) and
+// 2^20 (eval's 10^6 rows).
 func BenchmarkSortPacked(b *testing.B) {
-	z, y := evalBenchRows()
-	keys := make([]uint64, len(y))
-	p := make([]float64, 10)
-	for i, label := range y {
-		Softmax(p, z[i*10:(i+1)*10])
-		keys[i] = packTop(p[0], label == 0)
+	for _, n := range []int{1 << 16, 1 << 20} {
+		z, y := evalBenchRowsN(n)
+		keys := make([]uint64, len(y))
+		p := make([]float64, 10)
+		for i, label := range y {
+			Softmax(p, z[i*10:(i+1)*10])
+			keys[i] = packTop(p[0], label == 0)
+		}
+		buf := make([]uint64, len(keys))
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			perItem(b, len(keys), "key", func() { buf = sortPackedInto(buf, keys) })
+		})
 	}
-	buf := make([]uint64, len(keys))
-	perItem(b, len(keys), "key", func() { buf = sortPackedInto(buf, keys) })
 }

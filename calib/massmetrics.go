@@ -135,8 +135,7 @@ func classErrors(s []uint64, bins int) ClassErrors {
 
 // sortPacked returns the packed keys of the segments segs, together, in
 // increasing order, as slices.Sort would sort them (sortPackedInto, into
-// a new slice). It reads segs without changing them, except that it sorts
-// a lone segment of fewer than 1024 keys in place and returns it.
+// a new slice). It reads segs without changing them.
 func sortPacked(segs ...[]uint64) []uint64 {
 	return sortPackedInto(nil, segs...)
 }
@@ -153,11 +152,12 @@ func sortPackedInto(buf []uint64, segs ...[]uint64) []uint64 {
 		n += len(seg)
 	}
 	if n < 1024 {
-		var s []uint64
-		if len(segs) == 1 {
-			s = segs[0]
-		} else {
-			s = slices.Concat(segs...)
+		s := buf[:0]
+		if cap(s) < n {
+			s = make([]uint64, 0, n)
+		}
+		for _, seg := range segs {
+			s = append(s, seg...)
 		}
 		slices.Sort(s)
 		return s
@@ -283,11 +283,13 @@ func ClasswiseErrors(probs []float64, labels []int, classes, bins int) (Classwis
 	}
 	parts := make([]ClassErrors, classes)
 	s := make([]uint64, len(labels))
+	var buf []uint64
 	for j := range classes {
 		for i, y := range labels {
 			s[i] = packTop(probs[i*classes+j], y == j)
 		}
-		parts[j] = classErrors(sortPacked(s), bins)
+		buf = sortPackedInto(buf, s)
+		parts[j] = classErrors(buf, bins)
 	}
 	return CombineClasswise(parts), nil
 }
