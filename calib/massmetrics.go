@@ -66,14 +66,13 @@ func equalMass(s []uint64, bins int, weight func(i int) int) massErrors {
 		if weight != nil {
 			w = weight(i)
 		}
-		v, right := unpackTop(u)
+		v := math.Float64frombits(u >> 1) // unpackTop, and whether right
+		r := float64(u & 1)               // as a number: adding 0 changes nothing
 		for range w {
 			conf += v
 			d += v
-			if right {
-				acc++
-				d--
-			}
+			acc += r
+			d -= r
 			cnt++
 			pos++
 			if pos == end && m < bins {
