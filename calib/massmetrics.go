@@ -66,8 +66,8 @@ func equalMass(s []uint64, bins int, weight func(i int) int) massErrors {
 		if weight != nil {
 			w = weight(i)
 		}
-		v := math.Float64frombits(u >> 1) // unpackTop, and whether right
-		r := float64(u & 1)               // as a number: adding 0 changes nothing
+		v, right := unpackTop(u)
+		r := float64(b2u(right)) // as a number, branch-free: adding 0 changes nothing
 		for range w {
 			conf += v
 			d += v
