@@ -67,12 +67,13 @@ func equalMass(s []uint64, bins int, weight func(i int) int) massErrors {
 			w = weight(i)
 		}
 		v, right := unpackTop(u)
-		r := float64(b2u(right)) // as a number, branch-free: adding 0 changes nothing
 		for range w {
 			conf += v
 			d += v
-			acc += r
-			d -= r
+			if right {
+				acc++
+				d--
+			}
 			cnt++
 			pos++
 			if pos == end && m < bins {
