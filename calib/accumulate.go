@@ -273,7 +273,8 @@ func labelError(i, y, c int) error {
 // probabilities, or logits whose softmax is taken a row at a time when
 // softmax is set.
 //
-// It is eval's inner loop (docs/BENCHMARKS.md, "Cheaper work per row"),
+// It is eval's inner loop (docs/BENCHMARKS.md, "Single-thread cost per
+// logit"),
 // so its per-class work has no branch that depends on the data: the
 // label's terms come from a one-hot row (subtracting 0 leaves a
 // probability as it is), the top probability from max and its class
