@@ -274,10 +274,9 @@ func labelError(i, y, c int) error {
 // softmax is set.
 //
 // It is eval's inner loop (docs/BENCHMARKS.md, "Single-thread cost per
-// logit"),
-// so its per-class work has no branch that depends on the data: the
-// label's terms come from a one-hot row (subtracting 0 leaves a
-// probability as it is), the top probability from max and its class
+// logit"), so its per-class work has no branch that depends on the
+// data: the label's terms come from a one-hot row (subtracting 0 leaves
+// a probability as it is), the top probability from max and its class
 // from a second look at the row.
 func (a *Accumulator) addRows(x []float64, labels []int, softmax bool) {
 	c, n := a.classes, len(labels)
