@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
-	"slices"
 )
 
 // An Accumulator gathers, one batch of examples at a time, the per-bin
@@ -41,9 +40,15 @@ type Accumulator struct {
 	nll, brier u128 // fixed point
 
 	// keepTops makes Add record each example's packed top confidence
-	// (packTop) in tops, for TopLabel's adaptive ECE.
+	// (packTop) in tops, for TopLabel's adaptive ECE, in segments as
+	// classKeys.
 	keepTops bool
-	tops     []uint64
+	tops     [][]uint64
+
+	// sorted is the buffer into which TopLabel sorted the top
+	// confidences, which ClassErrors reuses and drops (Forget drops it
+	// too): one buffer of sorted records, not two.
+	sorted []uint64
 
 	// classKeys[j−keepLo] records, for each class j in [keepLo, keepHi),
 	// each example's packed class-j probability (packTop) for
@@ -54,9 +59,10 @@ type Accumulator struct {
 	expect         int // room for the first records (KeepClassConfidences)
 	classKeys      [][][]uint64
 
-	// Scratch of addRows: a row's softmax, and the records being written.
-	row  []float64
-	keys [][]uint64
+	// Scratch of addRows: a row's probabilities and its label's
+	// indicator (all 0 between calls), and the records being written.
+	row, onehot []float64
+	keys        [][]uint64
 }
 
 // KeepTopConfidences makes a record, from now on, each example's top
@@ -65,7 +71,10 @@ type Accumulator struct {
 // ECE. Call it before the first Add; Merge appends another keeping
 // accumulator's records. An accumulator that saw examples it did not
 // record reports no adaptive ECE.
-func (a *Accumulator) KeepTopConfidences() { a.keepTops = true }
+func (a *Accumulator) KeepTopConfidences() {
+	a.keepTops = true
+	a.tops = make([][]uint64, 1, 2) // a full segment: Add starts one
+}
 
 // KeepClassConfidences makes Add record, from now on, each example's
 // class-j probability and whether its label is j in 8 bytes, for each
@@ -97,15 +106,12 @@ func (a *Accumulator) ClassErrors(bins int) []ClassErrors {
 	if len(a.classKeys) == 0 || a.n == 0 {
 		return nil
 	}
-	var kept int64
-	for _, seg := range a.classKeys[0] {
-		kept += int64(len(seg))
-	}
-	if kept != a.n {
+	if records(a.classKeys[0]) != a.n {
 		return nil
 	}
 	out := make([]ClassErrors, len(a.classKeys))
-	var buf []uint64
+	buf := a.sorted // TopLabel's, no longer needed
+	a.sorted = nil
 	for k, segs := range a.classKeys {
 		// One class at a time, its segments sorted into one slice reused
 		// by every class and then dropped, so that the records take at
@@ -122,8 +128,17 @@ func (a *Accumulator) ClassErrors(bins int) []ClassErrors {
 // KeepClassConfidences made, freeing their memory, and stops recording:
 // TopLabel and ClassErrors then compute no equal-mass errors.
 func (a *Accumulator) Forget() {
-	a.keepTops, a.tops = false, nil
+	a.keepTops, a.tops, a.sorted = false, nil, nil
 	a.keepLo, a.keepHi, a.classKeys = 0, 0, nil
+}
+
+// records returns the number of records in the segments segs.
+func records(segs [][]uint64) int64 {
+	var n int64
+	for _, seg := range segs {
+		n += int64(len(seg))
+	}
+	return n
 }
 
 // keySegment is the number of records of a segment of
@@ -162,6 +177,8 @@ func NewAccumulator(classes, bins int) (*Accumulator, error) {
 		topConf:  make([]u128, bins),
 		topFreq:  make([]int64, bins),
 		topCount: make([]int64, bins),
+		row:      make([]float64, classes),
+		onehot:   make([]float64, classes),
 	}, nil
 }
 
@@ -216,13 +233,16 @@ func (a *Accumulator) AddSoftmax(logits []float64, labels []int) error {
 			return labelError(i, y, a.classes)
 		}
 	}
+	const exponent = 0x7ff << 52 // all ones in a NaN or an infinity
+	var e uint64
 	for _, v := range logits {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			// Not finite: Add says which probability that makes wrong.
-			p := make([]float64, len(logits))
-			SoftmaxRows(p, logits, a.classes)
-			return a.Add(p, labels)
-		}
+		e = max(e, math.Float64bits(v)&exponent) // branch-free
+	}
+	if e == exponent {
+		// Not finite: Add says which probability that makes wrong.
+		p := make([]float64, len(logits))
+		SoftmaxRows(p, logits, a.classes)
+		return a.Add(p, labels)
 	}
 	// Finite logits: Softmax gives probabilities in [0, 1] (its largest
 	// term is exp(0) = 1, so the sum is at least 1).
@@ -252,71 +272,95 @@ func labelError(i, y, c int) error {
 // addRows accumulates the validated rows x against labels: x holds
 // probabilities, or logits whose softmax is taken a row at a time when
 // softmax is set.
+//
+// It is eval's inner loop (docs/BENCHMARKS.md, "Single-thread cost per
+// logit"), so its per-class work has no branch that depends on the
+// data: the label's terms come from a one-hot row (subtracting 0 leaves
+// a probability as it is), the top probability from max and its class
+// from a second look at the row.
 func (a *Accumulator) addRows(x []float64, labels []int, softmax bool) {
-	c, bins, n := a.classes, a.bins, len(labels)
-	fb := float64(bins)
-	if softmax && len(a.row) != c {
-		a.row = make([]float64, c)
-	}
+	c, n := a.classes, len(labels)
+	p, onehot := a.row[:c], a.onehot[:c]
 	tops := a.topRecords(n)
 	keys := a.classRecords(n)
-	conf, freq, count := a.conf[:c*bins], a.freq[:c*bins], a.count[:c*bins]
+	st := &classStats{conf: a.conf[:c*a.bins], count: a.count[:c*a.bins], bins: a.bins}
 	for i, y := range labels {
-		p := x[i*c : (i+1)*c : (i+1)*c]
+		xi := x[i*c : (i+1)*c : (i+1)*c]
 		if softmax {
-			Softmax(a.row, p)
-			p = a.row
+			Softmax(p, xi)
+		} else {
+			for j, v := range xi {
+				p[j] = min(max(v, 0), 1)
+			}
 		}
-		top, arg := math.Inf(-1), 0
-		var sq float64
-		base := 0 // j·bins
-		for j, v := range p {
-			if !softmax { // a softmax lies in [0, 1]
-				v = min(max(v, 0), 1)
-			}
-			// Bin(v, bins), inlined.
-			b := 0
-			if v >= 1 {
-				b = bins - 1
-			} else if v > 0 {
-				b = min(int(v*fb), bins-1)
-			}
-			k := base + b
-			conf[k].add(uint64(int64(v * probScale))) // < 2⁶³: as uint64(…)
-			count[k]++
-			d := v
-			if j == y {
-				freq[k]++
-				d = v - 1
-			}
-			sq += d * d
-			if v > top {
-				top, arg = v, j
-			}
-			base += bins
-		}
+		onehot[y] = 1
+		top, sq := st.add(p, onehot)
+		onehot[y] = 0
+		a.freq[y*a.bins+st.bin(p[y])]++
+		right := b2u(firstIndex(p, top) == y)
 		if tops != nil {
-			tops[i] = packTop(top, arg == y)
+			tops[i] = packTop(top, right == 1)
 		}
 		for k, rec := range keys {
-			j := a.keepLo + k
-			if softmax { // packTop, whose clamp leaves a softmax as it is
-				rec[i] = math.Float64bits(p[j])<<1 | b2u(j == y)
-			} else {
-				rec[i] = packTop(p[j], j == y)
-			}
+			j := a.keepLo + k // packTop, whose clamp leaves p[j] as it is
+			rec[i] = math.Float64bits(p[j])<<1 | b2u(j == y)
 		}
-		m := Bin(top, bins)
+		m := Bin(top, a.bins)
 		a.topConf[m].add(uint64(top * probScale))
 		a.topCount[m]++
-		if arg == y {
-			a.topFreq[m]++
-			a.correct++
-		}
+		a.topFreq[m] += int64(right)
+		a.correct += int64(right)
 		a.nll.add(uint64(-math.Log(max(min(max(p[y], 0), 1), nllFloor)) * nllScale))
 		a.brier.add(uint64(min(sq, 2) * brierScale))
 	}
+	clear(p) // as NewAccumulator left it: equal statistics, equal accumulators
 	a.n += int64(n)
+}
+
+// classStats is where addRows adds a row's per-class statistics: the
+// fixed-point sums and counts of each class's bins, class j's bins at
+// j·bins to (j+1)·bins − 1.
+type classStats struct {
+	conf  []u128
+	count []int64
+	bins  int
+}
+
+// bin is Bin(v, s.bins) for v ∈ [0, 1]: int(v·bins) is 0 for v = 0 and
+// bins for v = 1.
+func (s *classStats) bin(v float64) int { return min(int(v*float64(s.bins)), s.bins-1) }
+
+// add adds the probabilities p ∈ [0, 1] of one row, whose label's
+// indicator is onehot, to their classes' bins, and returns their
+// largest and the row's Brier term Σ_j (p_j − onehot_j)², summed in
+// the order of the classes.
+func (s *classStats) add(p, onehot []float64) (top, sq float64) {
+	conf, count, bins := s.conf, s.count, s.bins
+	fb, last := float64(bins), bins-1
+	onehot = onehot[:len(p)]
+	top = math.Inf(-1)
+	base := 0 // j·bins
+	for j, v := range p {
+		k := base + min(int(v*fb), last)          // bin(v)
+		conf[k].add(uint64(int64(v * probScale))) // < 2⁶³: as uint64(…)
+		count[k]++
+		d := v - onehot[j]
+		sq += d * d
+		top = max(top, v)
+		base += bins
+	}
+	return top, sq
+}
+
+// firstIndex returns the first index of v in p, or 0 when p lacks it.
+func firstIndex(p []float64, v float64) int {
+	i := 0
+	for j := len(p) - 1; j >= 0; j-- {
+		if p[j] == v {
+			i = j
+		}
+	}
+	return i
 }
 
 // b2u returns 1 for true, 0 for false.
@@ -333,9 +377,9 @@ func (a *Accumulator) topRecords(n int) []uint64 {
 	if !a.keepTops {
 		return nil
 	}
-	a.tops = slices.Grow(a.tops, n)
-	a.tops = a.tops[:len(a.tops)+n]
-	return a.tops[len(a.tops)-n:]
+	var room []uint64
+	a.tops, room = a.appendRoom(a.tops, n)
+	return room
 }
 
 // classRecords returns, for each class kept (KeepClassConfidences), room
@@ -344,26 +388,30 @@ func (a *Accumulator) topRecords(n int) []uint64 {
 func (a *Accumulator) classRecords(n int) [][]uint64 {
 	a.keys = a.keys[:0]
 	for k, segs := range a.classKeys {
-		if last := segs[len(segs)-1]; cap(last)-len(last) < n {
-			// A new segment, never a copy of the old ones, as large as
-			// the records so far (up to keySegment): geometric growth, so
-			// that few examples of many classes take little.
-			held := 0
-			for _, seg := range segs {
-				held += len(seg)
-			}
-			room := min(held, keySegment)
-			if held == 0 {
-				room = a.expect
-			}
-			segs = append(segs, make([]uint64, 0, max(n, room)))
-		}
-		last := segs[len(segs)-1]
-		segs[len(segs)-1] = last[:len(last)+n]
-		a.classKeys[k] = segs
-		a.keys = append(a.keys, last[len(last):len(last)+n])
+		var room []uint64
+		a.classKeys[k], room = a.appendRoom(segs, n)
+		a.keys = append(a.keys, room)
 	}
 	return a.keys
+}
+
+// appendRoom returns segs, not empty, with n more records at the end of
+// its last segment, and those records. When the last segment lacks room
+// it starts a new one, never a copy of the old ones, as large as the
+// records so far (up to keySegment; the first, a.expect): geometric
+// growth, so that few examples of many classes take little.
+func (a *Accumulator) appendRoom(segs [][]uint64, n int) ([][]uint64, []uint64) {
+	if last := segs[len(segs)-1]; cap(last)-len(last) < n {
+		held := int(records(segs))
+		room := min(held, keySegment)
+		if held == 0 {
+			room = a.expect
+		}
+		segs = append(segs, make([]uint64, 0, max(n, room)))
+	}
+	last := segs[len(segs)-1]
+	segs[len(segs)-1] = last[:len(last)+n]
+	return segs, last[len(last) : len(last)+n]
 }
 
 // Merge adds the statistics of o, accumulated over other examples, to a.
@@ -387,19 +435,11 @@ func (a *Accumulator) Merge(o *Accumulator) error {
 		a.topCount[m] += o.topCount[m]
 	}
 	if a.keepTops {
-		if len(a.tops) == 0 {
-			a.tops = o.tops[:len(o.tops):len(o.tops)] // shared, not copied: a's appends reallocate
-		} else {
-			a.tops = append(a.tops, o.tops...)
-		}
+		a.tops = appendSegments(a.tops, o.tops)
 	}
 	if len(a.classKeys) > 0 {
 		for k := range a.classKeys {
-			for _, seg := range o.classKeys[k] {
-				if len(seg) > 0 {
-					a.classKeys[k] = append(a.classKeys[k], seg[:len(seg):len(seg)])
-				}
-			}
+			a.classKeys[k] = appendSegments(a.classKeys[k], o.classKeys[k])
 		}
 	}
 	a.n += o.n
@@ -407,6 +447,17 @@ func (a *Accumulator) Merge(o *Accumulator) error {
 	a.nll.addU(o.nll)
 	a.brier.addU(o.brier)
 	return nil
+}
+
+// appendSegments appends the segments of records o that have records to
+// segs, uncopied and capped, so that Add never writes to them.
+func appendSegments(segs, o [][]uint64) [][]uint64 {
+	for _, seg := range o {
+		if len(seg) > 0 {
+			segs = append(segs, seg[:len(seg):len(seg)])
+		}
+	}
+	return segs
 }
 
 // Metrics returns the metrics of the examples accumulated so far. It

@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -171,5 +172,138 @@ func TestAddSoftmaxIsAdd(t *testing.T) {
 	}
 	if err := a.AddSoftmax([]float64{0, 1}, []int{0}); err == nil || a.N() != 0 {
 		t.Errorf("2 logits for 3 classes: error %v, %d examples added", err, a.N())
+	}
+}
+
+// referenceAdd is what addRows accumulated before its inner loop was made
+// branch-free (b6b0142), written plainly with Softmax, Bin and packTop:
+// the second method TestAddRowsAsReference holds addRows to, bit for bit.
+func referenceAdd(a *Accumulator, x []float64, labels []int, softmax bool) {
+	c, bins := a.classes, a.bins
+	p := make([]float64, c)
+	for i, y := range labels {
+		copy(p, x[i*c:(i+1)*c])
+		if softmax {
+			m := math.Inf(-1) // Softmax as it was: the first largest
+			for _, v := range p {
+				if v > m {
+					m = v
+				}
+			}
+			var sum float64
+			for j, v := range p {
+				p[j] = math.Exp(v - m)
+				sum += p[j]
+			}
+			for j := range p {
+				p[j] /= sum
+			}
+		}
+		top, arg := math.Inf(-1), 0
+		var sq float64
+		for j, v := range p {
+			v = min(max(v, 0), 1)
+			k := j*bins + Bin(v, bins)
+			a.conf[k].add(uint64(int64(v * probScale)))
+			a.count[k]++
+			d := v
+			if j == y {
+				a.freq[k]++
+				d = v - 1
+			}
+			sq += d * d
+			if v > top {
+				top, arg = v, j
+			}
+		}
+		if a.keepTops {
+			a.tops[0] = append(a.tops[0], packTop(top, arg == y))
+		}
+		for k := range a.classKeys {
+			j := a.keepLo + k
+			a.classKeys[k][0] = append(a.classKeys[k][0], packTop(p[j], j == y))
+		}
+		m := Bin(top, bins)
+		a.topConf[m].add(uint64(top * probScale))
+		a.topCount[m]++
+		if arg == y {
+			a.topFreq[m]++
+			a.correct++
+		}
+		a.nll.add(uint64(-math.Log(max(min(max(p[y], 0), 1), nllFloor)) * nllScale))
+		a.brier.add(uint64(min(sq, 2) * brierScale))
+	}
+	a.n += int64(len(labels))
+}
+
+// TestAddRowsAsReference: Add and AddSoftmax leave the statistics and
+// records that referenceAdd leaves, bit for bit, on rows with tied
+// largest logits, signed zeros, probabilities that underflow to 0 or
+// round to 1, and (for Add) probabilities just outside [0, 1].
+func TestAddRowsAsReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, tc := range []struct{ n, c, bins int }{{3000, 10, 15}, {500, 2, 1}, {400, 37, 10}, {2000, 3, 100}} {
+		s := randomSet(rng, tc.n, tc.c, 4)
+		z := s.Logits
+		for i := 0; i < tc.n; i += 7 { // a tie for the largest logit
+			m := slices.Max(z[i*tc.c : (i+1)*tc.c])
+			z[i*tc.c+rng.IntN(tc.c)] = m
+		}
+		for i := 3; i < tc.n; i += 11 { // signed zeros, largest or not
+			z[i*tc.c+rng.IntN(tc.c)] = math.Copysign(0, -1)
+			z[i*tc.c+rng.IntN(tc.c)] = 0
+		}
+		for i := 5; i < tc.n; i += 13 { // a probability that underflows
+			z[i*tc.c+rng.IntN(tc.c)] = -800
+		}
+		for i := 6; i < tc.n; i += 17 { // a probability of 1
+			z[i*tc.c+rng.IntN(tc.c)] = 900
+		}
+		p := make([]float64, len(z))
+		SoftmaxRows(p, z, tc.c)
+		for k := 0; k < len(p); k += 19 { // rounding outside [0, 1], and exact ends
+			p[k] = []float64{-1e-9, 1 + 1e-9, 0, 1, 0.5}[k%5]
+		}
+		for _, softmax := range []bool{false, true} {
+			x := p
+			if softmax {
+				x = z
+			}
+			var accs [2]*Accumulator
+			for r := range accs {
+				a, err := NewAccumulator(tc.c, tc.bins)
+				if err != nil {
+					t.Fatal(err)
+				}
+				a.KeepTopConfidences()
+				a.KeepClassConfidences(0, tc.c, tc.n)
+				accs[r] = a
+			}
+			referenceAdd(accs[0], x, s.Labels, softmax)
+			for lo := 0; lo < tc.n; lo += 256 {
+				hi := min(lo+256, tc.n)
+				var err error
+				if softmax {
+					err = accs[1].AddSoftmax(x[lo*tc.c:hi*tc.c], s.Labels[lo:hi])
+				} else {
+					err = accs[1].Add(x[lo*tc.c:hi*tc.c], s.Labels[lo:hi])
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, got := accs[0].AppendEncoded(nil), accs[1].AppendEncoded(nil)
+			if !slices.Equal(got, want) {
+				t.Errorf("%+v, softmax %v: statistics differ from the reference's", tc, softmax)
+			}
+			if !slices.Equal(slices.Concat(accs[1].tops...), accs[0].tops[0]) {
+				t.Errorf("%+v, softmax %v: top records differ from the reference's", tc, softmax)
+			}
+			for k := range tc.c {
+				if got, want := slices.Concat(accs[1].classKeys[k]...), accs[0].classKeys[k][0]; !slices.Equal(got, want) {
+					t.Errorf("%+v, softmax %v: class %d's records differ from the reference's", tc, softmax, k)
+				}
+			}
+		}
 	}
 }

@@ -1,18 +1,42 @@
 package calib
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
+	"time"
 )
 
-// Benchmarks of eval's work per row (docs/BENCHMARKS.md, "Cheaper work
-// per row"), on 2^16 rows of 10 classes shaped as bench/eval.sh's file:
-// normal logits, the label's raised by about 4, all times 1.5.
+// Benchmarks of eval's work per row (docs/BENCHMARKS.md, "Single-thread
+// cost per logit"), on 2^16 rows of 10 classes shaped as bench/eval.sh's
+// file: normal logits, the label's raised by about 4, all times 1.5.
+// Each reports its wall time and its thread's CPU time (cpu-ns, on
+// Linux) per logit or key: on a loaded machine the second is the one to
+// read.
 
-// evalBenchRows returns the rows' logits and labels.
-func evalBenchRows() ([]float64, []int) {
-	const n, c = 1 << 16, 10
+// perItem runs body b.N times on one locked thread and reports its wall
+// and CPU time per item, items being what one run handles.
+func perItem(b *testing.B, items int, unit string, body func()) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cpu0 := threadCPU()
+	for b.Loop() {
+		body()
+	}
+	cpu := threadCPU() - cpu0
+	n := float64(b.N * items)
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/n, "ns/"+unit)
+	b.ReportMetric(float64(cpu/time.Nanosecond)/n, "cpu-ns/"+unit)
+}
+
+// evalBenchRows returns the logits and labels of 2^16 rows.
+func evalBenchRows() ([]float64, []int) { return evalBenchRowsN(1 << 16) }
+
+// evalBenchRowsN returns the logits and labels of n rows.
+func evalBenchRowsN(n int) ([]float64, []int) {
+	const c = 10
 	rng := rand.New(rand.NewPCG(1, 1))
 	z, y := make([]float64, n*c), make([]int, n)
 	for i := range y {
@@ -32,12 +56,11 @@ func evalBenchRows() ([]float64, []int) {
 func BenchmarkEvalFloor(b *testing.B) {
 	z, _ := evalBenchRows()
 	var sum float64
-	for b.Loop() {
+	perItem(b, len(z), "logit", func() {
 		for _, v := range z {
 			sum += math.Exp(v)
 		}
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(z)), "ns/logit")
+	})
 	_ = sum
 }
 
@@ -48,7 +71,7 @@ func BenchmarkAddSoftmax(b *testing.B) {
 	z, y := evalBenchRows()
 	for _, keep := range []bool{false, true} {
 		b.Run(map[bool]string{false: "stats", true: "stats+records"}[keep], func(b *testing.B) {
-			for b.Loop() {
+			perItem(b, len(z), "logit", func() {
 				a, err := NewAccumulator(10, 15)
 				if err != nil {
 					b.Fatal(err)
@@ -62,24 +85,26 @@ func BenchmarkAddSoftmax(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(z)), "ns/logit")
+			})
 		})
 	}
 }
 
-// BenchmarkSortPacked sorts one class's records into a reused buffer.
+// BenchmarkSortPacked sorts one class's records (class 0: most of them
+// small probabilities) into a reused buffer, 2^16 of them (in cache) and
+// 2^20 (eval's 10^6 rows).
 func BenchmarkSortPacked(b *testing.B) {
-	z, y := evalBenchRows()
-	keys := make([]uint64, len(y))
-	p := make([]float64, 10)
-	for i, label := range y {
-		Softmax(p, z[i*10:(i+1)*10])
-		keys[i] = packTop(p[0], label == 0)
+	for _, n := range []int{1 << 16, 1 << 20} {
+		z, y := evalBenchRowsN(n)
+		keys := make([]uint64, len(y))
+		p := make([]float64, 10)
+		for i, label := range y {
+			Softmax(p, z[i*10:(i+1)*10])
+			keys[i] = packTop(p[0], label == 0)
+		}
+		buf := make([]uint64, len(keys))
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			perItem(b, len(keys), "key", func() { buf = sortPackedInto(buf, keys) })
+		})
 	}
-	buf := make([]uint64, len(keys))
-	for b.Loop() {
-		buf = sortPackedInto(buf, keys)
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(keys)), "ns/key")
 }

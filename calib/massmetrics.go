@@ -135,8 +135,7 @@ func classErrors(s []uint64, bins int) ClassErrors {
 
 // sortPacked returns the packed keys of the segments segs, together, in
 // increasing order, as slices.Sort would sort them (sortPackedInto, into
-// a new slice). It reads segs without changing them, except that it sorts
-// a lone segment of fewer than 1024 keys in place and returns it.
+// a new slice). It reads segs without changing them.
 func sortPacked(segs ...[]uint64) []uint64 {
 	return sortPackedInto(nil, segs...)
 }
@@ -145,19 +144,23 @@ func sortPacked(segs ...[]uint64) []uint64 {
 // for the keys (else it allocates): a most-significant-digit radix sort,
 // whose first pass distributes the keys by the topBits bits below those
 // that every key shares, and whose buckets, small enough to sit in cache,
-// are sorted in place by further passes of 8 bits (sortBucket).
+// are sorted in place by a packedSorter.
 func sortPackedInto(buf []uint64, segs ...[]uint64) []uint64 {
-	const topBits = 12 // 4096 buckets: their open cache lines fit in L2
+	// 1,024 buckets: few enough that the scattered writes stay in the
+	// translation buffer and L2 (at 10⁶ keys ≈ 5 ns a key against ≈ 9 for
+	// 4,096), at the price of larger buckets for packedSorter.
+	const topBits = 10
 	n := 0
 	for _, seg := range segs {
 		n += len(seg)
 	}
 	if n < 1024 {
-		var s []uint64
-		if len(segs) == 1 {
-			s = segs[0]
-		} else {
-			s = slices.Concat(segs...)
+		s := buf[:0]
+		if cap(s) < n {
+			s = make([]uint64, 0, n)
+		}
+		for _, seg := range segs {
+			s = append(s, seg...)
 		}
 		slices.Sort(s)
 		return s
@@ -197,31 +200,47 @@ func sortPackedInto(buf []uint64, segs ...[]uint64) []uint64 {
 	if lo == hi {
 		return dst
 	}
-	scratch := make([]uint64, largest)
+	ps := packedSorter{scratch: make([]uint64, largest)}
 	for b := range 1 << topBits {
-		if count[b+1]-count[b] > 1 {
-			sortBucket(dst[count[b]:count[b+1]], scratch)
+		if s := dst[count[b]:count[b+1]]; len(s) > 1 {
+			ps.sort(s)
 		}
 	}
 	return dst
 }
 
-// sortBucket sorts s in place, using scratch (at least len(s) long): by
-// insertion for a few keys, else by one radix pass on the 8 bits below
-// those its keys share, into scratch and back, and the same for each
-// bucket of that pass.
-func sortBucket(s, scratch []uint64) {
-	if len(s) <= 32 {
-		for i := 1; i < len(s); i++ {
-			u := s[i]
-			j := i
-			for ; j > 0 && s[j-1] > u; j-- {
-				s[j] = s[j-1]
-			}
-			s[j] = u
-		}
+// insertionMax is the most keys that packedSorter sorts by insertion.
+const insertionMax = 16
+
+// maxDigit is the most bits of one packedSorter pass: 2,048 sub-buckets.
+const maxDigit = 11
+
+// packedSorter sorts buckets of keys that fit in cache: by insertion
+// when a bucket has few keys, else by one counting pass on the d bits
+// below those its keys share, d = ⌊log₂ n⌋ + 2 (at most maxDigit), so
+// that most sub-buckets hold one key or none, the sub-buckets of more
+// than insertionMax keys sorted the same way, and then one insertion
+// pass over the whole bucket, which sorts the small sub-buckets as it
+// copies the keys back. Against passes of a fixed 8 bits, it spends
+// little on the counts of small buckets and less on insertion sorts
+// (docs/BENCHMARKS.md, "Single-thread cost per logit").
+type packedSorter struct {
+	scratch []uint64 // room for the largest bucket
+	counts  [][]int  // one for each depth of recursion
+}
+
+// sort sorts s in place; len(s) must not exceed len(ps.scratch).
+func (ps *packedSorter) sort(s []uint64) {
+	if len(s) <= insertionMax {
+		insertionSort(s)
 		return
 	}
+	ps.radix(s, ps.scratch[:len(s)], 0)
+}
+
+// radix sorts s, of more than insertionMax keys, in place, using t (as
+// long as s) for scratch; depth is the depth of recursion.
+func (ps *packedSorter) radix(s, t []uint64, depth int) {
 	lo, hi := s[0], s[0]
 	for _, u := range s[1:] {
 		lo, hi = min(lo, u), max(hi, u)
@@ -229,26 +248,55 @@ func sortBucket(s, scratch []uint64) {
 	if lo == hi {
 		return
 	}
-	shift := uint(max(0, bits.Len64(lo^hi)-8))
-	var count [257]int
+	d := min(maxDigit, bits.Len(uint(len(s)))+1)
+	shift := uint(max(0, bits.Len64(lo^hi)-d))
+	mask := uint64(1)<<d - 1
+	if depth == len(ps.counts) {
+		ps.counts = append(ps.counts, make([]int, 1<<maxDigit+1))
+	}
+	count := ps.counts[depth][:1<<d+1]
+	clear(count)
 	for _, u := range s {
-		count[1+int(u>>shift)&0xff]++
+		count[1+(u>>shift)&mask]++
 	}
 	for b := 1; b < len(count); b++ {
 		count[b] += count[b-1]
 	}
-	next := count
-	t := scratch[:len(s)]
+	// Into t; count[b] then ends sub-bucket b.
 	for _, u := range s {
-		b := int(u>>shift) & 0xff
-		t[next[b]] = u
-		next[b]++
+		b := (u >> shift) & mask
+		t[count[b]] = u
+		count[b]++
 	}
-	copy(s, t)
-	for b := range 256 {
-		if count[b+1]-count[b] > 1 {
-			sortBucket(s[count[b]:count[b+1]], scratch)
+	start := 0
+	for _, end := range count[:1<<d] {
+		if end-start > insertionMax {
+			ps.radix(t[start:end], s[start:end], depth+1)
 		}
+		start = end
+	}
+	// Back into s, sorting the small sub-buckets on the way: no key is
+	// more than insertionMax − 1 places from where it belongs.
+	s[0] = t[0]
+	for i := 1; i < len(t); i++ {
+		u := t[i]
+		j := i
+		for ; j > 0 && s[j-1] > u; j-- {
+			s[j] = s[j-1]
+		}
+		s[j] = u
+	}
+}
+
+// insertionSort sorts s in place by insertion.
+func insertionSort(s []uint64) {
+	for i := 1; i < len(s); i++ {
+		u := s[i]
+		j := i
+		for ; j > 0 && s[j-1] > u; j-- {
+			s[j] = s[j-1]
+		}
+		s[j] = u
 	}
 }
 
@@ -283,11 +331,13 @@ func ClasswiseErrors(probs []float64, labels []int, classes, bins int) (Classwis
 	}
 	parts := make([]ClassErrors, classes)
 	s := make([]uint64, len(labels))
+	var buf []uint64
 	for j := range classes {
 		for i, y := range labels {
 			s[i] = packTop(probs[i*classes+j], y == j)
 		}
-		parts[j] = classErrors(sortPacked(s), bins)
+		buf = sortPackedInto(buf, s)
+		parts[j] = classErrors(buf, bins)
 	}
 	return CombineClasswise(parts), nil
 }

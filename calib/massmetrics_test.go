@@ -141,11 +141,13 @@ func TestBootstrapSortsOnce(t *testing.T) {
 }
 
 // TestSortPacked compares the radix sort with slices.Sort on keys that
-// share bytes, tie, and span the whole range.
+// share bytes, tie, span the whole range, or crowd into a few buckets as
+// a class's probabilities do (most of them tiny, spread over many
+// exponents, a few near 1), at sizes that recurse.
 func TestSortPacked(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	for _, n := range []int{0, 1, 255, 256, 1000, 1024, 5000, 70000} {
-		for kind := range 3 {
+	for _, n := range []int{0, 1, 255, 256, 1000, 1024, 5000, 70000, 300000} {
+		for kind := range 5 {
 			s := make([]uint64, n)
 			for i := range s {
 				switch kind {
@@ -155,6 +157,10 @@ func TestSortPacked(t *testing.T) {
 					s[i] = packTop(rng.Float64(), rng.IntN(2) == 0)
 				case 2:
 					s[i] = 0xabcd_0000_0000_0000 | uint64(rng.IntN(40))<<8 // shared and tied bytes
+				case 3:
+					s[i] = packTop(math.Exp(-rng.ExpFloat64()*8), rng.IntN(10) == 0) // skewed
+				case 4:
+					s[i] = packTop(float64(rng.IntN(3000))/4096, rng.IntN(2) == 0) // many ties
 				}
 			}
 			want := slices.Clone(s)

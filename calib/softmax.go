@@ -8,11 +8,12 @@ func Softmax(dst, z []float64) {
 	if len(dst) != len(z) {
 		panic("calib: Softmax length mismatch")
 	}
+	// max, branch-free, where v > m was: the same m but for the sign
+	// of a zero, which changes no v − m and so no probability; a NaN
+	// gives NaN probabilities either way.
 	m := math.Inf(-1)
 	for _, v := range z {
-		if v > m {
-			m = v
-		}
+		m = max(m, v)
 	}
 	var sum float64
 	for i, v := range z {

@@ -71,15 +71,16 @@ func TopLabelErrors(probs []float64, labels []int, classes, bins int) (TopLabel,
 		return TopLabel{}, err
 	}
 	t := a.TopLabel()
-	t.setMass(topConfidences(probs, labels, classes), a.bins)
+	t.setMass(sortPacked(topConfidences(probs, labels, classes)), a.bins)
 	return t, nil
 }
 
 // TopLabel returns the top-label calibration errors of the examples
 // accumulated so far. AdaptiveECE, whose equal-mass bins need every
 // example's top confidence, is computed only when a kept them for every
-// example (KeepTopConfidences); TopLabel then sorts those records in
-// place, so it must not run concurrently with another use of a. The
+// example (KeepTopConfidences); TopLabel then sorts those records into
+// a buffer that a keeps for ClassErrors (until ClassErrors or Forget),
+// so it must not run concurrently with another use of a. The
 // other errors merge exactly across accumulators. It returns the zero
 // TopLabel when nothing was accumulated.
 func (a *Accumulator) TopLabel() TopLabel {
@@ -87,8 +88,9 @@ func (a *Accumulator) TopLabel() TopLabel {
 		return TopLabel{}
 	}
 	var t TopLabel
-	if a.keepTops && int64(len(a.tops)) == a.n {
-		t.setMass(a.tops, a.bins)
+	if a.keepTops && records(a.tops) == a.n {
+		a.sorted = sortPackedInto(a.sorted, a.tops...)
+		t.setMass(a.sorted, a.bins)
 	}
 	n := float64(a.n)
 	var sq, debiased, confSum float64
@@ -116,10 +118,9 @@ func (a *Accumulator) TopLabel() TopLabel {
 }
 
 // setMass sets the adaptive ECE and the KS error of t from the packed
-// top confidences s of every example (sortPacked: sorted in place or
-// copied).
+// top confidences s of every example, sorted (sortPacked).
 func (t *TopLabel) setMass(s []uint64, bins int) {
-	e := equalMass(sortPacked(s), bins, nil)
+	e := equalMass(s, bins, nil)
 	n := float64(len(s))
 	ece, ks := e.gap/n, e.ks/n
 	t.AdaptiveECE, t.KS = &ece, &ks
