@@ -263,9 +263,14 @@ func (s *Session) runInline(ctx context.Context, b *batcher, runs int, acct *acc
 			}
 			r := ran{seq: seq}
 			seq++
-			eof, _, err := b.fill(sl, nil)
-			ended = eof || err != nil
+			// A stop or a cancelled context ends the reading before the
+			// next record, the batch unfinished and never handed on.
+			eof, paused, err := b.fill(sl, func() bool { return stopped.Load() || ctx.Err() != nil })
+			ended = eof || paused || err != nil
 			mu.Unlock()
+			if paused {
+				return
+			}
 			switch {
 			case err != nil:
 				r.err, r.read = err, true
@@ -320,7 +325,10 @@ func (s *Session) runInline(ctx context.Context, b *batcher, runs int, acct *acc
 		// The first batch alone, on this goroutine.
 		sl := &slot{}
 		ahead <- struct{}{}
-		eof, _, err := b.fill(sl, nil)
+		eof, paused, err := b.fill(sl, func() bool { return ctx.Err() != nil })
+		if paused {
+			return ctx.Err()
+		}
 		r := ran{seq: 0, err: err, read: err != nil, empty: err == nil && sl.rows == 0}
 		if err == nil && sl.rows > 0 {
 			r.bt = sl
@@ -470,7 +478,10 @@ func (b *batcher) batches(ctx context.Context, slots int, background bool) (iter
 					yield(filled{err: err})
 					return
 				}
-				eof, _, err := b.fill(sl, nil)
+				eof, paused, err := b.fill(sl, func() bool { return ctx.Err() != nil })
+				if paused {
+					err = ctx.Err()
+				}
 				if err != nil {
 					yield(filled{err: err})
 					return
@@ -597,6 +608,8 @@ func (b *batcher) readAhead(ctx context.Context, slots int, background bool) (<-
 				select {
 				case <-done: // stop was called: end before the next record
 					return true
+				case <-ctx.Done(): // likewise when the context is cancelled
+					return true
 				default:
 					return background && plan.promoted()
 				}
@@ -610,6 +623,10 @@ func (b *batcher) readAhead(ctx context.Context, slots int, background bool) (<-
 				case <-done:
 					return
 				default:
+				}
+				if err := ctx.Err(); err != nil {
+					send(filled{err: err})
+					return
 				}
 				// Promoted: a goroutine of normal priority finishes
 				// this batch and reads the rest; this one's thread

@@ -9,6 +9,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/fedcalib/fedcalib/infer/data"
@@ -285,6 +286,50 @@ func TestInferCancel(t *testing.T) {
 	_, err := s.Infer(ctx, &sliceReader{recs: imageRecords(images(3, 16, 7), 4, 4, 1)})
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Infer on a cancelled context = %v, want context.Canceled", err)
+	}
+}
+
+// cancellingReader cancels its context when record at is asked for and
+// counts the records read.
+type cancellingReader struct {
+	sliceReader
+	at     int
+	cancel context.CancelFunc
+	calls  atomic.Int64
+}
+
+func (r *cancellingReader) Next(rec *data.Record) error {
+	if int(r.calls.Add(1)) == r.at+1 {
+		r.cancel()
+	}
+	return r.sliceReader.Next(rec)
+}
+
+// TestInferCancelMidBatch: a context cancelled while a batch is being
+// read ends the reading before the next record, whatever the plan (one
+// run reading ahead, concurrent runs, reading between runs), and Infer
+// reports the cancellation.
+func TestInferCancelMidBatch(t *testing.T) {
+	recs := imageRecords(images(400, 16, 7), 4, 4, 1)
+	for _, opt := range []Options{{Runs: 1}, {Runs: 2}, {Runs: 3}, {Sequential: true}} {
+		opt.Batch, opt.Threads = 100, 1
+		runs := fmt.Sprintf("%+v", opt)
+		s := openTest(t, "testdata/tiny.onnx", opt)
+		ctx, cancel := context.WithCancel(context.Background())
+		// Record 150 is inside a batch of 100 whatever the plan: the
+		// third batch of one run (100 to 199), or one of several runs'
+		// (6, 12 or 18 records first, then shares of at most 100).
+		rd := &cancellingReader{sliceReader: sliceReader{recs: recs}, at: 150, cancel: cancel}
+		_, err := s.Infer(ctx, rd)
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("%s: Infer = %v, want context.Canceled", runs, err)
+		}
+		// The record that cancelled, and at most one more: one run at a
+		// time reads the next batch on a goroutine that sees the
+		// cancellation before its next record.
+		if n := rd.calls.Load(); n > 152 {
+			t.Errorf("%s: %d records read after a cancellation at record 150", runs, n)
+		}
 	}
 }
 
