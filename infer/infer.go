@@ -299,7 +299,6 @@ func (s *Session) runInline(ctx context.Context, b *batcher, runs int, acct *acc
 			}
 			delete(pending, next)
 			next++
-			<-ahead
 			switch {
 			case r.read:
 				return true, r.err
@@ -308,6 +307,7 @@ func (s *Session) runInline(ctx context.Context, b *batcher, runs int, acct *acc
 			case r.empty:
 				return true, nil
 			}
+			<-ahead // handed on: a run may read one more
 			base := len(acct.res.Logits)
 			acct.res.Logits = append(acct.res.Logits, r.out...)
 			for len(*extra) < len(r.extra) {
