@@ -173,6 +173,10 @@ type dirichletProblem struct {
 	tol     float64
 	prior   float64 // the prior precision (FitOptions.Prior, 0 → DefaultPrior); < 0: none
 	maxIter int
+	// probs, when not nil, receives each row's softmax at the last
+	// evaluation of the objective (s.Len()×C; Newton–CG's Hessian-vector
+	// products at the current point).
+	probs []float64
 	// evaluations counts the objective's evaluations, for the tests.
 	evaluations int
 }
@@ -200,7 +204,7 @@ func (d *dirichletProblem) objective(ls *Set, lambda, mu float64, r *rowSums) lo
 	return func(g, u []float64) float64 {
 		d.evaluations++
 		dirichletExpand(full, u, d.v, c)
-		val := dirichletLoss(gfull, full, ls, lambda, mu, r)
+		val := dirichletLoss(gfull, full, ls, lambda, mu, r, d.probs)
 		dirichletProject(g, gfull, d.v, c)
 		for i, id := range identity {
 			e := u[i] - id

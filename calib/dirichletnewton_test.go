@@ -173,7 +173,7 @@ func TestDirichletCVNewtonChoosesAsLBFGS(t *testing.T) {
 		if tc.d.LambdaGrid != nil {
 			folds = 3
 		}
-		newton, _, _, err := tc.d.heldOut(ls, folds, lambdas, mus, true)
+		newton, _, _, err := tc.d.heldOut(ls, folds, lambdas, mus, dirichletCVNewton)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -207,7 +207,7 @@ func TestDirichletCVNewtonThreads(t *testing.T) {
 	var want []float64
 	for _, procs := range []int{1, 2, 4} {
 		prev := runtime.GOMAXPROCS(procs)
-		got, _, _, err := d.heldOut(s, 5, lambdas, mus, true)
+		got, _, _, err := d.heldOut(s, 5, lambdas, mus, dirichletCVNewton)
 		runtime.GOMAXPROCS(prev)
 		if err != nil {
 			t.Fatal(err)

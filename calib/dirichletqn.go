@@ -59,6 +59,8 @@ type dirichletQN struct {
 	rho, alpha []float64
 	hfull      []float64
 	fitted     bool // a fit has set h or kf
+	// memory is the number of pairs kept (dirichletQNMemory).
+	memory int
 	// steps counts the L-BFGS steps taken, for the tests.
 	steps int
 }
@@ -67,7 +69,7 @@ type dirichletQN struct {
 // gradient tolerance and within the iterations of o, with no history.
 func newDirichletQN(v string, c int, o FitOptions) *dirichletQN {
 	null, single := dirichletNull(v, c)
-	return &dirichletQN{dirichletProblem: newDirichletProblem(v, c, o), hfull: make([]float64, c*c+c), null: null, single: single}
+	return &dirichletQN{dirichletProblem: newDirichletProblem(v, c, o), hfull: make([]float64, c*c+c), null: null, single: single, memory: dirichletQNMemory}
 }
 
 // refit returns the fitter of the final fit under o, with the history of
@@ -133,7 +135,7 @@ func (q *dirichletQN) remember(s, y, pen []float64) {
 		return
 	}
 	var ns, ny []float64
-	if len(q.s) == dirichletQNMemory {
+	if len(q.s) >= q.memory {
 		ns, ny = q.s[0], q.y[0]
 		q.s, q.y = append(q.s[:0], q.s[1:]...), append(q.y[:0], q.y[1:]...)
 	} else {

@@ -53,7 +53,7 @@ func TestDirichletCVQNChoosesAsLBFGS(t *testing.T) {
 		s, d := tc.setUp()
 		ls := logProbSet(s)
 		lambdas, mus := d.grids(tc.c)
-		qn, _, _, err := d.heldOut(ls, tc.folds, lambdas, mus, false)
+		qn, _, _, err := d.heldOut(ls, tc.folds, lambdas, mus, dirichletCVKeptLBFGS)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,7 +122,7 @@ func TestDirichletCVQNThreads(t *testing.T) {
 		}
 		lambdas, mus := d.grids(tc.c)
 		prev := runtime.GOMAXPROCS(procs)
-		got, _, _, err := d.heldOut(ls, tc.folds, lambdas, mus, false)
+		got, _, _, err := d.heldOut(ls, tc.folds, lambdas, mus, dirichletCVKeptLBFGS)
 		if err == nil {
 			err = d.Fit(s)
 		}
