@@ -34,7 +34,6 @@ var dirichletCGForcing = 0.1
 // Newton–CG step.
 const dirichletCGMaxIter = 250
 
-var ncgKeepFirst bool
 
 var ncgMemory = 20
 
@@ -175,15 +174,10 @@ func (q *dirichletNewtonCG) solve(d, g, pen []float64, target float64, ls *Set, 
 	}
 	// Keep the solve's last pairs (the history is not changed during a
 	// solve: the preconditioner must stay fixed).
-	if ncgKeepFirst {
-		for k := 0; k < min(len(ps), q.memory); k++ {
-			q.remember(ps[k], ys[k], pen)
-		}
-	} else {
-		for k := max(0, len(ps)-q.memory); k < len(ps); k++ {
-			q.remember(ps[k], ys[k], pen)
-		}
+	for k := max(0, len(ps)-q.memory); k < len(ps); k++ {
+		q.keep(ps[k], ys[k], pen)
 	}
+	q.usePenalty(pen)
 }
 
 // fit minimises dirichletFit's objective on the log-probability set ls

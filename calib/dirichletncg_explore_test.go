@@ -21,7 +21,6 @@ func TestDirichletNCGExplore(t *testing.T) {
 	if v := os.Getenv("NCG_MEM"); v != "" {
 		ncgMemory, _ = strconv.Atoi(v)
 	}
-	ncgKeepFirst = os.Getenv("NCG_FIRST") != ""
 	n := 1000
 	if v := os.Getenv("NCG_ROWS"); v != "" {
 		n, _ = strconv.Atoi(v)

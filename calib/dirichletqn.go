@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 
+	"gonum.org/v1/gonum/floats"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -109,16 +110,12 @@ func (q *dirichletQN) direction(d, g, pen []float64) {
 	copy(d, g)
 	for i := len(q.s) - 1; i >= 0; i-- {
 		q.alpha[i] = q.rho[i] * dot(q.s[i], d)
-		for a, y := range q.yp[i] {
-			d[a] -= q.alpha[i] * y
-		}
+		floats.AddScaled(d, -q.alpha[i], q.yp[i])
 	}
 	q.initial(d, pen)
 	for i := range q.s {
 		beta := q.rho[i] * dot(q.yp[i], d)
-		for a, s := range q.s[i] {
-			d[a] += (q.alpha[i] - beta) * s
-		}
+		floats.AddScaled(d, q.alpha[i]-beta, q.s[i])
 	}
 }
 
@@ -127,12 +124,20 @@ func (q *dirichletQN) direction(d, g, pen []float64) {
 // (always, the objective being convex and the prior or penalty strictly
 // so; a step lost in rounding is not kept).
 func (q *dirichletQN) remember(s, y, pen []float64) {
+	if q.keep(s, y, pen) {
+		q.usePenalty(pen)
+	}
+}
+
+// keep is remember without preparing the history for pen (usePenalty),
+// for several pairs at once; it reports whether it kept the pair.
+func (q *dirichletQN) keep(s, y, pen []float64) bool {
 	var sy float64
 	for a, v := range s {
 		sy += v * (y[a] + pen[a]*v)
 	}
 	if !(sy > 0) || math.IsInf(sy, 0) {
-		return
+		return false
 	}
 	var ns, ny []float64
 	if len(q.s) >= q.memory {
@@ -144,7 +149,7 @@ func (q *dirichletQN) remember(s, y, pen []float64) {
 	copy(ns, s)
 	copy(ny, y)
 	q.s, q.y = append(q.s, ns), append(q.y, ny)
-	q.usePenalty(pen)
+	return true
 }
 
 // diagonal sets q.h to the diagonal of the NLL's Hessian at the free
@@ -273,14 +278,9 @@ func (q *dirichletQN) fit(ls *Set, u0 []float64, lambda, mu float64) ([]float64,
 	return q.finish(ls, u, lambda, mu, rep.Iterations, "L-BFGS step(s) on the kept history")
 }
 
-// dot returns a·b.
-func dot(a, b []float64) float64 {
-	var v float64
-	for i, x := range a {
-		v += x * b[i]
-	}
-	return v
-}
+// dot returns a·b (floats.Dot: the same sum whatever the machine's
+// number of threads).
+func dot(a, b []float64) float64 { return floats.Dot(a, b) }
 
 // errAtStart is the error of a warm-started fit whose objective at its
 // start is f, not finite.
