@@ -265,7 +265,7 @@ func (d *Dirichlet) variant() string {
 // each pair (λ, μ) of the grids (see LambdaGrid), a fit on all folds but
 // one (to DirichletCVGradientTol; warm-started along the grid and across
 // folds, by Newton's method up to DirichletNewtonMaxClasses classes, by
-// L-BFGS keeping its history across the fits beyond: see
+// Newton–CG with exact Hessian-vector products beyond: see
 // docs/CALIBRATION.md) is scored by its NLL on the
 // held-out fold; the pair of the least NLL summed over all held-out
 // examples becomes Lambda and Mu, ties going to the larger λ, then the
@@ -414,8 +414,8 @@ func bestPair(sums []float64) int {
 // heldOut returns, for each pair p = i·len(mus) + j of the grids, the NLL
 // summed over every held-out example of folds folds of ls, each fold's
 // fit on the others to DirichletCVGradientTol (unless Options asks for
-// less), by Newton's method (dirichletNewton) or by L-BFGS keeping its
-// history (dirichletQN), warm-started as crossValidateWarm says; the
+// less), by solver's fitter (dirichletCVSolverFor chooses it),
+// warm-started as crossValidateWarm says; the
 // folds' sums are added in fold order. It also returns, for each pair,
 // the mean of the folds' optima (free parameters), and the fitter.
 func (d *Dirichlet) heldOut(ls *Set, folds int, lambdas, mus []float64, solver dirichletCVSolver) (sums []float64, starts [][]float64, warm dirichletWarmFitter, err error) {
@@ -443,7 +443,7 @@ const (
 	dirichletCVNewtonCG
 	// dirichletCVKeptLBFGS is L-BFGS keeping its history from fit to fit
 	// (dirichletQN), the path beyond DirichletNewtonMaxClasses before
-	// Newton–CG, kept for the tests.
+	// Newton–CG, kept as the tests' second method.
 	dirichletCVKeptLBFGS
 )
 
@@ -530,8 +530,8 @@ func (d *Dirichlet) folds(ls *Set, folds int) (train, test []*Set) {
 // dirichletWarmFitter fits dirichletFit's objective at the grid pairs of
 // a cross-validation one after the other, keeping what each fit learnt of
 // the objective's curvature for the next: Newton's method
-// (dirichletNewton) up to DirichletNewtonMaxClasses classes, L-BFGS with
-// a kept history (dirichletQN) beyond.
+// (dirichletNewton) up to DirichletNewtonMaxClasses classes, Newton–CG
+// (dirichletNewtonCG) beyond (dirichletCVSolverFor).
 type dirichletWarmFitter interface {
 	// fit minimises the objective on the log-probability set ls with
 	// ODIR weights lambda and mu from the free parameters u0, to the

@@ -16,26 +16,29 @@ import (
 // softmax of a row, the NLL's Hessian times V = [V_W, v_b] is the mean
 // over rows of r x̃ᵀ with r = p ⊙ (t − (p·t)) and t = V_W ℓ(z) + v_b
 // (matrixHessVec): with each row's p kept from the last evaluation of the
-// objective, one product costs about one gradient's pass over the rows.
+// objective, one product is two matrix products over the rows, about half
+// a gradient's evaluation (no exponentials; 9 against 16 ms at 800 × 100
+// on one thread).
 // Each Newton step solves (H + P)·d = g by conjugate gradients with
 // exact products, preconditioned by the inverse of dirichletQN's model
 // (the Kronecker factors of the full variant, the diagonal of the others,
 // with the kept pairs of curvature on top), to a residual a fraction of
 // the gradient; the kept pairs are the solves' own (p, H·p), exact
 // curvature, so the next fit's preconditioner (at a neighbouring pair or
-// fold) starts knowing the directions the last one had to find.
+// fold) starts knowing the directions the last one had to find. The
+// Kronecker factors come from the kept softmax (A) and, once per training
+// set, from its rows (B), not from a pass of their own.
 
-// dirichletCGForcing is the reduction of the gradient's infinity norm a
-// Newton–CG step's linear solve must reach (its residual at most this
-// fraction of the gradient, or half the tolerance, whichever is larger).
-var dirichletCGForcing = 0.1
+// dirichletCGForcing is the largest reduction of the gradient's
+// infinity norm ‖g‖ a Newton–CG step's linear solve asks for: its residual
+// at most min(dirichletCGForcing, √‖g‖)·‖g‖ (Nocedal and Wright's
+// superlinear forcing, loose far from the optimum, tight near it), or half
+// the tolerance, whichever is larger.
+const dirichletCGForcing = 0.5
 
 // dirichletCGMaxIter caps the conjugate-gradient iterations of one
 // Newton–CG step.
 const dirichletCGMaxIter = 250
-
-
-var ncgMemory = 20
 
 // dirichletNewtonCG fits dirichletFit's objective by Newton–CG (see
 // above): the grid pairs of one cross-validation above
@@ -56,9 +59,7 @@ type dirichletNewtonCG struct {
 // newDirichletNewtonCG returns the Newton–CG fitter of variant v on c
 // classes, to the gradient tolerance and within the iterations of o.
 func newDirichletNewtonCG(v string, c int, o FitOptions) *dirichletNewtonCG {
-	q := &dirichletNewtonCG{dirichletQN: *newDirichletQN(v, c, o), vf: make([]float64, c*c+c), hf: make([]float64, c*c+c)}
-	q.memory = ncgMemory
-	return q
+	return &dirichletNewtonCG{dirichletQN: *newDirichletQN(v, c, o), vf: make([]float64, c*c+c), hf: make([]float64, c*c+c)}
 }
 
 // refit returns the fitter of the final fit under o, with the kept
@@ -200,6 +201,7 @@ func (q *dirichletNewtonCG) fit(ls *Set, u0 []float64, lambda, mu float64) ([]fl
 		return nil, rep, err
 	}
 	r, obj, pen, u, g, f := st.r, st.obj, st.pen, st.u, st.g, st.f
+	q.kf, q.ka, q.kb = nil, nil, nil
 	if q.v == DirichletFull {
 		q.ka, q.kb = kfacFactorsProbs(q.probs, q.featureMoments(ls, r), ls, r)
 		q.kf = newKFAC(q.c, q.ka, q.kb, pen)
@@ -216,7 +218,7 @@ func (q *dirichletNewtonCG) fit(ls *Set, u0 []float64, lambda, mu float64) ([]fl
 			ok = false
 			break
 		}
-		q.solve(d, g, pen, max(q.tol/2, dirichletCGForcing*gi), ls, r)
+		q.solve(d, g, pen, max(q.tol/2, min(dirichletCGForcing, math.Sqrt(gi))*gi), ls, r)
 		slope := dot(g, d)
 		accepted := false
 		if slope > 0 {

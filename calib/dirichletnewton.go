@@ -27,8 +27,9 @@ import (
 // analytic Hessian (of (C² + C)² values; 1.2·10⁶ at 32 classes, a
 // Cholesky factorisation of ≈ 4·10⁸ flops; at 32 classes the
 // cross-validation costs ≈ 0.7× the L-BFGS one, at 20 ≈ 0.06×); beyond
-// it the grid fits run L-BFGS keeping its history from fit to fit
-// (dirichletQN), warm-started as Newton's method is (crossValidateWarm).
+// it the grid fits run Newton–CG with exact Hessian-vector products
+// (dirichletNewtonCG), warm-started as Newton's method is
+// (crossValidateWarm). dirichletCVSolverFor decides.
 const DirichletNewtonMaxClasses = 32
 
 // matrixHessian writes into h (n×n, n = C² + C, row-major) the Hessian of
@@ -163,8 +164,8 @@ func dirichletFree(v string, c int) [][]int {
 
 // dirichletProblem is dirichletFit's objective in the free parameters of
 // a variant as the warm-started fits of a cross-validation see it
-// (Newton's method, dirichletNewton; L-BFGS with a kept history,
-// dirichletQN): the variant, its free parameters, the prior and the
+// (Newton's method, dirichletNewton; Newton–CG, dirichletNewtonCG; L-BFGS
+// with a kept history, dirichletQN): the variant, its free parameters, the prior and the
 // stopping rule.
 type dirichletProblem struct {
 	v       string

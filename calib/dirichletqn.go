@@ -10,7 +10,11 @@ import (
 )
 
 // L-BFGS with a kept history for the cross-validation of Dirichlet
-// calibration beyond DirichletNewtonMaxClasses classes.
+// calibration beyond DirichletNewtonMaxClasses classes: the path before
+// Newton–CG (dirichletncg.go), whose preconditioner is this file's model
+// (the Kronecker factors or the diagonal, with kept pairs of curvature on
+// top) and whose prediction of the next pair's optimum is this file's;
+// the L-BFGS fit itself is kept as the tests' second method.
 //
 // There the Hessian ((C² + C)² values) is too large to form, but what
 // makes the Newton path cheap still holds: neighbouring grid pairs and
