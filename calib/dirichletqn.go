@@ -58,6 +58,11 @@ type dirichletQN struct {
 	// ka, kb its factors at the last fit's start.
 	kf     *kfac
 	ka, kb []float64
+	// wdiag, when not nil, is the Cholesky factor of the objective's
+	// Hessian block of W's diagonal, whose inverse initial adds to the
+	// Kronecker model's (dirichletNewtonCG); wbuf its work.
+	wdiag *mat.Cholesky
+	wbuf  []float64
 	// Work of the current penalty: y + P⊙s, 1/(s·(y + P⊙s)) and the
 	// two-loop recursion's coefficients.
 	yp         [][]float64
@@ -337,7 +342,21 @@ func matrixHessianDiag(h, x []float64, s *Set, r *rowSums) {
 // dirichletNull).
 func (q *dirichletQN) initial(d, pen []float64) {
 	if q.kf != nil {
+		if q.wdiag == nil {
+			q.kf.apply(d)
+			return
+		}
+		c := q.c
+		for i := range c {
+			q.wbuf[i] = d[i*c+i]
+		}
 		q.kf.apply(d)
+		var sv mat.VecDense
+		if err := q.wdiag.SolveVecTo(&sv, mat.NewVecDense(c, q.wbuf)); err == nil {
+			for i := range c {
+				d[i*c+i] += sv.AtVec(i)
+			}
+		}
 		return
 	}
 	groups := q.null
