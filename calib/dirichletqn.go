@@ -337,9 +337,11 @@ func matrixHessianDiag(h, x []float64, s *Set, r *rowSums) {
 }
 
 // initial applies the two-loop recursion's initial inverse Hessian to d,
-// in place: the inverse of diag(h + pen) on the complement of the NLL's
-// null space, and of the penalty's curvature on that null space (see
-// dirichletNull).
+// in place: the Kronecker model's inverse (plus, where wdiag is set, the
+// inverse of the Hessian block of W's diagonal on those entries) for the
+// full variant; otherwise the inverse of diag(h + pen) on the complement
+// of the NLL's null space, and of the penalty's curvature on that null
+// space (see dirichletNull).
 func (q *dirichletQN) initial(d, pen []float64) {
 	if q.kf != nil {
 		if q.wdiag == nil {
