@@ -24,13 +24,15 @@ import (
 
 // DirichletNewtonMaxClasses is the most classes for which the
 // cross-validation of a Dirichlet fit uses Newton's method with the
-// analytic Hessian (of (C² + C)² values; 1.2·10⁶ at 32 classes, a
-// Cholesky factorisation of ≈ 4·10⁸ flops; at 32 classes the
-// cross-validation costs ≈ 0.7× the L-BFGS one, at 20 ≈ 0.06×); beyond
-// it the grid fits run Newton–CG with exact Hessian-vector products
-// (dirichletNewtonCG), warm-started as Newton's method is
-// (crossValidateWarm). dirichletCVSolverFor decides.
-const DirichletNewtonMaxClasses = 32
+// analytic Hessian (of (C² + C)² values, whose cost grows as C⁴ against a
+// gradient's C²); beyond it the grid fits run Newton–CG with exact
+// Hessian-vector products (dirichletNewtonCG), warm-started as Newton's
+// method is (crossValidateWarm). dirichletCVSolverFor decides. Measured
+// in process, the grid fits of both against a fixed fit: at 5,000 × 10
+// Newton 2.5×, Newton–CG 4.0×; at 1,000 × 12 8.0× and 6.6×; at
+// 2,000 × 16 4.9× and 2.7×; at 2,000 × 20 9.0× and 3.3×; at 1,000 × 32
+// 34× and 2.3× (docs/CALIBRATION.md).
+const DirichletNewtonMaxClasses = 12
 
 // matrixHessian writes into h (n×n, n = C² + C, row-major) the Hessian of
 // the mean NLL of softmax(Az + b) on s at x = [A, b] (matrixNLL's
