@@ -15,7 +15,7 @@
 #   bench/dirichlet.sh                           # 50,000 × 10, 5 repetitions
 #   ROWS=5000 CLASSES=10 REPS=3 bench/dirichlet.sh
 #   ROWS=1000 CLASSES="50 100" REPS=1 TORCH=0 bench/dirichlet.sh
-#                                                # beyond 32 classes, no peer
+#                                                # Newton–CG's cross-validation (beyond 12 classes), no peer
 #
 # Environment: ROWS (default 50000), CLASSES (default 10; several, as
 # "50 100", run the whole comparison once for each), REPS (default 5),

@@ -265,7 +265,7 @@ func (d *Dirichlet) variant() string {
 // each pair (λ, μ) of the grids (see LambdaGrid), a fit on all folds but
 // one (to DirichletCVGradientTol; warm-started along the grid and across
 // folds, by Newton's method up to DirichletNewtonMaxClasses classes, by
-// L-BFGS keeping its history across the fits beyond: see
+// Newton–CG with exact Hessian-vector products beyond: see
 // docs/CALIBRATION.md) is scored by its NLL on the
 // held-out fold; the pair of the least NLL summed over all held-out
 // examples becomes Lambda and Mu, ties going to the larger λ, then the
@@ -387,7 +387,7 @@ func (d *Dirichlet) grids(c int) (lambdas, mus []float64) {
 // them.
 func (d *Dirichlet) crossValidate(ls *Set, folds int, choice *DirichletChoice) ([]float64, dirichletWarmFitter, error) {
 	lambdas, mus := d.grids(ls.Classes)
-	sums, starts, warm, err := d.heldOut(ls, folds, lambdas, mus, ls.Classes <= DirichletNewtonMaxClasses)
+	sums, starts, warm, err := d.heldOut(ls, folds, lambdas, mus, dirichletCVSolverFor(ls.Classes))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -414,25 +414,58 @@ func bestPair(sums []float64) int {
 // heldOut returns, for each pair p = i·len(mus) + j of the grids, the NLL
 // summed over every held-out example of folds folds of ls, each fold's
 // fit on the others to DirichletCVGradientTol (unless Options asks for
-// less), by Newton's method (dirichletNewton) or by L-BFGS keeping its
-// history (dirichletQN), warm-started as crossValidateWarm says; the
+// less), by solver's fitter (dirichletCVSolverFor chooses it),
+// warm-started as crossValidateWarm says; the
 // folds' sums are added in fold order. It also returns, for each pair,
 // the mean of the folds' optima (free parameters), and the fitter.
-func (d *Dirichlet) heldOut(ls *Set, folds int, lambdas, mus []float64, newton bool) (sums []float64, starts [][]float64, warm dirichletWarmFitter, err error) {
+func (d *Dirichlet) heldOut(ls *Set, folds int, lambdas, mus []float64, solver dirichletCVSolver) (sums []float64, starts [][]float64, warm dirichletWarmFitter, err error) {
 	train, test := d.folds(ls, folds)
 	pairs := len(lambdas) * len(mus)
 	nll := make([]float64, pairs*folds) // nll[p*folds+f]
-	cv := d.cvOptions()
-	if newton {
-		warm = newDirichletNewton(d.variant(), ls.Classes, cv)
-	} else {
-		warm = newDirichletQN(d.variant(), ls.Classes, cv)
-	}
+	warm = solver.fitter(d.variant(), ls.Classes, d.cvOptions())
 	starts = make([][]float64, pairs)
 	if err = d.crossValidateWarm(warm, train, test, lambdas, mus, snakeOrder(len(lambdas), len(mus)), nll, starts); err != nil {
 		return nil, nil, nil, err
 	}
 	return foldSums(nll, folds), starts, warm, nil
+}
+
+// dirichletCVSolver is a solver of the grid fits of a cross-validation
+// (dirichletWarmFitter).
+type dirichletCVSolver int
+
+const (
+	// dirichletCVNewton is Newton's method with the analytic Hessian
+	// (dirichletNewton).
+	dirichletCVNewton dirichletCVSolver = iota
+	// dirichletCVNewtonCG is Newton–CG with exact Hessian-vector products
+	// (dirichletNewtonCG).
+	dirichletCVNewtonCG
+	// dirichletCVKeptLBFGS is L-BFGS keeping its history from fit to fit
+	// (dirichletQN), the path beyond DirichletNewtonMaxClasses before
+	// Newton–CG, kept as the tests' second method.
+	dirichletCVKeptLBFGS
+)
+
+// dirichletCVSolverFor returns the solver of the grid fits on c classes:
+// Newton's method up to DirichletNewtonMaxClasses, Newton–CG beyond. It
+// is the one place that decides.
+func dirichletCVSolverFor(c int) dirichletCVSolver {
+	if c <= DirichletNewtonMaxClasses {
+		return dirichletCVNewton
+	}
+	return dirichletCVNewtonCG
+}
+
+// fitter returns the solver's fitter of variant v on c classes under o.
+func (s dirichletCVSolver) fitter(v string, c int, o FitOptions) dirichletWarmFitter {
+	switch s {
+	case dirichletCVNewton:
+		return newDirichletNewton(v, c, o)
+	case dirichletCVKeptLBFGS:
+		return newDirichletQN(v, c, o)
+	}
+	return newDirichletNewtonCG(v, c, o)
 }
 
 // cvOptions returns the options of the grid fits: d.Options with a
@@ -497,8 +530,8 @@ func (d *Dirichlet) folds(ls *Set, folds int) (train, test []*Set) {
 // dirichletWarmFitter fits dirichletFit's objective at the grid pairs of
 // a cross-validation one after the other, keeping what each fit learnt of
 // the objective's curvature for the next: Newton's method
-// (dirichletNewton) up to DirichletNewtonMaxClasses classes, L-BFGS with
-// a kept history (dirichletQN) beyond.
+// (dirichletNewton) up to DirichletNewtonMaxClasses classes, Newton–CG
+// (dirichletNewtonCG) beyond (dirichletCVSolverFor).
 type dirichletWarmFitter interface {
 	// fit minimises the objective on the log-probability set ls with
 	// ODIR weights lambda and mu from the free parameters u0, to the
@@ -593,7 +626,7 @@ func dirichletFit(ls *Set, x0 []float64, v string, lambda, mu float64, o FitOpti
 	r := newRowSums(ls.Len())
 	f := func(g, u []float64) float64 {
 		dirichletExpand(full, u, v, c)
-		val := dirichletLoss(gfull, full, ls, lambda, mu, r)
+		val := dirichletLoss(gfull, full, ls, lambda, mu, r, nil)
 		dirichletProject(g, gfull, v, c)
 		return val
 	}
@@ -677,9 +710,10 @@ func dirichletProject(gu, g []float64, v string, c int) {
 // dirichletLoss returns the mean NLL of softmax(Wx + b) on the
 // log-probability set ls at x = [W, b] plus the ODIR penalty
 // λ/(C(C−1))·Σ_{i≠j} W_ij² + μ/C·Σ_j b_j², and writes its gradient into g,
-// summing the rows by r.
-func dirichletLoss(g, x []float64, ls *Set, lambda, mu float64, r *rowSums) float64 {
-	f := matrixNLL(g, x, ls, r)
+// summing the rows by r; unless probs is nil it also writes each row's
+// softmax there (matrixNLLProbs).
+func dirichletLoss(g, x []float64, ls *Set, lambda, mu float64, r *rowSums, probs []float64) float64 {
+	f := matrixNLLProbs(g, x, ls, r, probs)
 	c := ls.Classes
 	kw, kb := lambda/float64(c*(c-1)), mu/float64(c)
 	for i := range c {

@@ -91,7 +91,7 @@ func TestDirichletPenalty(t *testing.T) {
 		{0.6, 0.3, 1.125 + 0.5},
 	} {
 		g := make([]float64, len(x))
-		got := dirichletLoss(g, x, ls, tc.lambda, tc.mu, nil) - matrixNLL(g, x, ls, nil)
+		got := dirichletLoss(g, x, ls, tc.lambda, tc.mu, nil, nil) - matrixNLL(g, x, ls, nil)
 		if math.Abs(got-tc.want) > 1e-12 {
 			t.Errorf("λ = %v, μ = %v: penalty %v, want %v", tc.lambda, tc.mu, got, tc.want)
 		}
@@ -109,7 +109,7 @@ func TestDirichletGradient(t *testing.T) {
 			for k := range x {
 				x[k] = rng.NormFloat64()
 			}
-			scGradCheck(t, "dirichlet", func(g, x []float64) float64 { return dirichletLoss(g, x, ls, reg[0], reg[1], nil) }, x)
+			scGradCheck(t, "dirichlet", func(g, x []float64) float64 { return dirichletLoss(g, x, ls, reg[0], reg[1], nil, nil) }, x)
 		}
 	}
 }

@@ -24,12 +24,15 @@ import (
 
 // DirichletNewtonMaxClasses is the most classes for which the
 // cross-validation of a Dirichlet fit uses Newton's method with the
-// analytic Hessian (of (C² + C)² values; 1.2·10⁶ at 32 classes, a
-// Cholesky factorisation of ≈ 4·10⁸ flops; at 32 classes the
-// cross-validation costs ≈ 0.7× the L-BFGS one, at 20 ≈ 0.06×); beyond
-// it the grid fits run L-BFGS keeping its history from fit to fit
-// (dirichletQN), warm-started as Newton's method is (crossValidateWarm).
-const DirichletNewtonMaxClasses = 32
+// analytic Hessian (of (C² + C)² values, whose cost grows as C⁴ against a
+// gradient's C²); beyond it the grid fits run Newton–CG with exact
+// Hessian-vector products (dirichletNewtonCG), warm-started as Newton's
+// method is (crossValidateWarm). dirichletCVSolverFor decides. Measured
+// in process, the grid fits of both against a fixed fit: at 5,000 × 10
+// Newton 2.5×, Newton–CG 4.0×; at 1,000 × 12 8.0× and 6.6×; at
+// 2,000 × 16 4.9× and 2.7×; at 2,000 × 20 9.0× and 3.3×; at 1,000 × 32
+// 34× and 2.3× (docs/CALIBRATION.md).
+const DirichletNewtonMaxClasses = 12
 
 // matrixHessian writes into h (n×n, n = C² + C, row-major) the Hessian of
 // the mean NLL of softmax(Az + b) on s at x = [A, b] (matrixNLL's
@@ -163,8 +166,8 @@ func dirichletFree(v string, c int) [][]int {
 
 // dirichletProblem is dirichletFit's objective in the free parameters of
 // a variant as the warm-started fits of a cross-validation see it
-// (Newton's method, dirichletNewton; L-BFGS with a kept history,
-// dirichletQN): the variant, its free parameters, the prior and the
+// (Newton's method, dirichletNewton; Newton–CG, dirichletNewtonCG; L-BFGS
+// with a kept history, dirichletQN): the variant, its free parameters, the prior and the
 // stopping rule.
 type dirichletProblem struct {
 	v       string
@@ -173,6 +176,10 @@ type dirichletProblem struct {
 	tol     float64
 	prior   float64 // the prior precision (FitOptions.Prior, 0 → DefaultPrior); < 0: none
 	maxIter int
+	// probs, when not nil, receives each row's softmax at the last
+	// evaluation of the objective (s.Len()×C; Newton–CG's Hessian-vector
+	// products at the current point).
+	probs []float64
 	// evaluations counts the objective's evaluations, for the tests.
 	evaluations int
 }
@@ -200,7 +207,7 @@ func (d *dirichletProblem) objective(ls *Set, lambda, mu float64, r *rowSums) lo
 	return func(g, u []float64) float64 {
 		d.evaluations++
 		dirichletExpand(full, u, d.v, c)
-		val := dirichletLoss(gfull, full, ls, lambda, mu, r)
+		val := dirichletLoss(gfull, full, ls, lambda, mu, r, d.probs)
 		dirichletProject(g, gfull, d.v, c)
 		for i, id := range identity {
 			e := u[i] - id

@@ -89,7 +89,9 @@ type dirichletSolver struct {
 // variant and for weak and strong regularisation. Newton takes at most 15
 // steps from the identity; the kept-history L-BFGS (the full variant
 // through the Kronecker model, the others through the diagonal) takes
-// none in a second fit from the first's optimum, with the history kept.
+// none in a second fit from the first's optimum, with the history kept;
+// Newton–CG (the same preconditioners) at most 30 Newton steps from the
+// identity and none from the optimum.
 func TestDirichletSolversMatchLBFGS(t *testing.T) {
 	o := FitOptions{}
 	for _, sv := range []dirichletSolver{
@@ -110,6 +112,20 @@ func TestDirichletSolversMatchLBFGS(t *testing.T) {
 				return newDirichletQN(v, c, o).fit
 			},
 			check: func(t *testing.T, fit func(*Set, []float64, float64, float64) ([]float64, FitReport, error), s *Set, u []float64, reg ODIR, _ FitReport) {
+				if _, again, err := fit(s, u, reg.Lambda, reg.Mu); err != nil || again.Iterations != 0 {
+					t.Errorf("%+v: a fit from the optimum took %d steps (%v)", reg, again.Iterations, err)
+				}
+			},
+		},
+		{
+			name: "Newton–CG", c: 6, seed: 7,
+			fit: func(v string, c int) func(*Set, []float64, float64, float64) ([]float64, FitReport, error) {
+				return newDirichletNewtonCG(v, c, o).fit
+			},
+			check: func(t *testing.T, fit func(*Set, []float64, float64, float64) ([]float64, FitReport, error), s *Set, u []float64, reg ODIR, rep FitReport) {
+				if rep.Iterations > 30 {
+					t.Errorf("%+v: Newton–CG took %d steps from the identity, want at most 30", reg, rep.Iterations)
+				}
 				if _, again, err := fit(s, u, reg.Lambda, reg.Mu); err != nil || again.Iterations != 0 {
 					t.Errorf("%+v: a fit from the optimum took %d steps (%v)", reg, again.Iterations, err)
 				}
@@ -173,7 +189,7 @@ func TestDirichletCVNewtonChoosesAsLBFGS(t *testing.T) {
 		if tc.d.LambdaGrid != nil {
 			folds = 3
 		}
-		newton, _, _, err := tc.d.heldOut(ls, folds, lambdas, mus, true)
+		newton, _, _, err := tc.d.heldOut(ls, folds, lambdas, mus, dirichletCVNewton)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -207,7 +223,7 @@ func TestDirichletCVNewtonThreads(t *testing.T) {
 	var want []float64
 	for _, procs := range []int{1, 2, 4} {
 		prev := runtime.GOMAXPROCS(procs)
-		got, _, _, err := d.heldOut(s, 5, lambdas, mus, true)
+		got, _, _, err := d.heldOut(s, 5, lambdas, mus, dirichletCVNewton)
 		runtime.GOMAXPROCS(prev)
 		if err != nil {
 			t.Fatal(err)

@@ -5,11 +5,16 @@ import (
 	"math"
 	"slices"
 
+	"gonum.org/v1/gonum/floats"
 	"gonum.org/v1/gonum/mat"
 )
 
 // L-BFGS with a kept history for the cross-validation of Dirichlet
-// calibration beyond DirichletNewtonMaxClasses classes.
+// calibration beyond DirichletNewtonMaxClasses classes: the path before
+// Newton–CG (dirichletncg.go), whose preconditioner is this file's model
+// (the Kronecker factors or the diagonal, with kept pairs of curvature on
+// top) and whose prediction of the next pair's optimum is this file's;
+// the L-BFGS fit itself is kept as the tests' second method.
 //
 // There the Hessian ((C² + C)² values) is too large to form, but what
 // makes the Newton path cheap still holds: neighbouring grid pairs and
@@ -53,12 +58,19 @@ type dirichletQN struct {
 	// ka, kb its factors at the last fit's start.
 	kf     *kfac
 	ka, kb []float64
+	// wdiag, when not nil, is the Cholesky factor of the objective's
+	// Hessian block of W's diagonal, whose inverse initial adds to the
+	// Kronecker model's (dirichletNewtonCG); wbuf its work.
+	wdiag *mat.Cholesky
+	wbuf  []float64
 	// Work of the current penalty: y + P⊙s, 1/(s·(y + P⊙s)) and the
 	// two-loop recursion's coefficients.
 	yp         [][]float64
 	rho, alpha []float64
 	hfull      []float64
 	fitted     bool // a fit has set h or kf
+	// memory is the number of pairs kept (dirichletQNMemory).
+	memory int
 	// steps counts the L-BFGS steps taken, for the tests.
 	steps int
 }
@@ -67,7 +79,7 @@ type dirichletQN struct {
 // gradient tolerance and within the iterations of o, with no history.
 func newDirichletQN(v string, c int, o FitOptions) *dirichletQN {
 	null, single := dirichletNull(v, c)
-	return &dirichletQN{dirichletProblem: newDirichletProblem(v, c, o), hfull: make([]float64, c*c+c), null: null, single: single}
+	return &dirichletQN{dirichletProblem: newDirichletProblem(v, c, o), hfull: make([]float64, c*c+c), null: null, single: single, memory: dirichletQNMemory}
 }
 
 // refit returns the fitter of the final fit under o, with the history of
@@ -107,16 +119,12 @@ func (q *dirichletQN) direction(d, g, pen []float64) {
 	copy(d, g)
 	for i := len(q.s) - 1; i >= 0; i-- {
 		q.alpha[i] = q.rho[i] * dot(q.s[i], d)
-		for a, y := range q.yp[i] {
-			d[a] -= q.alpha[i] * y
-		}
+		floats.AddScaled(d, -q.alpha[i], q.yp[i])
 	}
 	q.initial(d, pen)
 	for i := range q.s {
 		beta := q.rho[i] * dot(q.yp[i], d)
-		for a, s := range q.s[i] {
-			d[a] += (q.alpha[i] - beta) * s
-		}
+		floats.AddScaled(d, q.alpha[i]-beta, q.s[i])
 	}
 }
 
@@ -125,15 +133,23 @@ func (q *dirichletQN) direction(d, g, pen []float64) {
 // (always, the objective being convex and the prior or penalty strictly
 // so; a step lost in rounding is not kept).
 func (q *dirichletQN) remember(s, y, pen []float64) {
+	if q.keep(s, y, pen) {
+		q.usePenalty(pen)
+	}
+}
+
+// keep is remember without preparing the history for pen (usePenalty),
+// for several pairs at once; it reports whether it kept the pair.
+func (q *dirichletQN) keep(s, y, pen []float64) bool {
 	var sy float64
 	for a, v := range s {
 		sy += v * (y[a] + pen[a]*v)
 	}
 	if !(sy > 0) || math.IsInf(sy, 0) {
-		return
+		return false
 	}
 	var ns, ny []float64
-	if len(q.s) == dirichletQNMemory {
+	if len(q.s) >= q.memory {
 		ns, ny = q.s[0], q.y[0]
 		q.s, q.y = append(q.s[:0], q.s[1:]...), append(q.y[:0], q.y[1:]...)
 	} else {
@@ -142,7 +158,7 @@ func (q *dirichletQN) remember(s, y, pen []float64) {
 	copy(ns, s)
 	copy(ny, y)
 	q.s, q.y = append(q.s, ns), append(q.y, ny)
-	q.usePenalty(pen)
+	return true
 }
 
 // diagonal sets q.h to the diagonal of the NLL's Hessian at the free
@@ -271,14 +287,9 @@ func (q *dirichletQN) fit(ls *Set, u0 []float64, lambda, mu float64) ([]float64,
 	return q.finish(ls, u, lambda, mu, rep.Iterations, "L-BFGS step(s) on the kept history")
 }
 
-// dot returns a·b.
-func dot(a, b []float64) float64 {
-	var v float64
-	for i, x := range a {
-		v += x * b[i]
-	}
-	return v
-}
+// dot returns a·b (floats.Dot: the same sum whatever the machine's
+// number of threads).
+func dot(a, b []float64) float64 { return floats.Dot(a, b) }
 
 // errAtStart is the error of a warm-started fit whose objective at its
 // start is f, not finite.
@@ -326,12 +337,28 @@ func matrixHessianDiag(h, x []float64, s *Set, r *rowSums) {
 }
 
 // initial applies the two-loop recursion's initial inverse Hessian to d,
-// in place: the inverse of diag(h + pen) on the complement of the NLL's
-// null space, and of the penalty's curvature on that null space (see
-// dirichletNull).
+// in place: the Kronecker model's inverse (plus, where wdiag is set, the
+// inverse of the Hessian block of W's diagonal on those entries) for the
+// full variant; otherwise the inverse of diag(h + pen) on the complement
+// of the NLL's null space, and of the penalty's curvature on that null
+// space (see dirichletNull).
 func (q *dirichletQN) initial(d, pen []float64) {
 	if q.kf != nil {
+		if q.wdiag == nil {
+			q.kf.apply(d)
+			return
+		}
+		c := q.c
+		for i := range c {
+			q.wbuf[i] = d[i*c+i]
+		}
 		q.kf.apply(d)
+		var sv mat.VecDense
+		if err := q.wdiag.SolveVecTo(&sv, mat.NewVecDense(c, q.wbuf)); err == nil {
+			for i := range c {
+				d[i*c+i] += sv.AtVec(i)
+			}
+		}
 		return
 	}
 	groups := q.null

@@ -30,9 +30,10 @@ func (tc dirichletQNCase) setUp() (*Set, *Dirichlet) {
 	return s, d
 }
 
-// TestDirichletCVQNChoosesAsLBFGS checks the cross-validation beyond
-// DirichletNewtonMaxClasses classes (dirichletQN) against the path before
-// it (crossValidateLBFGS) at 40 and 100 classes: the same pair, every
+// TestDirichletCVNewtonCGChoosesAsLBFGS checks the cross-validation beyond
+// DirichletNewtonMaxClasses classes (Newton–CG, dirichletNewtonCG; the
+// kept-history L-BFGS before it, dirichletQN) against the path before
+// both (crossValidateLBFGS) at 40 and 100 classes: the same pair, every
 // pair's held-out NLL within what the stop at DirichletCVGradientTol
 // leaves (1e-3 relative: with fewer training rows than parameters the
 // weakly regularised pairs' optima lie in flat valleys, and the two
@@ -41,7 +42,7 @@ func (tc dirichletQNCase) setUp() (*Set, *Dirichlet) {
 // cross-validated Fit ends at the optimum of the fit with the chosen λ
 // and μ fixed (objectives within 1e-10 relative, parameters within 1e-3,
 // as TestDirichletCrossValidation's Newton refit).
-func TestDirichletCVQNChoosesAsLBFGS(t *testing.T) {
+func TestDirichletCVNewtonCGChoosesAsLBFGS(t *testing.T) {
 	for _, tc := range []dirichletQNCase{
 		{"600 × 40, 3 folds, 3 × 3 pairs", 600, 40, 3, 1, []float64{0, 1e-2, 1e2}, []float64{0, 1e-2, 1e2}},
 		{"400 × 100, 3 folds, 2 × 2 pairs", 400, 100, 3, 2, []float64{1e-4, 1}, []float64{0, 1}},
@@ -53,7 +54,14 @@ func TestDirichletCVQNChoosesAsLBFGS(t *testing.T) {
 		s, d := tc.setUp()
 		ls := logProbSet(s)
 		lambdas, mus := d.grids(tc.c)
-		qn, _, _, err := d.heldOut(ls, tc.folds, lambdas, mus, false)
+		if dirichletCVSolverFor(tc.c) != dirichletCVNewtonCG {
+			t.Fatalf("%s: the cross-validation does not use Newton–CG", tc.name)
+		}
+		qn, _, _, err := d.heldOut(ls, tc.folds, lambdas, mus, dirichletCVNewtonCG)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept, _, _, err := d.heldOut(ls, tc.folds, lambdas, mus, dirichletCVKeptLBFGS)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -68,17 +76,17 @@ func TestDirichletCVQNChoosesAsLBFGS(t *testing.T) {
 				worst, wp = e, p
 			}
 		}
-		bq, bl := bestPair(qn), bestPair(lbfgs)
+		bq, bl, bk := bestPair(qn), bestPair(lbfgs), bestPair(kept)
 		margin := math.Inf(1) // the reference's runner-up, relative to its best
 		for p, v := range lbfgs {
 			if p != bl {
 				margin = min(margin, (v-lbfgs[bl])/lbfgs[bl])
 			}
 		}
-		t.Logf("%s: kept history chose pair %d (λ %g, μ %g), L-BFGS pair %d, by %.2g (relative) over its runner-up; held-out NLLs differ by at most %.2g (relative, pair %d: %.8g against %.8g)",
-			tc.name, bq, lambdas[bq/len(mus)], mus[bq%len(mus)], bl, margin, worst, wp, qn[wp], lbfgs[wp])
-		if bq != bl {
-			t.Errorf("%s: kept history chose pair %d, L-BFGS pair %d", tc.name, bq, bl)
+		t.Logf("%s: Newton–CG chose pair %d (λ %g, μ %g), kept-history L-BFGS pair %d, L-BFGS pair %d, by %.2g (relative) over its runner-up; held-out NLLs differ by at most %.2g (relative, pair %d: %.8g against %.8g)",
+			tc.name, bq, lambdas[bq/len(mus)], mus[bq%len(mus)], bk, bl, margin, worst, wp, qn[wp], lbfgs[wp])
+		if bq != bl || bk != bl {
+			t.Errorf("%s: Newton–CG chose pair %d, kept-history L-BFGS pair %d, L-BFGS pair %d", tc.name, bq, bk, bl)
 		}
 		if worst > 1e-3 {
 			t.Errorf("%s: held-out NLLs of the two paths differ by %.2g (relative)", tc.name, worst)
@@ -107,11 +115,11 @@ func TestDirichletCVQNChoosesAsLBFGS(t *testing.T) {
 	}
 }
 
-// TestDirichletCVQNThreads checks that the cross-validation beyond
+// TestDirichletCVNewtonCGThreads checks that the cross-validation beyond
 // DirichletNewtonMaxClasses classes gives the same held-out NLLs and the
 // same final parameters, to the bit, with 1, 2 or 4 threads, on a set
 // whose training folds are several row blocks.
-func TestDirichletCVQNThreads(t *testing.T) {
+func TestDirichletCVNewtonCGThreads(t *testing.T) {
 	tc := dirichletQNCase{"1,100 × 34", 1100, 34, 3, 3, []float64{0, 1}, []float64{1e-2, 1e2}}
 	var want, wantParams []float64
 	for _, procs := range []int{1, 2, 4} {
@@ -122,7 +130,7 @@ func TestDirichletCVQNThreads(t *testing.T) {
 		}
 		lambdas, mus := d.grids(tc.c)
 		prev := runtime.GOMAXPROCS(procs)
-		got, _, _, err := d.heldOut(ls, tc.folds, lambdas, mus, false)
+		got, _, _, err := d.heldOut(ls, tc.folds, lambdas, mus, dirichletCVSolverFor(tc.c))
 		if err == nil {
 			err = d.Fit(s)
 		}

@@ -3,10 +3,14 @@ package calib
 // DirichletHeldOut exposes the cross-validation of d (Dirichlet.heldOut)
 // to the external tests: the held-out NLL of each grid pair
 // p = i·len(mus) + j over folds folds of s, by Newton's method or by
-// L-BFGS keeping its history, with the grids.
+// Newton–CG, with the grids.
 func DirichletHeldOut(d *Dirichlet, s *Set, folds int, newton bool) (sums, lambdas, mus []float64, err error) {
 	lambdas, mus = d.grids(s.Classes)
-	sums, _, _, err = d.heldOut(logProbSet(s), folds, lambdas, mus, newton)
+	solver := dirichletCVNewtonCG
+	if newton {
+		solver = dirichletCVNewton
+	}
+	sums, _, _, err = d.heldOut(logProbSet(s), folds, lambdas, mus, solver)
 	return sums, lambdas, mus, err
 }
 

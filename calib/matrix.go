@@ -168,6 +168,13 @@ func matrixLogits(dst, a, b, z []float64) {
 // writes its gradient into g, summing the rows by r (newRowSums(s.Len())
 // when nil).
 func matrixNLL(g, x []float64, s *Set, r *rowSums) float64 {
+	return matrixNLLProbs(g, x, s, r, nil)
+}
+
+// matrixNLLProbs is matrixNLL that also writes each row's softmax(Az + b)
+// into probs (row-major, s.Len()×C), unless probs is nil: what the
+// Hessian-vector products at x (matrixHessVec) need.
+func matrixNLLProbs(g, x []float64, s *Set, r *rowSums, probs []float64) float64 {
 	c := s.Classes
 	cc := c * c
 	a, b := x[:cc], x[cc:]
@@ -186,6 +193,9 @@ func matrixNLL(g, x []float64, s *Set, r *rowSums) float64 {
 			f += lse - zh[y]
 			for j := range zh {
 				p := math.Exp(zh[j] - lse)
+				if probs != nil {
+					probs[i*c+j] = p
+				}
 				if j == y {
 					p--
 				}
