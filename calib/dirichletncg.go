@@ -238,20 +238,11 @@ func (q *dirichletNewtonCG) fit(ls *Set, u0 []float64, lambda, mu float64) ([]fl
 		slope := dot(g, d)
 		accepted := false
 		if slope > 0 {
-			for t := 1.0; t > 1e-10; t /= 2 {
-				for a := range un {
-					un[a] = u[a] - t*d[a]
-				}
-				fn := obj(gn, un)
-				// As dirichletNewton.fit: the objective must not rise by
-				// more than its rounding.
-				if fn <= f-1e-4*t*slope+4e-16*math.Abs(f) {
-					copy(u, un)
-					copy(g, gn)
-					f = fn
-					accepted = true
-					break
-				}
+			var fn float64
+			if fn, _, accepted = backtrack(obj, u, d, un, gn, f, slope); accepted {
+				copy(u, un)
+				copy(g, gn)
+				f = fn
 			}
 		}
 		if !accepted {

@@ -448,24 +448,15 @@ func (d *dirichletNewton) fit(ls *Set, u0 []float64, lambda, mu float64) ([]floa
 		for a, s := range step {
 			slope += g[a] * s
 		}
-		accepted := false
-		for t := 1.0; t > 1e-10; t /= 2 {
-			for a := range un {
-				un[a] = u[a] - t*step[a]
-			}
-			fn := obj(gn, un)
-			if fn <= f-1e-4*t*slope+4e-16*math.Abs(f) {
-				rate := infNorm(gn) / infNorm(g)
-				copy(u, un)
-				copy(g, gn)
-				f = fn
-				accepted = true
-				// A chord step on a stale Hessian that reduces the
-				// gradient little, or a shortened step, asks for a fresh
-				// Hessian.
-				fresh = t < 1 || (rate > dirichletNewtonRefresh && !fresh)
-				break
-			}
+		fn, t, accepted := backtrack(obj, u, step, un, gn, f, slope)
+		if accepted {
+			rate := infNorm(gn) / infNorm(g)
+			copy(u, un)
+			copy(g, gn)
+			f = fn
+			// A chord step on a stale Hessian that reduces the gradient
+			// little, or a shortened step, asks for a fresh Hessian.
+			fresh = t < 1 || (rate > dirichletNewtonRefresh && !fresh)
 		}
 		if !accepted {
 			if !fresh {
@@ -504,4 +495,24 @@ func (d *dirichletNewton) hessian(ls *Set, x []float64, r *rowSums) {
 		}
 	}
 	d.have = true
+}
+
+// backtrack searches along −d from u for the Dirichlet solvers (Newton,
+// Newton–CG, the kept-history L-BFGS): it tries u − t·d for t = 1, ½, ¼,
+// … while t > 1e-10 and stops at the first point whose objective obj
+// (which writes its gradient into gn) is at most f − 1e-4·t·slope, or
+// above it by no more than its rounding (4e-16·|f|: a converging step
+// changes f by about t·slope, which can be below one ulp). It leaves that
+// point in un and its gradient in gn, and returns its objective, t and
+// whether a point was accepted.
+func backtrack(obj func(g, u []float64) float64, u, d, un, gn []float64, f, slope float64) (fn, t float64, ok bool) {
+	for t = 1.0; t > 1e-10; t /= 2 {
+		for a := range un {
+			un[a] = u[a] - t*d[a]
+		}
+		if fn = obj(gn, un); fn <= f-1e-4*t*slope+4e-16*math.Abs(f) {
+			return fn, t, true
+		}
+	}
+	return fn, t, false
 }
