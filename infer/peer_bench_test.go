@@ -87,6 +87,24 @@ func (p *peer) runConcurrently(b *testing.B, w int) {
 	wg.Wait()
 }
 
+// runSessions runs the batches on one goroutine per peer, batch i on
+// peer i mod len(ps): runs in parallel each on a session of its own (no
+// memory arena or other state shared between the runs).
+func runSessions(b *testing.B, ps []*peer) {
+	var wg sync.WaitGroup
+	for g, p := range ps {
+		wg.Go(func() {
+			for i := g; i < len(p.ins); i += len(ps) {
+				if err := p.sess.Run(p.ins[i:i+1], p.outs[i:i+1]); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
 func (p *peer) run(b *testing.B) {
 	for i := range p.ins {
 		if err := p.sess.Run(p.ins[i:i+1], p.outs[i:i+1]); err != nil {
@@ -115,6 +133,7 @@ func cpuTime(b *testing.B) time.Duration {
 //	peer-par     one intra-op thread, the batches run on as many goroutines
 //	             at once as the threads the others get (batch i on
 //	             goroutine i mod threads);
+//	peer-sessions  the same with a session of its own for each goroutine;
 //	infer        data.Open + Session.Infer end to end at the default thread
 //	             plan (threads.go): reading, decoding, preprocessing, runs,
 //	             labels, checks;
@@ -177,6 +196,16 @@ func BenchmarkInferOverhead(b *testing.B) {
 			}
 			p := newPeer(b, model, s, batches, 1, "")
 			run[k] = func() { p.runConcurrently(b, w) }
+		case "peer-sessions":
+			w := threads
+			if w == 0 {
+				w = DefaultThreads()
+			}
+			ps := make([]*peer, w)
+			for g := range ps {
+				ps[g] = newPeer(b, model, s, batches, 1, "")
+			}
+			run[k] = func() { runSessions(b, ps) }
 		case "infer":
 			run[k] = infer(Options{})
 		case "infer-1run":
