@@ -28,8 +28,9 @@
 # one run at a time on all the threads ("infer-1run", the plan before,
 # its reader at background priority) and reading between runs
 # ("infer-seq"); "infer-fg" (one run, reader at normal priority),
-# "infer-less1" (one intra-op thread fewer) and "peer-par" (the bare loop
-# on as many goroutines, one thread each) may be added. All use THREADS
+# "infer-less1" (one intra-op thread fewer), "peer-par" (the bare loop
+# on as many goroutines, one thread each) and "peer-sessions" (the same,
+# a session per goroutine) may be added. All use THREADS
 # threads in all (default: GOMAXPROCS). "busy"
 # is one extra process busy-looping on a core. It prints the median
 # records/s of each, the medians of the paired ratios (records/s; process CPU
