@@ -77,10 +77,7 @@ func newDirichletNewtonCG(v string, c int, o FitOptions) *dirichletNewtonCG {
 // curvature of the cross-validation's fits (q itself is not used after).
 func (q *dirichletNewtonCG) refit(o FitOptions) dirichletWarmFitter {
 	r := *q
-	p := newDirichletProblem(q.v, q.c, o)
-	p.evaluations = q.evaluations
-	r.dirichletProblem = p
-	r.s, r.y = slices.Clone(q.s), slices.Clone(q.y)
+	r.dirichletQN = q.dirichletQN.refitted(o)
 	return &r
 }
 

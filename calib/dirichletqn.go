@@ -85,12 +85,19 @@ func newDirichletQN(v string, c int, o FitOptions) *dirichletQN {
 // refit returns the fitter of the final fit under o, with the history of
 // the cross-validation's fits (q itself is not used after it).
 func (q *dirichletQN) refit(o FitOptions) dirichletWarmFitter {
+	r := q.refitted(o)
+	return &r
+}
+
+// refitted returns a copy of q for the final fit under o: a problem of its
+// own (counting on from q's evaluations) and copies of the kept pairs.
+func (q *dirichletQN) refitted(o FitOptions) dirichletQN {
 	r := *q
 	p := newDirichletProblem(q.v, q.c, o)
 	p.evaluations = q.evaluations
 	r.dirichletProblem = p
 	r.s, r.y = slices.Clone(q.s), slices.Clone(q.y)
-	return &r
+	return r
 }
 
 // usePenalty prepares the history for the penalty diagonal pen: the
