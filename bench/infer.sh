@@ -29,8 +29,10 @@
 # its reader at background priority) and reading between runs
 # ("infer-seq"); "infer-fg" (one run, reader at normal priority),
 # "infer-less1" (one intra-op thread fewer), "peer-par" (the bare loop
-# on as many goroutines, one thread each) and "peer-sessions" (the same,
-# a session per goroutine) may be added. All use THREADS
+# on as many goroutines, one thread each), "peer-sessions" (the same,
+# a session per goroutine), "peer-bN" (the peer over batches of N
+# records), "infer-mN" (infer with --batch N) and "infer-shared" (infer's
+# concurrent runs sharing one session) may be added. All use THREADS
 # threads in all (default: GOMAXPROCS). "busy"
 # is one extra process busy-looping on a core. It prints the median
 # records/s of each, the medians of the paired ratios (records/s; process CPU

@@ -89,12 +89,15 @@ terminal, unless --quiet.
 Threads: by default infer runs one batch per core this process may use
 at once (--runs; up to four, then the cores shared out among four or
 fewer runs), each on one ONNX Runtime thread, and joins their logits in
-the data's order; one goroutine reads, decodes and
-preprocesses the next batch meanwhile (--read-ahead). A run on one
-thread waits for no other thread, so reading, the Go runtime or another
-process slows one run while it takes a core, not all of them. Data that
-knows its size and has fewer records than runs × --batch runs in smaller
-batches, so that every run has one. --threads N alone runs one batch at
+the data's order; each run reads, decodes and preprocesses its own next
+batch between its model runs (--read-ahead). A run on one thread waits
+for no other thread, so reading, the Go runtime or another process slows
+one run while it takes a core, not all of them. A batch of runs at once
+holds at most 256 KiB of input (83 MNIST images, one 224×224 image; a
+record at least), so that each run's activations stay in the caches, and
+the first batches are smaller, so that every run starts after a few
+records; data that knows its size ends in smaller batches too, so that
+the runs end together. --threads N alone runs one batch at
 a time on N intra-op threads (the plan before --runs) that sleep when
 idle (--spin makes them spin, as ONNX Runtime does by default); the
 reader then runs after the first batch on a thread of background
@@ -180,7 +183,7 @@ else the cache "fedcalib setup" fills.
 	f.StringVar(&model, "model", "", "the ONNX model to run (required)")
 	f.StringArrayVar(&specs, "data", nil, "the dataset spec, FORMAT:PATH[:OPTION] (required; grammar above); repeat it to read several in order, e.g. a train then a test split")
 	f.StringVar(&out, "out", "", "the .npz logits file to write (required; replaced atomically)")
-	f.IntVar(&opt.Batch, "batch", infer.DefaultBatch, "records per model run")
+	f.IntVar(&opt.Batch, "batch", infer.DefaultBatch, "the most records per model run; runs at once take at most 256 KiB of input a batch, a record at least (e.g. --batch 64 --runs 1)")
 	registerThreadFlags(f, &opt)
 	f.BoolVar(&opt.Spin, "spin", false, "let ONNX Runtime's pool threads spin while they wait for work (its own default) instead of sleeping: can be faster on a machine where nothing else runs, much slower when anything does (e.g. --threads 4 --spin on a dedicated 4-core machine)")
 	f.BoolVar(&readAhead, "read-ahead", true, "read, decode and preprocess while the model runs: with several runs at once each reads its own next batch while the others run, with one a second goroutine reads the next batch while the model runs the current one; --read-ahead=false reads between runs, one run at a time")

@@ -48,12 +48,15 @@
 //     every thread of a parallel operator. Each run reads, decodes and
 //     preprocesses its own next batch (the reader shared, one batch at a
 //     time, in the data's order) between its model runs, so no reading
-//     goroutine competes with the runs for the cores. The first batches
-//     are small (k+1 sixteenths of Batch for the k-th run), so that every
-//     run starts after a few records rather than a whole batch; when the data knows its size
+//     goroutine competes with the runs for the cores. A batch holds at
+//     most Batch records and at most 256 KiB of input (runBatch; a record
+//     at least): the runs hold their activations at once, which then
+//     stay in the caches. The first batches are small (k+1 sixteenths of
+//     that most for the k-th run), so that every run starts after a few
+//     records rather than a whole batch; when the data knows its size
 //     (data.Sized), the later ones take 1/(2·Runs) of the records left,
-//     at most Batch, so that the runs end together (batchRows); the
-//     logits do not depend on the batches. Options.Threads alone,
+//     so that the runs end together (batchRows); the logits do not
+//     depend on the batches. Options.Threads alone,
 //     Options.Runs 1 or Options.Sequential runs one batch at a time,
 //     the plan of the items below;
 //   - ONNX Runtime runs each model on Options.Threads intra-op threads (the

@@ -100,9 +100,13 @@ func (s *Session) Infer(ctx context.Context, rd data.Reader) (*Result, error) {
 	}
 	b := s.newBatcher(rd, s.opt.Batch)
 	if runs > 1 {
-		b.rows = func(k, read int) int { return batchRows(k, read, progress.Total, runs, s.opt.Batch) }
+		b.runBytes = true
+		b.rows = func(k, read int) int { return batchRows(k, read, progress.Total, runs, b.size) }
 	}
 	b.planHook = s.planHook
+	if s.batchHook != nil {
+		s.batchHook(b)
+	}
 	res := &Result{}
 	var extra [][]float32
 	acct := accountant{s: s, res: res, progress: progress}
@@ -421,6 +425,9 @@ type batcher struct {
 	enc   *encoder
 	dtype DType
 	size  int // the most rows a batch takes
+	// runBytes, for concurrent runs, caps size once the first record
+	// fixes the row shape: at most runBatchBytes of input (runBatch).
+	runBytes bool
 
 	// rows, when set, gives the rows of batch k (from 0), which starts
 	// after read records, at most size; nil: every batch takes size.
@@ -690,6 +697,10 @@ func (b *batcher) fill(sl *slot, pause func() bool) (eof, paused bool, err error
 				return false, false, fmt.Errorf("record %d: %w", b.n, err)
 			}
 			b.planned = true
+			if b.runBytes {
+				b.size = runBatch(b.size, b.enc.size*b.dtype.bytes())
+				sl.want = min(sl.want, b.size)
+			}
 		}
 		if sl.buf == nil {
 			sl.buf = newBatch(b.dtype, b.size, b.enc.sample)

@@ -3,6 +3,7 @@ package infer
 import (
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -56,7 +57,13 @@ func newPeer(b *testing.B, model string, s *Session, batches []*Batch, threads i
 		sess.Destroy()
 	})
 	for _, bt := range batches {
-		in, err := ort.NewTensor(ort.Shape(slices.Clone(bt.Shape)), bt.Float)
+		var in ort.Value
+		var err error
+		if bt.Int != nil {
+			in, err = ort.NewTensor(ort.Shape(slices.Clone(bt.Shape)), bt.Int)
+		} else {
+			in, err = ort.NewTensor(ort.Shape(slices.Clone(bt.Shape)), bt.Float)
+		}
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -113,6 +120,37 @@ func (p *peer) run(b *testing.B) {
 	}
 }
 
+// settle is how long BenchmarkInferOverhead waits before each variant:
+// ONNX Runtime's pool threads spin for a while after a run of a session
+// that lets them, taking the cores from whatever runs next.
+const settle = 100 * time.Millisecond
+
+// rebatch returns the rows of batches cut into batches of rows rows
+// (the last may be smaller).
+func rebatch(batches []*Batch, rows int) []*Batch {
+	all := &Batch{Shape: slices.Clone(batches[0].Shape)}
+	all.Shape[0] = 0
+	for _, bt := range batches {
+		all.Shape[0] += bt.Shape[0]
+		all.Float = append(all.Float, bt.Float...)
+		all.Int = append(all.Int, bt.Int...)
+	}
+	size := (len(all.Float) + len(all.Int)) / int(all.Shape[0])
+	var out []*Batch
+	for r := 0; r < int(all.Shape[0]); r += rows {
+		n := min(rows, int(all.Shape[0])-r)
+		bt := &Batch{Shape: slices.Clone(all.Shape)}
+		bt.Shape[0] = int64(n)
+		if all.Float != nil {
+			bt.Float = all.Float[r*size : (r+n)*size]
+		} else {
+			bt.Int = all.Int[r*size : (r+n)*size]
+		}
+		out = append(out, bt)
+	}
+	return out
+}
+
 // cpuTime returns the CPU time (user + system) this process has used.
 func cpuTime(b *testing.B) time.Duration {
 	var ru syscall.Rusage
@@ -147,7 +185,15 @@ func cpuTime(b *testing.B) time.Duration {
 //	             busy the machine (readerPlan.always: no quiet-machine or
 //	             saturation check; promotion still applies);
 //	infer-less1  the same on one intra-op thread fewer (at least 1),
-//	             leaving a core to the reader.
+//	             leaving a core to the reader;
+//	infer-uncapped  the same with concurrent runs' batches not capped at
+//	             runBatchBytes of input (the plan before);
+//	infer-mN     the same with Options.Batch N (e.g. infer-m64);
+//	infer-xN     the same with batches of at most N records, not capped
+//	             at runBatchBytes;
+//
+// A peer's name may end in -bN for the same over batches of N records
+// (e.g. peer-b64, peer-sessions-b81).
 //
 // All get the same intra-op threads (FEDCALIB_BENCH_THREADS, else
 // DefaultThreads). It reports each variant's median records/s and, against
@@ -166,25 +212,36 @@ func BenchmarkInferOverhead(b *testing.B) {
 	if names[0] == "" {
 		names = []string{"peer", "peer-nospin", "infer"}
 	}
-	infer := func(opt Options, always ...bool) func() {
+	infer := func(opt Options, hook ...func(*Session)) func() {
 		o := benchOptions(b)
 		o.Spin, o.Sequential, o.ForegroundReader, o.Runs = opt.Spin, opt.Sequential, opt.ForegroundReader, opt.Runs
 		if opt.Threads != 0 {
 			o.Threads = opt.Threads
 		}
+		if opt.Batch != 0 {
+			o.Batch = opt.Batch
+		}
 		si, err := OpenSession(model, o)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if len(always) > 0 && always[0] {
-			si.planHook = func(p *readerPlan) { p.always = true }
-		}
 		b.Cleanup(func() { si.Close() })
+		for _, h := range hook {
+			h(si)
+		}
 		return func() { runInfer(b, si, spec, n) }
 	}
 	threads := s.opt.Threads
 	run := make([]func(), len(names))
+	all := batches
 	for k, name := range names {
+		// A peer's name may end in -bN: the peer over batches of N records.
+		batches := all
+		if i := strings.LastIndex(name, "-b"); strings.HasPrefix(name, "peer") && i > 0 {
+			if m, err := strconv.Atoi(name[i+2:]); err == nil && m > 0 {
+				batches, name = rebatch(all, m), name[:i]
+			}
+		}
 		switch name {
 		case "peer", "peer-nospin", "peer-spin":
 			p := newPeer(b, model, s, batches, threads, map[string]string{"peer": "", "peer-nospin": "0", "peer-spin": "1"}[name])
@@ -217,7 +274,9 @@ func BenchmarkInferOverhead(b *testing.B) {
 		case "infer-fg":
 			run[k] = infer(Options{ForegroundReader: true})
 		case "infer-bg":
-			run[k] = infer(Options{}, true)
+			run[k] = infer(Options{}, func(si *Session) { si.planHook = func(p *readerPlan) { p.always = true } })
+		case "infer-uncapped":
+			run[k] = infer(Options{}, func(si *Session) { si.batchHook = func(b *batcher) { b.runBytes = false } })
 		case "infer-less1":
 			t := threads
 			if t == 0 {
@@ -225,6 +284,14 @@ func BenchmarkInferOverhead(b *testing.B) {
 			}
 			run[k] = infer(Options{Threads: max(1, t-1)})
 		default:
+			if m, err := strconv.Atoi(strings.TrimPrefix(name, "infer-m")); err == nil && m > 0 {
+				run[k] = infer(Options{Batch: m})
+				continue
+			}
+			if m, err := strconv.Atoi(strings.TrimPrefix(name, "infer-x")); err == nil && m > 0 {
+				run[k] = infer(Options{Batch: m}, func(si *Session) { si.batchHook = func(b *batcher) { b.runBytes = false } })
+				continue
+			}
 			b.Fatalf("FEDCALIB_BENCH_VARIANTS: unknown variant %q", name)
 		}
 	}
@@ -234,6 +301,9 @@ func BenchmarkInferOverhead(b *testing.B) {
 	for b.Loop() {
 		for j := range names {
 			k := (rotate + j) % len(names)
+			// Let the pool threads of the variant before, which may
+			// spin after its last run, go to sleep first.
+			time.Sleep(settle)
 			t0, c0 := time.Now(), cpuTime(b)
 			run[k]()
 			wall[k] = append(wall[k], time.Since(t0))

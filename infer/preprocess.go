@@ -76,6 +76,14 @@ const (
 	Int64   DType = "int64"
 )
 
+// bytes returns the size of one element of type d.
+func (d DType) bytes() int {
+	if d == Int64 {
+		return 8
+	}
+	return 4
+}
+
 // Preprocessing says how a record becomes one row of the model input: an
 // image is first resized (Resize, Interpolation) and cropped (Crop); then
 // each raw value v of channel c becomes (v*Scale - Mean[c]) / Std[c], laid

@@ -85,7 +85,11 @@ type Options struct {
 	// Preprocess overrides the model's metadata_props, key by key (the Key*
 	// constants). Nil overrides nothing.
 	Preprocess map[string]string
-	// Batch is the number of records per run. Zero means DefaultBatch.
+	// Batch is the most records a model run takes. Zero means
+	// DefaultBatch. Concurrent runs (Runs) take fewer: at most 256 KiB
+	// of input each (a record at least), and smaller batches first and,
+	// when the data knows its size, last. The logits do not depend on
+	// it.
 	Batch int
 	// Progress, when not nil, is called by Infer once before the first
 	// batch and after each batch, from the goroutine that called Infer,
@@ -126,8 +130,9 @@ type Session struct {
 	cols    []int // columns of each extra output; 0 until known
 	runs    int   // model runs Infer keeps in flight (runPlan)
 
-	planHook func(*readerPlan) // batcher.planHook (tests)
-	runHook  func(seq int)     // called before batch seq runs concurrently with others (tests)
+	planHook  func(*readerPlan) // batcher.planHook (tests)
+	batchHook func(*batcher)    // called on Infer's batcher before it reads (tests)
+	runHook   func(seq int)     // called before batch seq runs concurrently with others (tests)
 }
 
 // OpenSession loads the ONNX model at path, loading ONNX Runtime first if

@@ -46,6 +46,29 @@ func batchRows(k, read, total, runs, most int) int {
 	return min(max(share, least), most)
 }
 
+// runBatchBytes is the most input bytes a batch of concurrent runs
+// holds (a record at least; runBatch). A run's activations grow with its
+// batch, by about 30 times the input on the convolutional networks
+// measured, and concurrent runs hold theirs at once: on mnist-tiny, two
+// runs of 256 records each (800 KB of input) ran at 0.86× the records/s
+// of runs capped at 83, whose activations stay in the caches (batches of
+// 32 to 128 ran alike), and a ResNet-50 shape ran as fast one image per
+// run as sixteen (docs/BENCHMARKS.md, "infer: concurrent runs' batches
+// capped at 256 KiB of input"). An LSTM's batch of token ids is small, so
+// it keeps Options.Batch (which ran as fast as 64 or 128 there).
+const runBatchBytes = 256 << 10
+
+// runBatch returns the most records a batch of concurrent runs takes
+// when each run may take batch records of recordBytes input bytes each:
+// batch, or fewer so that the batch holds at most runBatchBytes, one
+// record at least.
+func runBatch(batch, recordBytes int) int {
+	if recordBytes <= 0 {
+		return batch
+	}
+	return min(batch, max(1, runBatchBytes/recordBytes))
+}
+
 // runPlan returns how Session.Infer runs a model for opt (package
 // documentation, "The thread plan"): the intra-op threads of each model
 // run and how many runs it keeps in flight at once, each on its own batch.
@@ -80,9 +103,9 @@ func runPlan(opt Options) (threads, runs int) {
 
 // maxRuns is the most runs the thread plan keeps in flight by default.
 // Each run holds its own activations (a ResNet-50 about 25 MB per
-// record, so 6 GB at the default batch of 256), so memory grows with the
-// runs; past a few cores, intra-op threads share the work of a run well
-// enough.
+// record, one record a batch under runBatchBytes), so memory grows with
+// the runs; past a few cores, intra-op threads share the work of a run
+// well enough.
 const maxRuns = 4
 
 // Spinning config entries of ONNX Runtime's session options.

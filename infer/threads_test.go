@@ -332,3 +332,49 @@ func TestBatchRows(t *testing.T) {
 		}
 	}
 }
+
+func TestRunBatch(t *testing.T) {
+	for _, tc := range []struct{ batch, recordBytes, want int }{
+		{256, 28 * 28 * 4, 83},      // MNIST: ⌊262144 / 3136⌋
+		{256, 3 * 224 * 224 * 4, 1}, // ImageNet: more than 256 KiB a record
+		{256, 80 * 8, 256},          // 80 int64 tokens: 409 fit
+		{256, 1024, 256},            // exactly 256 fit
+		{256, 1025, 255},            // one byte more a record
+		{10, 1, 10},                 // never more than the batch
+		{256, runBatchBytes, 1},     // one record fits
+		{256, runBatchBytes + 1, 1}, // a record at least
+		{256, 0, 256},               // size unknown: the batch
+	} {
+		if got := runBatch(tc.batch, tc.recordBytes); got != tc.want {
+			t.Errorf("runBatch(%d, %d) = %d, want %d", tc.batch, tc.recordBytes, got, tc.want)
+		}
+	}
+}
+
+// TestInferRunBatchCap checks that concurrent runs take batches of at
+// most runBatchBytes of input, and one run at a time batches of
+// Options.Batch: the sizes are the steps of the progress reports.
+func TestInferRunBatchCap(t *testing.T) {
+	const n, batch = 40000, 8192 // records of 4×4 float32s: 64 bytes, so 4096 fit
+	recs := imageRecords(images(n, 16, 3), 4, 4, 1)
+	for _, tc := range []struct {
+		runs, most int
+	}{
+		{1, batch},
+		{2, runBatchBytes / 64},
+		{3, runBatchBytes / 64},
+	} {
+		var done []int
+		s := openTest(t, "testdata/tiny.onnx", Options{Batch: batch, Runs: tc.runs, Progress: func(p Progress) { done = append(done, p.Done) }})
+		if _, err := s.Infer(context.Background(), &sizedReader{sliceReader{recs: recs}}); err != nil {
+			t.Fatal(err)
+		}
+		most := 0
+		for i := 1; i < len(done); i++ {
+			most = max(most, done[i]-done[i-1])
+		}
+		if most != tc.most || done[len(done)-1] != n {
+			t.Errorf("runs %d: largest batch %d of %d records, want %d of %d", tc.runs, most, done[len(done)-1], tc.most, n)
+		}
+	}
+}
