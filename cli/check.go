@@ -208,7 +208,7 @@ exceeds it. The report prints each interval. What is checked:
 	f.IntVar(&resamples, "bootstrap", calib.DefaultGateResamples, "with --confidence: bootstrap resamples")
 	f.Var((*seedValue)(&seed), "seed", "with --confidence: seed of the resamples, 0 to 2^64−1")
 	f.IntVar(&bins, "bins", calib.DefaultMetricBins, "equal-width bins of cwECE and ECE")
-	f.IntVar(&batch, "batch", infer.DefaultBatch, "records per model run")
+	f.IntVar(&batch, "batch", infer.DefaultBatch, batchUsage)
 	registerThreadFlags(f, &plan)
 	f.StringVar(&ortLib, "ort-lib", "", "the ONNX Runtime shared library (default: $"+infer.RuntimeEnv+", then the setup cache)")
 	f.StringVar(&vectorsDir, "test-vectors", "", `replay the test vectors of "fedcalib export --test-vectors DIR" (with --model, another model)`)

@@ -183,7 +183,7 @@ else the cache "fedcalib setup" fills.
 	f.StringVar(&model, "model", "", "the ONNX model to run (required)")
 	f.StringArrayVar(&specs, "data", nil, "the dataset spec, FORMAT:PATH[:OPTION] (required; grammar above); repeat it to read several in order, e.g. a train then a test split")
 	f.StringVar(&out, "out", "", "the .npz logits file to write (required; replaced atomically)")
-	f.IntVar(&opt.Batch, "batch", infer.DefaultBatch, "the most records per model run; runs at once take at most 256 KiB of input a batch, a record at least (e.g. --batch 64 --runs 1)")
+	f.IntVar(&opt.Batch, "batch", infer.DefaultBatch, batchUsage)
 	registerThreadFlags(f, &opt)
 	f.BoolVar(&opt.Spin, "spin", false, "let ONNX Runtime's pool threads spin while they wait for work (its own default) instead of sleeping: can be faster on a machine where nothing else runs, much slower when anything does (e.g. --threads 4 --spin on a dedicated 4-core machine)")
 	f.BoolVar(&readAhead, "read-ahead", true, "read, decode and preprocess while the model runs: with several runs at once each reads its own next batch while the others run, with one a second goroutine reads the next batch while the model runs the current one; --read-ahead=false reads between runs, one run at a time")
@@ -294,6 +294,9 @@ func registerThreadFlags(f *pflag.FlagSet, opt *infer.Options) {
 	f.IntVar(&opt.Threads, "threads", 0, "ONNX Runtime intra-op threads of each run; 0, the default, is the thread plan's choice: the cores this process may use (GOMAXPROCS) shared out among the runs, 1 per run on up to 4 cores; --threads N alone runs one batch at a time on N threads (e.g. --threads 1 to leave the other cores to other work)")
 	f.IntVar(&opt.Runs, "runs", 0, "batches run through the model at once, each on its own goroutine and holding its own activations in memory; 0, the default, is the thread plan's choice: one per core this process may use up to 4 (on more cores, the most up to 4 that divide them), or 1 when --threads is given or --read-ahead=false (e.g. --runs 1 --threads 4 for the lowest latency per batch and memory)")
 }
+
+// batchUsage is the help of --batch, in every command that runs a model.
+const batchUsage = "the most records per model run; runs at once take at most 256 KiB of input a batch, a record at least (e.g. --batch 64 --runs 1)"
 
 // maxBatch is the largest --batch: infer allocates the input tensor of a
 // whole batch up front, and larger batches run no faster on a CPU.
