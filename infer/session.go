@@ -92,9 +92,12 @@ type Options struct {
 	// it.
 	Batch int
 	// Progress, when not nil, is called by Infer once before the first
-	// batch and after each batch, from the goroutine that called Infer,
-	// to report how many records have run. Nil reports nothing. The
-	// package prints nothing itself: the command line draws the bar.
+	// batch and after each batch, in order and never two calls at once,
+	// to report how many records have run; the first call comes from the
+	// goroutine that called Infer, later ones may come from the goroutines
+	// of concurrent runs (Runs), while the others run. Nil reports
+	// nothing. The package prints nothing itself: the command line draws
+	// the bar.
 	Progress func(Progress)
 	// Logger receives warnings (e.g. outputs that look like probabilities).
 	// Nil means slog.Default().
@@ -132,7 +135,7 @@ type Session struct {
 
 	planHook  func(*readerPlan) // batcher.planHook (tests)
 	batchHook func(*batcher)    // called on Infer's batcher before it reads (tests)
-	runHook   func(seq int)     // called before batch seq runs concurrently with others (tests)
+	runHook   func(seq int)     // called before batch seq runs, when runs are concurrent (tests)
 }
 
 // OpenSession loads the ONNX model at path, loading ONNX Runtime first if
