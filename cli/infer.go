@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -319,11 +320,8 @@ func runInfer(ctx context.Context, model, spec string, opt infer.Options, specs 
 	if opt.Runs < 0 || opt.Runs > infer.MaxThreads {
 		return nil, fmt.Errorf("--runs %d: want 1 to %d runs at once, or 0 for the thread plan's choice", opt.Runs, infer.MaxThreads)
 	}
-	s, err := openSession(model, opt)
-	if err != nil {
-		return nil, err
-	}
-	defer s.Close()
+	// The data first: a compressed file inflates on a goroutine of its
+	// own while ONNX Runtime loads and the model is prepared.
 	if len(specs) == 0 {
 		specs = []string{spec}
 	}
@@ -344,11 +342,35 @@ func runInfer(ctx context.Context, model, spec string, opt infer.Options, specs 
 	if len(parts) > 1 {
 		rd = data.Concat(parts...)
 	}
+	s, err := openSession(model, opt)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	defer spareProc(s)()
 	res, err := s.Infer(ctx, rd)
 	if err != nil {
 		return nil, fmt.Errorf("%s on %s: %w", model, spec, err)
 	}
 	return res, nil
+}
+
+// spareProc gives the Go runtime one P more than s's runs while they
+// run, when they would otherwise hold every P (GOMAXPROCS), and returns
+// the function that restores GOMAXPROCS. A run holds its P through each
+// ONNX Runtime call; with no P idle, the runtime's sysmon takes the P
+// back from every call that outlasts its 20 µs tick, and so wakes every
+// 20 µs, and each call's return waits for a P again: 3–5 % of
+// mnist-tiny's records/s (docs/BENCHMARKS.md, "infer: concurrent runs'
+// batches capped"). The command owns its process, so the setting is its
+// to change; package infer leaves it to its caller.
+func spareProc(s *infer.Session) func() {
+	runs, procs := s.Runs(), runtime.GOMAXPROCS(0)
+	if runs < procs {
+		return func() {}
+	}
+	runtime.GOMAXPROCS(runs + 1)
+	return func() { runtime.GOMAXPROCS(procs) }
 }
 
 // isTerminal reports whether w is a terminal.

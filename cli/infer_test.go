@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -473,5 +474,41 @@ func TestInferPreprocessSources(t *testing.T) {
 		if !slices.Equal(f.Logits, first.Logits) {
 			t.Errorf("%v: logits differ from --preprocess imagenet's", extra)
 		}
+	}
+}
+
+// TestSpareProc checks that a command gives the Go runtime one P more
+// than the runs in flight while they run, when they would hold every P,
+// and restores GOMAXPROCS after.
+func TestSpareProc(t *testing.T) {
+	requireORT(t)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	for _, tc := range []struct {
+		opt        infer.Options
+		runs, want int
+	}{
+		{infer.Options{Runs: 2}, 2, 3},
+		{infer.Options{Runs: 3, Threads: 1}, 3, 4},
+		{infer.Options{}, 2, 3}, // the thread plan: a run per P
+		{infer.Options{Runs: 1}, 1, 2},
+		{infer.Options{Threads: 1}, 1, 2},
+		{infer.Options{Runs: 2, Sequential: true}, 1, 2},
+	} {
+		s, err := infer.OpenSession("../infer/testdata/tiny.onnx", tc.opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		restore := spareProc(s)
+		if got := s.Runs(); got != tc.runs {
+			t.Errorf("%+v: %d runs, want %d", tc.opt, got, tc.runs)
+		}
+		if got := runtime.GOMAXPROCS(0); got != tc.want {
+			t.Errorf("%+v: GOMAXPROCS %d while the runs run, want %d", tc.opt, got, tc.want)
+		}
+		restore()
+		if got := runtime.GOMAXPROCS(0); got != 2 {
+			t.Errorf("%+v: GOMAXPROCS %d after, want 2", tc.opt, got)
+		}
+		s.Close()
 	}
 }

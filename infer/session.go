@@ -332,6 +332,16 @@ func (s *Session) Close() error {
 	return err
 }
 
+// Runs returns the model runs Infer keeps in flight at once (the
+// thread plan's choice, or Options.Runs): one when it reads between runs
+// (Options.Sequential).
+func (s *Session) Runs() int {
+	if s.opt.Sequential {
+		return 1
+	}
+	return s.runs
+}
+
 // Input describes the model input the session feeds.
 func (s *Session) Input() TensorInfo { return tensorInfo(s.in) }
 
