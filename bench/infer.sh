@@ -30,9 +30,12 @@
 # ("infer-seq"); "infer-fg" (one run, reader at normal priority),
 # "infer-less1" (one intra-op thread fewer), "peer-par" (the bare loop
 # on as many goroutines, one thread each), "peer-sessions" (the same,
-# a session per goroutine), "peer-bN" (the peer over batches of N
-# records), "infer-mN" (infer with --batch N) and "infer-shared" (infer's
-# concurrent runs sharing one session) may be added. All use THREADS
+# a session per goroutine), "infer-mN" (infer with --batch N),
+# "infer-xN" (batches of N, not capped), "infer-uncapped" (concurrent
+# runs' batches not capped at 256 KiB of input: the plan before) and
+# "infer-spare" (GOMAXPROCS one above the runs, as the commands do) may
+# be added; a peer's name may end in -bN for batches of N records (e.g.
+# peer-b64, peer-par-b83). All use THREADS
 # threads in all (default: GOMAXPROCS). "busy"
 # is one extra process busy-looping on a core. It prints the median
 # records/s of each, the medians of the paired ratios (records/s; process CPU

@@ -2,6 +2,7 @@ package infer
 
 import (
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -186,6 +187,8 @@ func cpuTime(b *testing.B) time.Duration {
 //	             saturation check; promotion still applies);
 //	infer-less1  the same on one intra-op thread fewer (at least 1),
 //	             leaving a core to the reader;
+//	infer-spare  the same with GOMAXPROCS one above the runs while they
+//	             run, as the commands do (cli.spareProc);
 //	infer-uncapped  the same with concurrent runs' batches not capped at
 //	             runBatchBytes of input (the plan before);
 //	infer-mN     the same with Options.Batch N (e.g. infer-m64);
@@ -275,6 +278,16 @@ func BenchmarkInferOverhead(b *testing.B) {
 			run[k] = infer(Options{ForegroundReader: true})
 		case "infer-bg":
 			run[k] = infer(Options{}, func(si *Session) { si.planHook = func(p *readerPlan) { p.always = true } })
+		case "infer-spare":
+			f := infer(Options{})
+			run[k] = func() {
+				// What the commands do (cli.spareProc): one P more than
+				// the runs while they run.
+				procs := runtime.GOMAXPROCS(0)
+				runtime.GOMAXPROCS(max(procs, DefaultThreads()) + 1)
+				f()
+				runtime.GOMAXPROCS(procs)
+			}
 		case "infer-uncapped":
 			run[k] = infer(Options{}, func(si *Session) { si.batchHook = func(b *batcher) { b.runBytes = false } })
 		case "infer-less1":
