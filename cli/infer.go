@@ -320,8 +320,9 @@ func runInfer(ctx context.Context, model, spec string, opt infer.Options, specs 
 	if opt.Runs < 0 || opt.Runs > infer.MaxThreads {
 		return nil, fmt.Errorf("--runs %d: want 1 to %d runs at once, or 0 for the thread plan's choice", opt.Runs, infer.MaxThreads)
 	}
-	// The data first: a compressed file inflates on a goroutine of its
-	// own while ONNX Runtime loads and the model is prepared.
+	// The data first, so that a compressed file inflates on a goroutine
+	// of its own while ONNX Runtime loads the model; the model's errors
+	// still come before the data's.
 	if len(specs) == 0 {
 		specs = []string{spec}
 	}
@@ -331,22 +332,27 @@ func runInfer(ctx context.Context, model, spec string, opt infer.Options, specs 
 			p.Close()
 		}
 	}()
+	var dataErr error
 	for _, sp := range specs {
 		p, err := data.Open(sp)
 		if err != nil {
-			return nil, err
+			dataErr = err
+			break
 		}
 		parts = append(parts, p)
-	}
-	rd := parts[0]
-	if len(parts) > 1 {
-		rd = data.Concat(parts...)
 	}
 	s, err := openSession(model, opt)
 	if err != nil {
 		return nil, err
 	}
 	defer s.Close()
+	if dataErr != nil {
+		return nil, dataErr
+	}
+	rd := parts[0]
+	if len(parts) > 1 {
+		rd = data.Concat(parts...)
+	}
 	defer spareProc(s)()
 	res, err := s.Infer(ctx, rd)
 	if err != nil {
