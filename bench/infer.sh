@@ -53,11 +53,12 @@
 # Case cli: the whole `fedcalib infer` process on mnist-tiny over all 70,000
 # MNIST images at its defaults, with --runs 1 (one run at a time on all
 # the cores), --threads 1 (one run on one thread) and --runs 1 --spin,
-# PAIRS rounds of the four in turn, for each load of LOADS; it
+# and BEFORE (another fedcalib binary, at its defaults) when set,
+# PAIRS rounds of them in turn, for each load of LOADS; it
 # prints each run's wall time, CPU time and peak RSS, then the median of the
 # paired wall ratios to the default.
 #
-# Environment: PAIRS (5), THREADS (0: the default), N (64 images), RBATCH (16),
+# Environment: PAIRS (5), BEFORE (unset), THREADS (0: the default), N (64 images), RBATCH (16),
 # RDEPTH (50), TORCH (0), WORKERS (2), PYTHON (/usr/bin/python3, with PIL for
 # the images; torch and torchvision for TORCH=1 and batch1), DIR
 # (/tmp/fedcalib-infer-bench).
@@ -67,6 +68,7 @@ CASES=${CASES:-mnist resnet50 batch1 cli}
 B1=${B1:-20}
 LOADS=${LOADS:-as-is busy}
 PAIRS=${PAIRS:-5}
+BEFORE=${BEFORE:-}
 THREADS=${THREADS:-0}
 N=${N:-64}
 RBATCH=${RBATCH:-16}
@@ -95,9 +97,11 @@ for c in $CASES; do
 			echo "-- cli: fedcalib infer, mnist-tiny, mnist:all (70,000), load $l ($(load) before)"
 			: >"$DIR/cli.times"
 			for r in $(seq "$PAIRS"); do
-				for v in default "--runs 1" "--threads 1" "--runs 1 --spin"; do
-					a=(); [ "$v" = default ] || a=($v)
-					/usr/bin/time -f "$r	$v	%e	%U	%S	%M" -o "$DIR/cli.time" "$DIR/fedcalib" infer \
+				vs=(default "--runs 1" "--threads 1" "--runs 1 --spin"); [ -n "$BEFORE" ] && vs+=(before)
+				for v in "${vs[@]}"; do
+					a=(); bin=$DIR/fedcalib
+					case $v in default) ;; before) bin=$BEFORE ;; *) a=($v) ;; esac
+					/usr/bin/time -f "$r	$v	%e	%U	%S	%M" -o "$DIR/cli.time" "$bin" infer \
 						--model models/mnist-tiny/model.onnx --data "mnist:$mdir:all" \
 						--out "$DIR/mnist.npz" --quiet "${a[@]}"
 					cat "$DIR/cli.time" >>"$DIR/cli.times"
