@@ -249,13 +249,7 @@ func (q *dirichletNewtonCG) fit(ls *Set, u0 []float64, lambda, mu float64) ([]fl
 		rep.Iterations++
 		q.newtonSteps++
 	}
-	if ok {
-		rep.Objective, rep.Gradient, rep.Converged = f, infNorm(g), true
-		rep.Stop = "gradient below tolerance"
-		return u, rep, nil
-	}
-	q.s, q.y = q.s[:0], q.y[:0]
-	return q.finish(ls, u, lambda, mu, rep.Iterations, "Newton–CG step(s)")
+	return q.end(ok, f, g, ls, u, lambda, mu, rep, "Newton–CG step(s)")
 }
 
 // featureMoments returns the Kronecker model's B = mean(x̃x̃ᵀ) of ls,

@@ -276,13 +276,7 @@ func (q *dirichletQN) fit(ls *Set, u0 []float64, lambda, mu float64) ([]float64,
 		q.steps++
 		q.remember(s, y, pen)
 	}
-	if ok {
-		rep.Objective, rep.Gradient, rep.Converged = f, infNorm(g), true
-		rep.Stop = "gradient below tolerance"
-		return u, rep, nil
-	}
-	q.s, q.y = q.s[:0], q.y[:0]
-	return q.finish(ls, u, lambda, mu, rep.Iterations, "L-BFGS step(s) on the kept history")
+	return q.end(ok, f, g, ls, u, lambda, mu, rep, "L-BFGS step(s) on the kept history")
 }
 
 // dot returns a·b (floats.Dot: the same sum whatever the machine's
@@ -332,6 +326,20 @@ func matrixHessianDiag(h, x []float64, s *Set, r *rowSums) {
 	for i := range h {
 		h[i] *= inv
 	}
+}
+
+// end is the exit of the fitters on the kept history (L-BFGS, and
+// Newton–CG beyond DirichletNewtonMaxClasses): the parameters u as they
+// stand when the gradient g met the tolerance (ok), at objective f; else
+// dirichletFit's L-BFGS from u (finish), the kept pairs dropped first.
+func (q *dirichletQN) end(ok bool, f float64, g []float64, ls *Set, u []float64, lambda, mu float64, rep FitReport, method string) ([]float64, FitReport, error) {
+	if ok {
+		rep.Objective, rep.Gradient, rep.Converged = f, infNorm(g), true
+		rep.Stop = "gradient below tolerance"
+		return u, rep, nil
+	}
+	q.s, q.y = q.s[:0], q.y[:0]
+	return q.finish(ls, u, lambda, mu, rep.Iterations, method)
 }
 
 // initial applies the two-loop recursion's initial inverse Hessian to d,
